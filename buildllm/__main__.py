@@ -1,0 +1,4 @@
+# `python -m buildllm` and `torchrun -m buildllm` enter here.
+from buildllm.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,30 @@
+"""The dry run: resolve everything, count parameters on the meta device, estimate memory. Trains nothing."""
+
+from __future__ import annotations
+
+from buildllm.config import Config
+from buildllm.memory import checkpoint_bytes, estimate_training_memory
+from buildllm.metrics import write_metrics
+from buildllm.paths import metrics_path
+from buildllm.plan import announce, make_plan, plan_metrics
+
+
+def dry_run(config: Config) -> dict:
+    plan = make_plan(config)
+    estimate = estimate_training_memory(
+        plan.model, plan.parameters, plan.batch_size, plan.precision.activation_bytes, plan.device.kind,
+        plan.config.train.gradient_checkpointing)
+    announce("dry_run", plan, memory_estimate_total_bytes=estimate.total)
+    metrics = {**plan_metrics(plan), **estimate.as_metrics(), "checkpoint_bytes_estimate": checkpoint_bytes(plan.parameters)}
+    path = write_metrics(metrics_path("dry_run"), metrics)
+    print(f"{plan.profile.name}: {plan.parameters / 1e6:.2f}M parameters, {plan.model.architecture} architecture, "
+          f"on {plan.device.device} in {plan.precision.precision}, batch {plan.batch_size} x {plan.model.sequence_length} tokens")
+    print(f"estimated training memory: {_gib(estimate.total)} (weights {_gib(estimate.weights)}, gradients "
+          f"{_gib(estimate.gradients)}, AdamW {_gib(estimate.optimizer)}, activations {_gib(estimate.activations)}, "
+          f"logits {_gib(estimate.logits)}, attention scores {_gib(estimate.attention_scores)})")
+    print(f"checkpoint size about {_gib(checkpoint_bytes(plan.parameters))}; metrics written to {path}")
+    return metrics
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

@@ -1,0 +1,118 @@
+"""`buildllm env`: what this machine offers for training, and why a device is or isn't usable.
+
+The same flat record goes into the benchmark's metrics (the course's "what to record" list), so a
+comparison across machines knows what each number was measured on.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import psutil
+import torch
+
+from buildllm import __version__
+from buildllm.errors import UserError
+from buildllm.runtime import mps_available, resolve_device, why_no_cuda, xla_available
+
+
+def processor_name() -> str:
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/cpuinfo") as handle:
+                for line in handle:
+                    if line.startswith("model name"):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+    if sys.platform == "darwin":
+        try:
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                                  text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine()
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment(requested_device: str = "auto") -> dict:
+    """One flat record of the machine; `requested_device` is resolved (and may fail) like a run's."""
+    memory = psutil.virtual_memory()
+    cuda = torch.cuda.is_available()
+    info = {
+        "buildllm_version": __version__,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "torch_version": torch.__version__,
+        "torch_cuda_version": torch.version.cuda or "none (CPU-only build)",
+        "cuda_available": cuda,
+        "cuda_unavailable_reason": "" if cuda else why_no_cuda(),
+        "cuda_device_count": torch.cuda.device_count() if cuda else 0,
+        "mps_available": mps_available(),
+        "xla_available": xla_available(),
+        "processor": processor_name(),
+        "physical_cores": psutil.cpu_count(logical=False) or 0,
+        "logical_cores": psutil.cpu_count(logical=True) or 0,
+        "cpu_affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0,
+        "torch_threads": torch.get_num_threads(),
+        "memory_total_bytes": memory.total,
+        "memory_available_bytes": memory.available,
+        "gpu_name": "",
+        "gpu_memory_bytes": 0,
+        "gpu_compute_capability": "",
+        "bf16_supported": False,
+        "dvc_version": _version("dvc"),
+        "tokenizers_version": _version("tokenizers"),
+    }
+    if cuda:
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu_name=props.name, gpu_memory_bytes=props.total_memory,
+                    gpu_compute_capability=f"{props.major}.{props.minor}",
+                    bf16_supported=(props.major, props.minor) >= (8, 0))
+    else:
+        # The CPU runs bf16 through autocast; whether it is fast depends on AVX512-BF16/AMX.
+        info["bf16_supported"] = True
+    decision = resolve_device(requested_device)
+    info.update(resolved_device=decision.device, device_reason=decision.reason)
+    return info
+
+
+def print_environment(requested_device: str = "auto", as_json: bool = False) -> dict:
+    try:
+        info = environment(requested_device)
+    except UserError:
+        raise
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return info
+    gib = 2**30
+    lines = [
+        f"BuildLLM {info['buildllm_version']}, Python {info['python_version']}, {info['platform']}",
+        f"PyTorch {info['torch_version']} (CUDA build: {info['torch_cuda_version']})",
+        f"CUDA available: {'yes' if info['cuda_available'] else 'no — ' + info['cuda_unavailable_reason']}",
+    ]
+    if info["cuda_available"]:
+        lines.append(f"GPU: {info['gpu_name']}, {info['gpu_memory_bytes'] / gib:.1f} GiB, compute capability "
+                     f"{info['gpu_compute_capability']}, bf16 {'yes' if info['bf16_supported'] else 'no'}")
+    lines += [
+        f"Apple MPS available: {'yes' if info['mps_available'] else 'no'}; torch_xla: "
+        f"{'yes' if info['xla_available'] else 'no'}",
+        f"Processor: {info['processor']}; {info['physical_cores']} physical / {info['logical_cores']} logical cores; "
+        f"torch uses {info['torch_threads']} threads",
+        f"Memory: {info['memory_total_bytes'] / gib:.1f} GiB total, {info['memory_available_bytes'] / gib:.1f} GiB available",
+        f"Resolved device: {info['resolved_device']} ({info['device_reason']})",
+        f"dvc {info['dvc_version']}, tokenizers {info['tokenizers_version']}",
+    ]
+    print("\n".join(lines))
+    return info

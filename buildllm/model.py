@@ -1,0 +1,212 @@
+"""A small GPT in two architectures.
+
+classic: GPT-2 (LayerNorm, learned positions, GELU MLP, biases).
+modern:  RMSNorm, rotary positions (RoPE), SwiGLU MLP, no biases.
+Both use torch's scaled_dot_product_attention, so each device picks its fastest attention kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    architecture: str = "classic"
+    vocab_size: int = 4096
+    sequence_length: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    rope_base: float = 10000.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def bias(self) -> bool:
+        return self.architecture == "classic"
+
+    @property
+    def mlp_hidden(self) -> int:
+        if self.architecture == "classic":
+            return 4 * self.n_embd
+        # SwiGLU has three matrices instead of two: 2/3 of 4d keeps the parameter count of a 4d MLP.
+        return 64 * math.ceil(8 * self.n_embd / 3 / 64)
+
+
+def norm_layer(config: GPTConfig) -> nn.Module:
+    if config.architecture == "classic":
+        return nn.LayerNorm(config.n_embd, bias=config.bias)
+    return nn.RMSNorm(config.n_embd, eps=1e-6)
+
+
+def rotary_tables(config: GPTConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    half = config.head_dim // 2
+    inv_freq = 1.0 / (config.rope_base ** (torch.arange(0, half, device=device, dtype=torch.float32) / half))
+    angles = torch.outer(torch.arange(config.sequence_length, device=device, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: (B, H, T, D); rotate the two halves of each head as complex pairs.
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.proj.residual_projection = True
+
+    def forward(self, x, rope=None, cache=None):
+        B, T, C = x.shape
+        H = self.config.n_head
+        q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        if rope is not None:
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        # A single new token attends to everything cached; a prompt attends causally.
+        causal = T > 1
+        if causal and k.shape[2] != T:
+            raise ValueError("prefill with a non-empty KV cache is not supported; start a new cache")
+        dropout = self.config.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.swiglu = config.architecture == "modern"
+        hidden = config.mlp_hidden
+        self.up = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        if self.swiglu:
+            self.gate = nn.Linear(config.n_embd, hidden, bias=False)
+        self.down = nn.Linear(hidden, config.n_embd, bias=config.bias)
+        self.down.residual_projection = True
+
+    def forward(self, x):
+        if self.swiglu:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.norm1 = norm_layer(config)
+        self.attn = CausalSelfAttention(config)
+        self.norm2 = norm_layer(config)
+        self.mlp = MLP(config)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, rope=None, cache=None):
+        x = x + self.dropout(self.attn(self.norm1(x), rope, cache))
+        return x + self.dropout(self.mlp(self.norm2(x)))
+
+
+class KVCache:
+    """Keys and values of the tokens generated so far, one pair per layer."""
+
+    def __init__(self, n_layer: int):
+        self.layers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layer
+        self.length = 0
+        self._layer = 0
+
+    def start_step(self) -> None:
+        self._layer = 0
+
+    def append(self, k, v):
+        previous = self.layers[self._layer]
+        if previous is not None:
+            k, v = torch.cat((previous[0], k), dim=2), torch.cat((previous[1], v), dim=2)
+        self.layers[self._layer] = (k, v)
+        self._layer += 1
+        return k, v
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        if config.n_embd % config.n_head:
+            raise ValueError(f"n_embd {config.n_embd} is not divisible by n_head {config.n_head}")
+        self.config = config
+        self.gradient_checkpointing = False
+        self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)
+        if config.architecture == "classic":
+            self.position_embedding = nn.Embedding(config.sequence_length, config.n_embd)
+        else:
+            cos, sin = rotary_tables(config)
+            # Not persistent: recomputed on build, so checkpoints hold only learned weights.
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.final_norm = norm_layer(config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        # Tied input and output embeddings: fewer parameters, better small models.
+        self.lm_head.weight = self.token_embedding.weight
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            std = 0.02
+            if getattr(module, "residual_projection", False):
+                # GPT-2: scale residual writes so the residual stream's variance doesn't grow with depth.
+                std = 0.02 / math.sqrt(2 * self.config.n_layer)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+        B, T = idx.shape
+        start = cache.length if cache is not None else 0
+        if start + T > self.config.sequence_length:
+            raise ValueError(f"sequence of {start + T} tokens exceeds the model's {self.config.sequence_length}")
+        x = self.token_embedding(idx)
+        rope = None
+        if self.config.architecture == "classic":
+            x = x + self.position_embedding(torch.arange(start, start + T, device=idx.device))
+        else:
+            rope = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])
+        x = self.dropout(x)
+        if cache is not None:
+            cache.start_step()
+        for block in self.blocks:
+            if self.gradient_checkpointing and self.training:
+                x = checkpoint(block, x, rope, use_reentrant=False)
+            else:
+                x = block(x, rope, cache)
+        if cache is not None:
+            cache.length += T
+        x = self.final_norm(x)
+        if targets is None:
+            return self.lm_head(x[:, -1:, :]), None
+        logits = self.lm_head(x)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+        return logits, loss
+
+
+def build_model(config: GPTConfig, device: str | torch.device = "cpu") -> GPT:
+    """Build on `device`; device="meta" counts parameters and plans memory without allocating."""
+    with torch.device(device):
+        return GPT(config)

@@ -1,0 +1,42 @@
+"""Where each stage's files live, derived from the config so every stage agrees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from buildllm.config import Config
+
+DATA = Path("data")
+METRICS = Path("metrics")
+TOKENIZERS = Path("tokenizer")
+
+
+def corpus_name(config: Config) -> str:
+    return config.corpus.name or config.corpus.source
+
+
+def corpus_dir(config: Config) -> Path:
+    return DATA / "corpus" / corpus_name(config)
+
+
+def token_set_name(config: Config, vocab_size: int) -> str:
+    """A corpus tokenized with one vocabulary: profiles with the same vocab share it."""
+    return f"{corpus_name(config)}_{vocab_size}"
+
+
+def tokenizer_path(config: Config, vocab_size: int) -> Path:
+    if config.train.tokenizer:
+        return Path(config.train.tokenizer)
+    return TOKENIZERS / f"{token_set_name(config, vocab_size)}_tokenizer.json"
+
+
+def token_paths(config: Config, vocab_size: int) -> tuple[Path, Path]:
+    folder = DATA / "tokens" / token_set_name(config, vocab_size)
+    train = Path(config.train.train_tokens) if config.train.train_tokens else folder / "train_tokens.pt"
+    validation = (Path(config.train.validation_tokens) if config.train.validation_tokens
+                  else folder / "validation_tokens.pt")
+    return train, validation
+
+
+def metrics_path(stage: str) -> Path:
+    return METRICS / f"{stage}.json"

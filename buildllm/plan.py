@@ -1,0 +1,123 @@
+"""A run plan: the config resolved against this machine and the chosen profile.
+
+Every stage that runs a model (dry_run, train, benchmark, estimate) starts from the same plan, so
+they agree on device, precision, batch size and model shape, and every automatic choice carries
+its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from buildllm.config import Config
+from buildllm.errors import ConfigError
+from buildllm.model import GPTConfig, build_model
+from buildllm.optimizer import fused_adamw_support
+from buildllm.precision import PrecisionDecision, apply_matmul_settings, resolve_precision
+from buildllm.profiles import Profile, profile_for
+from buildllm.runtime import DeviceDecision, resolve_device
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    config: Config
+    profile: Profile
+    model: GPTConfig
+    device: DeviceDecision
+    precision: PrecisionDecision
+    batch_size: int
+    workers: int
+    learning_rate: float
+    threads: int
+    parameters: int
+    decisions: dict = field(default_factory=dict)
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens in one optimizer step (all micro-batches of gradient accumulation)."""
+        return self.batch_size * self.config.train.grad_accum * self.model.sequence_length
+
+
+def make_plan(config: Config) -> RunPlan:
+    profile = profile_for(config)
+    model = profile.model
+    if model.n_embd % model.n_head:
+        raise ConfigError(f"model.n_embd={model.n_embd} is not divisible by model.n_head={model.n_head}; "
+                          "choose values where it is")
+    device = resolve_device(config.device)
+    defaults = profile.runtime(device.kind)
+    precision = resolve_precision(config.precision, device, defaults.precision)
+    decisions = {"device": device.reason, "precision": precision.reason}
+
+    def pick(name: str, explicit, default):
+        if explicit is not None:
+            return explicit
+        decisions[name] = f"{default}: profile {profile.name}'s {'cpu' if device.kind == 'cpu' else 'gpu'} default"
+        return default
+
+    batch_size = pick("batch_size", config.train.batch_size, defaults.batch_size)
+    workers = pick("workers", config.train.workers, defaults.workers)
+    learning_rate = pick("learning_rate", config.train.learning_rate, defaults.learning_rate)
+    threads = config.train.threads or torch.get_num_threads()
+    if config.train.threads is None:
+        decisions["threads"] = f"{threads}: torch's default for this machine"
+    parameters = build_model(model, "meta").num_parameters()
+    return RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
+                   parameters, decisions)
+
+
+def apply_plan(plan: RunPlan) -> None:
+    """Process-wide settings the plan implies: thread count, matmul precision, seeds."""
+    if plan.device.kind == "cpu" or plan.config.train.threads is not None:
+        torch.set_num_threads(plan.threads)
+    apply_matmul_settings(plan.precision)
+    torch.manual_seed(plan.config.seed)
+
+
+def plan_metrics(plan: RunPlan) -> dict:
+    """The plan as flat metrics: what ran, with which flags, and why."""
+    fused, fused_reason = fused_adamw_support(plan.device.device)
+    m = plan.model
+    return {
+        "iteration": plan.config.iteration,
+        "profile": plan.profile.name,
+        "architecture": m.architecture,
+        "device": plan.device.device,
+        "device_kind": plan.device.kind,
+        "device_reason": plan.device.reason,
+        "precision": plan.precision.precision,
+        "precision_reason": plan.precision.reason,
+        "tf32_enabled": plan.precision.tf32_enabled,
+        "tensor_cores_enabled": plan.precision.tensor_cores_enabled,
+        "fused_adamw": fused,
+        "fused_adamw_reason": fused_reason,
+        "grad_scaler": plan.precision.grad_scaler,
+        "parameters": plan.parameters,
+        "n_layer": m.n_layer,
+        "n_head": m.n_head,
+        "n_embd": m.n_embd,
+        "vocab_size": m.vocab_size,
+        "sequence_length": m.sequence_length,
+        "batch_size": plan.batch_size,
+        "grad_accum": plan.config.train.grad_accum,
+        "tokens_per_step": plan.tokens_per_step,
+        "workers": plan.workers,
+        "threads": plan.threads,
+        "learning_rate": plan.learning_rate,
+        "gradient_checkpointing": plan.config.train.gradient_checkpointing,
+        "compile": plan.config.train.compile,
+    }
+
+
+def announce(action: str, plan: RunPlan, **sizes) -> dict:
+    """Say what is about to happen as one JSON line on stdout, before the long work starts."""
+    line = {"action": action, "device": plan.device.device, "precision": plan.precision.precision,
+            "profile": plan.profile.name, "parameters": plan.parameters, "batch_size": plan.batch_size,
+            "sequence_length": plan.model.sequence_length, **sizes, "decisions": plan.decisions}
+    print(json.dumps(line), flush=True)
+    sys.stdout.flush()
+    return line

@@ -1,0 +1,117 @@
+"""Precision resolution: fp32, bf16 or fp16 for a device, the autocast that goes with it, and why.
+
+auto on CUDA: bf16 where the GPU has it (Ampere and newer), else fp16 with gradient scaling.
+auto on CPU: fp32 (bf16 autocast is allowed when asked for explicitly).
+auto on MPS: fp32. MPS autocast covers fewer ops and its bf16 needs macOS 14+, and for the small
+models of this course the measured gain is small; ask for fp16 explicitly to try it.
+An explicit precision the device lacks fails with advice instead of silently falling back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from buildllm.errors import DeviceUnavailable
+from buildllm.runtime import DeviceDecision
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class PrecisionDecision:
+    requested: str
+    precision: str  # fp32 | bf16 | fp16
+    grad_scaler: bool
+    tf32_enabled: bool
+    tensor_cores_enabled: bool
+    reason: str
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return None if self.precision == "fp32" else DTYPES[self.precision]
+
+    @property
+    def activation_bytes(self) -> int:
+        return torch.finfo(DTYPES[self.precision]).bits // 8
+
+
+def cuda_capability(device: DeviceDecision) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device.index)
+
+
+def cuda_has_bf16(device: DeviceDecision) -> bool:
+    # Ampere (8.0) and newer have bf16 tensor cores; older GPUs emulate it slowly or not at all.
+    return cuda_capability(device) >= (8, 0)
+
+
+def resolve_precision(requested: str, device: DeviceDecision, profile_default: str = "auto") -> PrecisionDecision:
+    """requested: the config's value; profile_default: what the profile says for this device kind."""
+    chosen, origin = requested, "requested explicitly"
+    if requested == "auto" and profile_default != "auto":
+        chosen, origin = profile_default, f"auto: the profile's {device.kind} default"
+    if chosen == "auto":
+        chosen, origin = _auto_rule(device)
+    _refuse_unsupported(chosen, device)
+    return _decision(requested, chosen, device, origin)
+
+
+def _auto_rule(device: DeviceDecision) -> tuple[str, str]:
+    if device.kind == "cuda":
+        major, minor = cuda_capability(device)
+        if cuda_has_bf16(device):
+            return "bf16", f"auto: compute capability {major}.{minor} has bf16 tensor cores"
+        return "fp16", f"auto: compute capability {major}.{minor} has no bf16; fp16 with gradient scaling"
+    if device.kind == "xla":
+        return "bf16", "auto: XLA devices compute natively in bf16"
+    if device.kind == "mps":
+        return "fp32", "auto: MPS autocast is partial and bf16 needs macOS 14+; fp32 is the safe default"
+    return "fp32", "auto: CPU training defaults to fp32 (bf16 autocast only when asked for)"
+
+
+def _refuse_unsupported(precision: str, device: DeviceDecision) -> None:
+    if device.kind == "cuda" and precision == "bf16" and not cuda_has_bf16(device):
+        major, minor = cuda_capability(device)
+        name = torch.cuda.get_device_name(device.index)
+        raise DeviceUnavailable(
+            f"precision bf16 requested but {name} (compute capability {major}.{minor}) has no bf16 support; "
+            "use --precision fp16 (gradient scaling) or fp32")
+    if device.kind == "cpu" and precision == "fp16":
+        raise DeviceUnavailable(
+            "precision fp16 requested on the CPU, which has no fast fp16 training path (fp16 needs a GPU with "
+            "gradient scaling); use --precision bf16 (autocast) or fp32 on the CPU")
+
+
+def _decision(requested: str, precision: str, device: DeviceDecision, origin: str) -> PrecisionDecision:
+    on_cuda = device.kind == "cuda"
+    tf32 = on_cuda and cuda_capability(device) >= (8, 0)
+    tensor_cores = on_cuda and (tf32 or (precision != "fp32" and cuda_capability(device) >= (7, 0)))
+    notes = {
+        ("cpu", "bf16"): "bf16 autocast on the CPU; weights and optimizer state stay fp32",
+        ("mps", "bf16"): "bf16 autocast on MPS needs macOS 14+",
+    }
+    extra = notes.get((device.kind, precision))
+    reason = f"{precision}: {origin}" + (f"; {extra}" if extra else "")
+    return PrecisionDecision(requested, precision, grad_scaler=precision == "fp16" and device.kind != "cpu",
+                             tf32_enabled=tf32, tensor_cores_enabled=tensor_cores, reason=reason)
+
+
+def apply_matmul_settings(decision: PrecisionDecision) -> None:
+    """On CUDA, let fp32 matmuls use TF32 tensor cores ("high" precision); elsewhere leave torch's defaults."""
+    if decision.tf32_enabled:
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def autocast(decision: PrecisionDecision, device: DeviceDecision):
+    if decision.autocast_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.kind, dtype=decision.autocast_dtype)
+
+
+def grad_scaler(decision: PrecisionDecision, device: DeviceDecision) -> torch.amp.GradScaler:
+    """fp16 gradients underflow without loss scaling; for bf16 and fp32 the scaler is a no-op."""
+    return torch.amp.GradScaler(device.kind, enabled=decision.grad_scaler)

@@ -1,0 +1,65 @@
+"""Profiles: named model shapes with their CPU and GPU runtime defaults, kept as data files.
+
+`--iteration N` picks the course's profile for that iteration; `--preset NAME` picks a preset
+instead. Explicit values (params.yaml `model:` / `train:` or CLI flags) override a profile's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from importlib import resources
+
+import yaml
+
+from buildllm.config import Config
+from buildllm.model import GPTConfig
+
+ITERATION_PROFILES = {1: "gpt_first_cpu", 2: "gpt_42m", 3: "gpt_100m"}
+
+
+@dataclass(frozen=True)
+class RuntimeDefaults:
+    batch_size: int
+    precision: str
+    workers: int
+    learning_rate: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    model: GPTConfig
+    cpu: RuntimeDefaults
+    gpu: RuntimeDefaults
+
+    def runtime(self, device_kind: str) -> RuntimeDefaults:
+        # Apple and XLA accelerators start from the GPU defaults; their memory is the GPU-like constraint.
+        return self.cpu if device_kind == "cpu" else self.gpu
+
+
+def available_profiles() -> list[str]:
+    files = resources.files("buildllm") / "profiles"
+    return sorted(p.name.removesuffix(".yaml") for p in files.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(name: str) -> Profile:
+    path = resources.files("buildllm") / "profiles" / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"no profile {name!r}; known: {', '.join(available_profiles())}")
+    data = yaml.safe_load(path.read_text())
+    first_line = path.read_text().splitlines()[0].lstrip("# ")
+    return Profile(
+        name=data["name"],
+        description=first_line,
+        model=GPTConfig(**data["model"]),
+        cpu=RuntimeDefaults(**data["runtime"]["cpu"]),
+        gpu=RuntimeDefaults(**data["runtime"]["gpu"]),
+    )
+
+
+def profile_for(config: Config) -> Profile:
+    """The profile the config selects, with its model shape overridden by `model:` values."""
+    profile = load_profile(config.preset or ITERATION_PROFILES[config.iteration])
+    overrides = {k: v for k, v in vars(config.model).items() if v is not None}
+    return replace(profile, model=replace(profile.model, **overrides))
