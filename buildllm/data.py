@@ -1,0 +1,127 @@
+"""Training examples from a token tensor, in a deterministic order that a resumed run can continue.
+
+An example is a window of sequence_length + 1 consecutive tokens: the first sequence_length are the
+input, the last sequence_length (shifted by one) the targets. Windows start every sequence_length
+tokens, so each token is a target once per epoch; no window reaches past the tensor's end.
+The order within an epoch is a permutation seeded by (seed, epoch): the same on every machine and
+after a resume, so a cursor (epoch, position) is all a checkpoint needs to continue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from buildllm.errors import UserError
+
+INTEGER_DTYPES = (torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64)
+
+
+def token_dtype(vocab_size: int) -> torch.dtype:
+    """The smallest dtype that holds every token id: halves or quarters the file and its memory."""
+    if vocab_size <= 2**8:
+        return torch.uint8
+    if vocab_size <= 2**16:
+        return torch.uint16
+    return torch.int32
+
+
+def max_token(tokens: torch.Tensor, chunk: int = 1 << 24) -> int:
+    """Largest id, in chunks: torch has no max() for uint16 and a widened copy of a large file is costly."""
+    return max(int(tokens[i:i + chunk].to(torch.int64).max()) for i in range(0, tokens.numel(), chunk))
+
+
+def load_tokens(path: str | Path, vocab_size: int | None = None, what: str = "token file") -> torch.Tensor:
+    """Load and check a 1-D integer token tensor; ids must fit the model's vocabulary."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{what} {path} does not exist; run `dvc repro tokenize` (or `buildllm tokenize`) first, "
+                        "or pass an existing file")
+    try:
+        tokens = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for a file that is not a tensor
+        raise UserError(f"{what} {path} is not a saved torch tensor ({type(exc).__name__}); "
+                        "re-create it with `buildllm tokenize`") from None
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.dtype not in INTEGER_DTYPES:
+        shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        dtype = tokens.dtype if isinstance(tokens, torch.Tensor) else "-"
+        raise UserError(f"{what} {path} must be a 1-D integer tensor, got shape {shape} dtype {dtype}; "
+                        "re-create it with `buildllm tokenize`")
+    if tokens.numel() == 0:
+        raise UserError(f"{what} {path} is empty; tokenize a corpus that has text")
+    if vocab_size is not None:
+        largest = max_token(tokens)
+        if largest >= vocab_size:
+            raise UserError(f"{what} {path} holds token id {largest} but the model's vocabulary has {vocab_size} "
+                            "ids; use the tokenizer and tokens made for this profile's vocab_size")
+    return tokens
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The examples of one token tensor, optionally limited to the first `limit` windows."""
+
+    tokens: torch.Tensor
+    sequence_length: int
+    limit: int | None = None
+
+    def __post_init__(self):
+        if self.available < 1:
+            raise UserError(f"{self.tokens.numel()} tokens are fewer than one example of "
+                            f"{self.sequence_length + 1} tokens; use a larger corpus or a shorter sequence_length")
+
+    @property
+    def available(self) -> int:
+        return (self.tokens.numel() - 1) // self.sequence_length
+
+    def __len__(self) -> int:
+        return self.available if self.limit is None else min(self.limit, self.available)
+
+    def example(self, index: int) -> torch.Tensor:
+        start = index * self.sequence_length
+        return self.tokens[start:start + self.sequence_length + 1]
+
+    def batch(self, indices: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = torch.stack([self.example(int(i)) for i in indices]).long()
+        return rows[:, :-1], rows[:, 1:]
+
+
+def epoch_order(n_examples: int, seed: int, epoch: int) -> torch.Tensor:
+    """A permutation of example indices, the same for a (seed, epoch) everywhere."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n_examples, generator=generator)
+
+
+def batches_per_epoch(n_examples: int, batch_size: int) -> int:
+    # The last partial batch is dropped: every step sees the same number of tokens.
+    return n_examples // batch_size
+
+
+def epoch_batches(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0,
+                  rank: int = 0, world_size: int = 1):
+    """Yield (batch_index, inputs, targets) for one epoch from `start_batch` on.
+
+    With several processes each global batch of batch_size * world_size examples is split so that
+    rank r takes its own slice: the processes together see what one process would with the larger batch.
+    """
+    order = epoch_order(len(windows), seed, epoch)
+    global_batch = batch_size * world_size
+    for index in range(start_batch, batches_per_epoch(len(windows), global_batch)):
+        chunk = order[index * global_batch:(index + 1) * global_batch]
+        yield (index, *windows.batch(chunk[rank * batch_size:(rank + 1) * batch_size]))
+
+
+def sequential_batches(windows: Windows, batch_size: int):
+    """Validation batches in file order; the last one may be smaller so no example is skipped."""
+    for start in range(0, len(windows), batch_size):
+        yield windows.batch(range(start, min(start + batch_size, len(windows))))
+
+
+def to_device(inputs: torch.Tensor, targets: torch.Tensor, device: str, pin: bool = False):
+    """Pinned host memory lets the copy to a CUDA device overlap with compute."""
+    if pin and device.startswith("cuda"):
+        inputs, targets = inputs.pin_memory(), targets.pin_memory()
+        return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+    return inputs.to(device), targets.to(device)
