@@ -101,8 +101,7 @@ def _decision(requested: str, precision: str, device: DeviceDecision, origin: st
 def apply_matmul_settings(decision: PrecisionDecision) -> None:
     """On CUDA, let fp32 matmuls use TF32 tensor cores ("high" precision); elsewhere leave torch's defaults."""
     if decision.tf32_enabled:
-        torch.set_float32_matmul_precision("high")
-        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")  # cuBLAS matmuls may use TF32
         torch.backends.cudnn.allow_tf32 = True
 
 

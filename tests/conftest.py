@@ -1,0 +1,55 @@
+"""Shared fixtures: a throw-away copy of the project in a git repo, for tests that run real DVC."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# What a DVC run needs from the checkout; the package itself is installed (editable) in the venv.
+PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", ".dvc/config", ".dvcignore", ".gitignore", "buildllm"]
+
+
+def run_env() -> dict:
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        DVC_NO_ANALYTICS="1",
+        HF_HUB_OFFLINE="1",
+        GIT_AUTHOR_NAME="BuildLLM Test", GIT_AUTHOR_EMAIL="test@buildllm.local",
+        GIT_COMMITTER_NAME="BuildLLM Test", GIT_COMMITTER_EMAIL="test@buildllm.local",
+    )
+    return env
+
+
+def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 900) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, cwd=cwd, env=run_env(), capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def copy_project(dest: Path) -> Path:
+    """The project's pipeline files in `dest`, committed in a fresh git repo with DVC initialised."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PROJECT_FILES:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__", "tmp"))
+        elif source.exists():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    run(["git", "init", "-q", "-b", "main"], dest)
+    run(["git", "add", "-A"], dest)
+    run(["git", "commit", "-qm", "project copy for a test"], dest)
+    return dest
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return copy_project(tmp_path / "project")

@@ -1,0 +1,70 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from buildllm.cli import main
+from buildllm.config import Config, defaults_dict, load_config
+from buildllm.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_params_yaml_holds_exactly_the_config_defaults():
+    # params.yaml is the documented face of the config: same keys, same defaults.
+    assert yaml.safe_load((ROOT / "params.yaml").read_text()) == defaults_dict()
+
+
+def test_missing_file_gives_defaults_and_overrides_apply(tmp_path):
+    config = load_config(tmp_path / "params.yaml" if False else None, {"train.batch_size": 8, "device": "cpu"})
+    assert config.train.batch_size == 8 and config.device == "cpu"
+    assert config.iteration == Config().iteration
+
+
+def write(tmp_path, text):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("iteration: 4\n", "iteration=4 is not allowed; allowed values: 1, 2, 3"),
+    ("train:\n  batch_size: -2\n", "train.batch_size=-2 is too small"),
+    ("train:\n  batch_sise: 2\n", "unknown key train.batch_sise"),
+    ("colour: red\n", "unknown key colour"),
+    ("device: tpu\n", "device='tpu' is not a device; allowed: auto, cpu, cuda, cuda:N, mps, xla"),
+    ("precision: fp8\n", "precision='fp8' is not allowed; allowed values: auto, fp32, bf16, fp16"),
+    ("train:\n  epochs: two\n", "train.epochs='two' has the wrong type; it must be a int"),
+    ("train:\n  compile: 1\n", "train.compile=1 has the wrong type; it must be a bool"),
+    ("train: 5\n", "train must be a section"),
+    ("preset: huge\n", "allowed values: tiny, student, small"),
+    ("iteration: [\n", "is not valid YAML"),
+])
+def test_bad_values_name_key_value_and_allowed(tmp_path, text, fragment):
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(write(tmp_path, text))
+    assert fragment in str(excinfo.value)
+
+
+def test_yaml_scientific_notation_is_a_float(tmp_path):
+    config = load_config(write(tmp_path, "train:\n  learning_rate: 3e-4\n"))
+    assert config.train.learning_rate == pytest.approx(3e-4)
+
+
+def test_cli_bad_value_is_one_line_exit_2_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "buildllm", "dry-run", "--iteration", "4"],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "iteration=4" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cli_flags_override_params_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "train:\n  batch_size: 4\n")
+    assert main(["dry-run", "--device", "cpu", "--batch-size", "6"]) == 0
+    import json
+    metrics = json.loads((tmp_path / "metrics" / "dry_run.json").read_text())
+    assert metrics["batch_size"] == 6

@@ -1,0 +1,80 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import run
+
+ENV_FIELDS = {"torch_version", "cuda_available", "cuda_unavailable_reason", "resolved_device", "device_reason",
+              "processor", "physical_cores", "logical_cores", "torch_threads", "memory_total_bytes", "gpu_name",
+              "gpu_memory_bytes", "gpu_compute_capability", "bf16_supported", "mps_available", "dvc_version",
+              "tokenizers_version"}
+
+
+def buildllm(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "buildllm", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_env_json_has_the_fields(tmp_path):
+    result = buildllm("env", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert ENV_FIELDS <= set(info)
+    assert info["torch_version"] == torch.__version__
+    assert info["logical_cores"] >= 1 and info["memory_total_bytes"] > 0
+
+
+def test_dry_run_iteration_3_counts_parameters_and_estimates_memory(tmp_path):
+    result = buildllm("dry-run", "--iteration", "3", "--device", "cpu", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    startup = json.loads(result.stdout.splitlines()[0])
+    assert startup["action"] == "dry_run" and startup["device"] == "cpu"
+    metrics = json.loads((tmp_path / "metrics" / "dry_run.json").read_text())
+    assert abs(metrics["parameters"] - 98.5e6) / 98.5e6 < 0.01
+    parts = [v for k, v in metrics.items() if k.startswith("memory_estimate_") and k != "memory_estimate_total_bytes"]
+    assert metrics["memory_estimate_total_bytes"] == sum(parts)
+    # fp32 weights + grads + AdamW moments alone are 16 bytes a parameter.
+    assert metrics["memory_estimate_total_bytes"] > 16 * metrics["parameters"]
+    assert all(isinstance(v, (int, float, str, bool)) for v in metrics.values())
+
+
+def test_train_dry_run_trains_nothing_and_makes_no_checkpoint_directory(tmp_path):
+    result = buildllm("train", "--dry-run", "--preset", "tiny", "--device", "cpu",
+                      "--checkpoint-directory", "ckpt", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "ckpt").exists()
+    assert json.loads((tmp_path / "metrics" / "dry_run.json").read_text())["profile"] == "tiny"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_missing_device_is_one_line_and_writes_nothing(tmp_path):
+    result = buildllm("dry-run", "--device", "cuda", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: device cuda requested but CUDA is not available")
+    assert "Traceback" not in result.stderr and not (tmp_path / "metrics").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the failure on a machine without CUDA")
+def test_dvc_repro_and_experiments(project):
+    run(["dvc", "repro", "dry_run"], project)
+    baseline = json.loads((project / "metrics" / "dry_run.json").read_text())
+    assert baseline["device"] == "cpu" and baseline["profile"] == "gpt_first_cpu"
+    run(["git", "add", "-A"], project)
+    run(["git", "commit", "-qm", "baseline"], project)
+
+    failed = run(["dvc", "exp", "run", "dry_run", "-S", "device=cuda"], project, check=False)
+    assert failed.returncode != 0
+    output = failed.stdout + failed.stderr
+    assert "device cuda requested but CUDA is not available" in output and "Traceback" not in output
+
+    run(["git", "checkout", "--", "params.yaml"], project)
+    run(["dvc", "exp", "run", "dry_run", "-n", "iter2", "-S", "precision=fp32", "-S", "iteration=2"], project)
+    shown = json.loads(run(["dvc", "exp", "show", "--json"], project).stdout)
+    revs = [rev for baseline in shown for exp in baseline.get("experiments") or [] for rev in exp["revs"]]
+    iter2 = next(rev for rev in revs if rev.get("name") == "iter2")
+    metrics = iter2["data"]["metrics"]["metrics/dry_run.json"]["data"]
+    assert metrics["profile"] == "gpt_42m" and metrics["precision"] == "fp32"
+    assert abs(metrics["parameters"] - 42e6) / 42e6 < 0.02

@@ -1,0 +1,68 @@
+import pytest
+import torch
+
+from buildllm.config import load_config
+from buildllm.model import GPTConfig, build_model
+from buildllm.profiles import available_profiles, load_profile, profile_for
+
+
+@pytest.mark.parametrize("name, expected, tolerance", [
+    ("gpt_first_cpu", 1.3e6, 0.05),
+    ("gpt_42m", 42e6, 0.02),
+    ("gpt_100m", 98.5e6, 0.01),
+    ("tiny", 0.4e6, 0.15),
+    ("student", 2.6e6, 0.05),
+    ("small", 10e6, 0.07),
+])
+def test_profile_parameter_counts(name, expected, tolerance):
+    count = build_model(load_profile(name).model, "meta").num_parameters()
+    assert abs(count - expected) / expected <= tolerance, count
+
+
+def test_every_profile_loads_with_cpu_and_gpu_defaults():
+    assert set(available_profiles()) == {"gpt_first_cpu", "gpt_42m", "gpt_100m", "tiny", "student", "small"}
+    for name in available_profiles():
+        profile = load_profile(name)
+        assert profile.cpu.batch_size > 0 and profile.gpu.batch_size >= profile.cpu.batch_size
+
+
+def test_iteration_preset_and_overrides():
+    assert profile_for(load_config(None, {"iteration": 2})).name == "gpt_42m"
+    assert profile_for(load_config(None, {"iteration": 3, "preset": "tiny"})).name == "tiny"
+    profile = profile_for(load_config(None, {"model.architecture": "modern", "model.n_layer": 2}))
+    assert profile.model.architecture == "modern" and profile.model.n_layer == 2
+
+
+@pytest.mark.parametrize("architecture", ["classic", "modern"])
+def test_model_trains_one_step_and_kv_cache_matches_full_forward(architecture):
+    torch.manual_seed(0)
+    config = GPTConfig(architecture=architecture, vocab_size=64, sequence_length=16, n_layer=2, n_head=2, n_embd=32)
+    model = build_model(config)
+    idx = torch.randint(0, 64, (2, 16))
+    logits, loss = model(idx, torch.randint(0, 64, (2, 16)))
+    assert logits.shape == (2, 16, 64) and abs(loss.item() - torch.log(torch.tensor(64.0)).item()) < 0.5
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    model.eval()
+    from buildllm.model import KVCache
+    with torch.no_grad():
+        full, _ = model(idx[:, :10], idx[:, :10])
+        cache = KVCache(config.n_layer)
+        model(idx[:, :6], cache=cache)
+        stepped = [model(idx[:, i:i + 1], cache=cache)[0][:, -1] for i in range(6, 10)]
+    for offset, logit in enumerate(stepped):
+        torch.testing.assert_close(logit, full[:, 6 + offset], rtol=1e-4, atol=1e-4)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    config = GPTConfig(vocab_size=64, sequence_length=16, n_layer=2, n_head=2, n_embd=32)
+    torch.manual_seed(0)
+    plain = build_model(config)
+    checkpointed = build_model(config)
+    checkpointed.load_state_dict(plain.state_dict())
+    checkpointed.gradient_checkpointing = True
+    idx = torch.randint(0, 64, (2, 16))
+    plain(idx, idx)[1].backward()
+    checkpointed(idx, idx)[1].backward()
+    for a, b in zip(plain.parameters(), checkpointed.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)

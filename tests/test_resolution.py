@@ -1,0 +1,120 @@
+"""Device and precision resolution, with CUDA and MPS availability monkeypatched (this machine has neither)."""
+
+import pytest
+import torch
+
+from buildllm import precision as precision_mod
+from buildllm import runtime
+from buildllm.errors import DeviceUnavailable
+from buildllm.precision import resolve_precision
+from buildllm.runtime import DeviceDecision, resolve_device
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """A machine with `count` GPUs of compute capability `capability`."""
+
+    def install(count=1, capability=(8, 0), name="NVIDIA A100"):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: name)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: capability)
+    return install
+
+
+def test_auto_prefers_cuda_then_mps_then_cpu(fake_cuda, monkeypatch):
+    monkeypatch.setattr(runtime, "mps_available", lambda: True)
+    fake_cuda(count=1)
+    assert resolve_device("auto").device == "cuda:0"
+    fake_cuda(count=0)
+    decision = resolve_device("auto")
+    assert decision.device == "mps" and "MPS is available" in decision.reason
+    monkeypatch.setattr(runtime, "mps_available", lambda: False)
+    decision = resolve_device("auto")
+    assert decision.device == "cpu" and "no CUDA" in decision.reason and "no Apple MPS" in decision.reason
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_explicit_cuda_without_cuda_fails_with_advice():
+    with pytest.raises(DeviceUnavailable, match="CUDA is not available.*use --device cpu"):
+        resolve_device("cuda")
+
+
+def test_cuda_index_beyond_count_fails(fake_cuda):
+    fake_cuda(count=1)
+    with pytest.raises(DeviceUnavailable, match=r"cuda:3 requested but this machine has 1 CUDA device"):
+        resolve_device("cuda:3")
+    assert resolve_device("cuda:0").device == "cuda:0"
+
+
+def test_mps_and_xla_missing_fail(monkeypatch):
+    monkeypatch.setattr(runtime, "mps_available", lambda: False)
+    with pytest.raises(DeviceUnavailable, match="Apple MPS is not available"):
+        resolve_device("mps")
+    monkeypatch.setattr(runtime, "xla_available", lambda: False)
+    with pytest.raises(DeviceUnavailable, match="torch_xla is not installed"):
+        resolve_device("xla")
+
+
+def test_no_cuda_reason_distinguishes_cpu_build_from_missing_driver(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert "CPU-only build" in runtime.why_no_cuda()
+    monkeypatch.setattr(torch.version, "cuda", "12.6")
+    assert "no usable NVIDIA GPU or driver" in runtime.why_no_cuda()
+
+
+CPU = DeviceDecision("cpu", "cpu", "cpu", "test")
+CUDA = DeviceDecision("cuda", "cuda:0", "cuda", "test")
+MPS = DeviceDecision("mps", "mps", "mps", "test")
+
+
+def test_auto_precision_on_ampere_is_bf16_with_tf32(fake_cuda):
+    fake_cuda(capability=(9, 0), name="NVIDIA H200")
+    decision = resolve_precision("auto", CUDA)
+    assert decision.precision == "bf16" and not decision.grad_scaler
+    assert decision.tf32_enabled and decision.tensor_cores_enabled
+
+
+def test_auto_precision_before_ampere_is_fp16_with_scaler(fake_cuda):
+    fake_cuda(capability=(7, 5), name="Tesla T4")
+    decision = resolve_precision("auto", CUDA)
+    assert decision.precision == "fp16" and decision.grad_scaler
+    assert not decision.tf32_enabled and decision.tensor_cores_enabled
+    assert "no bf16" in decision.reason
+
+
+def test_explicit_bf16_on_old_gpu_fails_with_advice(fake_cuda):
+    fake_cuda(capability=(7, 0), name="Tesla V100")
+    with pytest.raises(DeviceUnavailable, match=r"Tesla V100 .*no bf16.*use --precision fp16 \(gradient scaling\) or fp32"):
+        resolve_precision("bf16", CUDA)
+
+
+def test_cpu_precisions():
+    assert resolve_precision("auto", CPU).precision == "fp32"
+    bf16 = resolve_precision("bf16", CPU)
+    assert bf16.precision == "bf16" and bf16.autocast_dtype == torch.bfloat16 and "autocast" in bf16.reason
+    with pytest.raises(DeviceUnavailable, match="fp16 requested on the CPU.*--precision bf16"):
+        resolve_precision("fp16", CPU)
+
+
+def test_profile_default_applies_only_to_auto(fake_cuda):
+    fake_cuda(capability=(8, 6))
+    assert resolve_precision("auto", CUDA, profile_default="fp32").precision == "fp32"
+    assert resolve_precision("fp16", CUDA, profile_default="fp32").precision == "fp16"
+
+
+def test_mps_auto_is_fp32_with_reason():
+    decision = resolve_precision("auto", MPS)
+    assert decision.precision == "fp32" and "MPS" in decision.reason
+    assert not decision.tf32_enabled and not decision.grad_scaler
+
+
+def test_matmul_settings_follow_tf32(monkeypatch, fake_cuda):
+    fake_cuda(capability=(8, 0))
+    seen = []
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", seen.append)
+    precision_mod.apply_matmul_settings(resolve_precision("auto", CUDA))
+    assert seen == ["high"]
+    fake_cuda(capability=(7, 5))
+    precision_mod.apply_matmul_settings(resolve_precision("fp32", CUDA))
+    assert seen == ["high"]  # no TF32 before Ampere: nothing changed
