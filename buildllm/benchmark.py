@@ -1,0 +1,153 @@
+"""The benchmark stage: a bounded, honest measurement of training speed and memory.
+
+It runs the Trainer's own step (the same code path as `train`) on the real token tensors:
+  1. start-up and warm-up steps, timed apart (compile time lands here, never in throughput);
+  2. measured steps in equal intervals, each timed around a device synchronisation, so a drift
+     (thermal throttling, a competing job) shows as the intervals' coefficient of variation;
+  3. one validation pass and one checkpoint save, timed and sized, for the estimate;
+  4. FLOPs per token from the model's shapes and a peak for this device and precision: MFU.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+from buildllm.config import Config
+from buildllm.data import Windows, load_tokens
+from buildllm.env import environment
+from buildllm.errors import TrainingFailed
+from buildllm.flops import flops_per_token, matmul_parameters, mfu
+from buildllm.memory import estimate_training_memory
+from buildllm.metrics import write_metrics
+from buildllm.paths import metrics_path, token_paths
+from buildllm.peak import peak_flops
+from buildllm.peak_memory import PeakMemory
+from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
+from buildllm.runtime import timed
+from buildllm.training import Trainer, memory_figures, out_of_memory
+
+OOM_ADVICE = ("reduce --batch-size (halve it), record the change, and start from a fresh checkpoint directory; "
+              "`buildllm benchmark --find-batch-size` finds the largest batch that fits")
+
+
+def load_windows(plan: RunPlan) -> tuple[Windows, Windows]:
+    config, model = plan.config, plan.model
+    train_path, validation_path = token_paths(config, model.vocab_size)
+    train = Windows(load_tokens(train_path, model.vocab_size, "training token file"), model.sequence_length,
+                    config.train.training_examples)
+    validation = Windows(load_tokens(validation_path, model.vocab_size, "validation token file"),
+                         model.sequence_length, config.train.validation_examples)
+    return train, validation
+
+
+def measure(plan: RunPlan, train: Windows, validation: Windows, *, save_checkpoint: bool = True,
+            progress: bool = True) -> dict:
+    """Time warm-up and measured steps of one plan; returns flat figures (no file written)."""
+    bench = plan.config.benchmark
+    memory = PeakMemory(plan.device).start()
+    scratch = Path(tempfile.mkdtemp(prefix="buildllm-benchmark-"))
+    try:
+        start = timed(plan.device)
+        trainer = Trainer(plan, train, validation, directory=scratch)
+        trainer.step()
+        first_step = timed(plan.device)
+        for _ in range(bench.warmup_steps - 1):
+            trainer.step()
+        warmed = timed(plan.device)
+        per_interval = [bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
+                        for i in range(bench.intervals)]
+        rates = []
+        with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not progress) as bar:
+            for steps in (n for n in per_interval if n > 0):
+                begin = timed(plan.device)
+                for _ in range(steps):
+                    trainer.step()
+                    bar.update()
+                rates.append(steps / (timed(plan.device) - begin))
+        measured_seconds = timed(plan.device) - warmed
+        figures = memory.read()
+        before = timed(plan.device)
+        trainer.evaluate()
+        validation_seconds = timed(plan.device) - before
+        save_seconds, save_bytes = trainer.save_checkpoint() if save_checkpoint else (0.0, 0)
+        matmuls = matmul_parameters(trainer.model)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    steps_per_second = bench.measured_steps / measured_seconds
+    tokens_per_second = steps_per_second * plan.tokens_per_step
+    return {
+        "warmup_steps": bench.warmup_steps,
+        "measured_steps": bench.measured_steps,
+        "intervals": len(rates),
+        "time_to_first_step_seconds": first_step - start,
+        "warmup_seconds": warmed - start,
+        "measured_seconds": measured_seconds,
+        "steps_per_second": steps_per_second,
+        "tokens_per_second": tokens_per_second,
+        "interval_steps_per_second_min": min(rates),
+        "interval_steps_per_second_max": max(rates),
+        "throughput_cv": statistics.pstdev(rates) / statistics.fmean(rates) if len(rates) > 1 else 0.0,
+        "validation_examples": len(validation),
+        "validation_seconds": validation_seconds,
+        "checkpoint_save_seconds": save_seconds,
+        "checkpoint_bytes": save_bytes,
+        "flops_per_token": flops_per_token(plan.model, matmuls),
+        **figures,
+    }
+
+
+def benchmark(config: Config, write: bool = True) -> dict:
+    plan = make_plan(config)
+    apply_plan(plan)
+    train, validation = load_windows(plan)
+    bench = config.benchmark
+    announce("benchmark", plan, warmup_steps=bench.warmup_steps, measured_steps=bench.measured_steps,
+             training_examples=len(train), validation_examples=len(validation))
+    estimate = estimate_training_memory(plan.model, plan.parameters, plan.batch_size, plan.precision.activation_bytes,
+                                        plan.device.kind, config.train.gradient_checkpointing)
+    base = {**plan_metrics(plan), **environment(config.device), "memory_estimate_total_bytes": estimate.total}
+    try:
+        figures = measure(plan, train, validation)
+    except Exception as exc:
+        if not out_of_memory(exc):
+            raise
+        oom = {**base, "oom": True, "oom_batch_size": plan.batch_size, **memory_figures(plan.device),
+               "oom_advice": OOM_ADVICE}
+        if write:
+            write_metrics(metrics_path("benchmark"), oom)
+        raise TrainingFailed(f"out of memory at batch size {plan.batch_size} on {plan.device.device}; "
+                             + OOM_ADVICE) from None
+    peak = peak_flops(plan.device, plan.precision.precision, plan.precision.tf32_enabled, plan.threads)
+    achieved = figures["flops_per_token"] * figures["tokens_per_second"]
+    metrics = {
+        **base, "oom": False, **figures,
+        "achieved_flops": achieved, "peak_flops": peak.flops, "peak_flops_source": peak.source,
+        "mfu": mfu(figures["flops_per_token"], figures["tokens_per_second"], peak.flops),
+        "memory_estimate_ratio": estimate.total / figures["peak_memory_bytes"] if figures["peak_memory_bytes"] else 0.0,
+    }
+    if write:
+        write_metrics(metrics_path("benchmark"), metrics)
+    print(summary(metrics))
+    return metrics
+
+
+def summary(m: dict) -> str:
+    return (f"{m['profile']} on {m['device']} ({m['precision']}, batch {m['batch_size']} x {m['sequence_length']}, "
+            f"{m['threads']} threads): {m['tokens_per_second']:,.0f} tokens/s, {m['steps_per_second']:.2f} steps/s "
+            f"(interval CV {m['throughput_cv']:.1%}), MFU {m['mfu']:.1%} of {m['peak_flops'] / 1e12:.2f} TFLOP/s "
+            f"[{m['peak_flops_source']}], peak memory {m['peak_memory_bytes'] / 2**20:.0f} MiB "
+            f"(estimate {m['memory_estimate_total_bytes'] / 2**20:.0f} MiB), warm-up {m['warmup_seconds']:.1f} s, "
+            f"checkpoint {m['checkpoint_bytes'] / 2**20:.1f} MiB in {m['checkpoint_save_seconds']:.2f} s")
+
+
+def register_cli(sub) -> None:
+    from buildllm.cli import add_run_flags, config_from_args
+
+    p = sub.add_parser("benchmark", help="measure training speed, memory and MFU with the train code path")
+    add_run_flags(p)
+    p.set_defaults(handler=lambda args: benchmark(config_from_args(args)) and 0)

@@ -1,0 +1,129 @@
+"""The estimate stage: project a full training run from a bounded benchmark.
+
+The course's formulas:
+    seconds ≈ planned optimizer steps / measured steps per second
+            ≈ planned tokens / measured tokens per second
+    plus validation passes, checkpoint saves and start-up.
+The low-high range comes from the slowest and fastest measured interval. An estimate is only as
+good as the match between benchmark and plan, so a benchmark with other controls is refused.
+"""
+
+from __future__ import annotations
+
+from buildllm.config import Config
+from buildllm.data import Windows, load_tokens
+from buildllm.errors import UserError
+from buildllm.metrics import read_metrics, write_metrics
+from buildllm.paths import metrics_path, token_paths
+from buildllm.plan import RunPlan, make_plan
+
+# The controls a benchmark must share with the planned run for its speed to apply.
+CONTROLS = ("profile", "architecture", "parameters", "batch_size", "grad_accum", "sequence_length", "precision",
+            "device", "gradient_checkpointing", "compile")
+
+
+def planned_examples(plan: RunPlan) -> int:
+    limit = plan.config.train.training_examples
+    train_path, _ = token_paths(plan.config, plan.model.vocab_size)
+    if limit is not None and not train_path.exists():
+        return limit
+    windows = Windows(load_tokens(train_path, plan.model.vocab_size, "training token file"),
+                      plan.model.sequence_length, limit)
+    return len(windows)
+
+
+def planned_optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int) -> int:
+    # Partial batches are dropped (every step sees the same tokens); leftover micro-batches too.
+    return (examples // batch_size) // grad_accum * epochs
+
+
+def control_differences(benchmark: dict, plan_controls: dict) -> list[str]:
+    return [f"{key} {benchmark.get(key)!r} (benchmark) vs {value!r} (plan)"
+            for key, value in plan_controls.items() if benchmark.get(key) != value]
+
+
+def human_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+def estimate(config: Config, benchmark: dict | None = None, write: bool = True) -> dict:
+    benchmark = benchmark if benchmark is not None else read_metrics(metrics_path("benchmark"))
+    if benchmark.get("oom"):
+        raise UserError("the benchmark ran out of memory, so there is no speed to project; "
+                        "rerun the benchmark with a smaller --batch-size")
+    plan = make_plan(config)
+    plan_controls = {
+        "profile": plan.profile.name, "architecture": plan.model.architecture, "parameters": plan.parameters,
+        "batch_size": plan.batch_size, "grad_accum": config.train.grad_accum,
+        "sequence_length": plan.model.sequence_length, "precision": plan.precision.precision,
+        "device": plan.device.device, "gradient_checkpointing": config.train.gradient_checkpointing,
+        "compile": config.train.compile,
+    }
+    differences = control_differences(benchmark, plan_controls)
+    if differences:
+        raise UserError("the benchmark's controls differ from the planned run (" + "; ".join(differences)
+                        + "); rerun the benchmark with the planned settings (`dvc repro benchmark`)")
+    t = config.train
+    examples = planned_examples(plan)
+    steps = planned_optimizer_steps(examples, plan.batch_size, t.grad_accum, t.epochs)
+    tokens = steps * plan.tokens_per_step
+    by_steps = steps / benchmark["steps_per_second"]
+    by_tokens = tokens / benchmark["tokens_per_second"]
+    evaluations = (steps // t.eval_interval if t.eval_interval else 0) + 1
+    validation = evaluations * benchmark["validation_seconds"]
+    saves = (steps // t.checkpoint_interval if t.checkpoint_interval else 0) + 1
+    checkpoints = saves * benchmark["checkpoint_save_seconds"]
+    startup = (config.estimate.startup_seconds if config.estimate.startup_seconds is not None
+               else benchmark["time_to_first_step_seconds"])
+    overhead = validation + checkpoints + startup
+    slow, fast = benchmark["interval_steps_per_second_min"], benchmark["interval_steps_per_second_max"]
+    result = {
+        "profile": plan.profile.name, "device": plan.device.device, "precision": plan.precision.precision,
+        "batch_size": plan.batch_size, "grad_accum": t.grad_accum, "epochs": t.epochs,
+        "planned_examples": examples, "planned_optimizer_steps": steps, "planned_tokens": tokens,
+        "measured_steps_per_second": benchmark["steps_per_second"],
+        "measured_tokens_per_second": benchmark["tokens_per_second"],
+        "estimated_seconds_by_steps": by_steps, "estimated_seconds_by_tokens": by_tokens,
+        "validation_passes": evaluations, "validation_overhead_seconds": validation,
+        "checkpoint_saves": saves, "checkpoint_overhead_seconds": checkpoints, "startup_seconds": startup,
+        "estimated_seconds": by_steps + overhead,
+        "estimated_seconds_low": steps / fast + overhead if fast > 0 else by_steps + overhead,
+        "estimated_seconds_high": steps / slow + overhead if slow > 0 else by_steps + overhead,
+        "checkpoint_bytes": benchmark["checkpoint_bytes"],
+        "checkpoint_storage_bytes": min(saves, t.keep_checkpoints) * benchmark["checkpoint_bytes"],
+        "checkpoint_written_bytes": saves * benchmark["checkpoint_bytes"],
+    }
+    if write:
+        write_metrics(metrics_path("estimate"), result)
+    print(summary(result))
+    return result
+
+
+def summary(r: dict) -> str:
+    return (f"planned {r['planned_optimizer_steps']:,} optimizer steps ÷ {r['measured_steps_per_second']:.2f} steps/s "
+            f"≈ {human_duration(r['estimated_seconds_by_steps'])} of training "
+            f"(by tokens: {r['planned_tokens']:,} ÷ {r['measured_tokens_per_second']:,.0f} tokens/s "
+            f"≈ {human_duration(r['estimated_seconds_by_tokens'])}), "
+            f"plus {r['validation_passes']} validation passes ({human_duration(r['validation_overhead_seconds'])}), "
+            f"{r['checkpoint_saves']} checkpoint saves ({human_duration(r['checkpoint_overhead_seconds'])}) "
+            f"and start-up ({human_duration(r['startup_seconds'])}): "
+            f"total ≈ {human_duration(r['estimated_seconds'])} (range {human_duration(r['estimated_seconds_low'])}"
+            f"–{human_duration(r['estimated_seconds_high'])}); "
+            f"{r['checkpoint_saves']} checkpoints × {r['checkpoint_bytes'] / 2**20:.1f} MiB, "
+            f"at most {r['checkpoint_storage_bytes'] / 2**20:.1f} MiB kept on disk")
+
+
+def register_cli(sub) -> None:
+    from buildllm.cli import add_run_flags, config_from_args
+
+    p = sub.add_parser("estimate", help="project the full run's time and storage from metrics/benchmark.json")
+    add_run_flags(p)
+    p.set_defaults(handler=lambda args: estimate(config_from_args(args)) and 0)
+

@@ -1,0 +1,37 @@
+"""Model FLOPs per token and MFU (model FLOPs utilisation).
+
+A training step does a forward pass (2 FLOPs per weight per token for each matmul) and a backward
+pass (twice that), so 6 FLOPs per matmul weight per token, plus attention's two T x T products
+(QK^T and attention x V) that no weight counts: 12 * n_layer * n_embd * T per token (PaLM, appendix B).
+The weights counted are those used in matmuls: the tied token embedding once (as the output layer;
+its lookup costs nothing), no position embedding, no norms or biases.
+
+MFU = FLOPs per token x measured tokens/s / peak FLOP/s of the device in the run's precision.
+"""
+
+from __future__ import annotations
+
+import torch.nn as nn
+
+from buildllm.model import GPTConfig
+
+
+def matmul_parameters(model: nn.Module) -> int:
+    position = getattr(model, "position_embedding", None)
+    skip = {id(position.weight)} if position is not None else set()
+    seen, total = set(), 0
+    for p in model.parameters():
+        if p.dim() >= 2 and id(p) not in skip and id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
+def flops_per_token(config: GPTConfig, matmul_params: int) -> int:
+    """Training FLOPs (forward + backward) per token."""
+    attention = 12 * config.n_layer * config.n_embd * config.sequence_length
+    return 6 * matmul_params + attention
+
+
+def mfu(flops_per_token_: float, tokens_per_second: float, peak_flops: float) -> float:
+    return flops_per_token_ * tokens_per_second / peak_flops if peak_flops > 0 else 0.0

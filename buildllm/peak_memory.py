@@ -1,0 +1,96 @@
+"""Measured peak memory of the work between start() and read(), on each kind of device.
+
+CUDA: the allocator's own peak (allocated, and reserved by the caching allocator).
+CPU: the growth of the process's peak resident set (RSS). On Linux the kernel's high-water mark
+(VmHWM) is reset at start(), so only the measured work counts; elsewhere a sampling thread watches RSS.
+MPS: the driver's allocated memory, sampled, since MPS keeps no peak of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import psutil
+import torch
+
+from buildllm.runtime import DeviceDecision
+
+CLEAR_REFS = Path("/proc/self/clear_refs")
+STATUS = Path("/proc/self/status")
+
+
+def _vm_hwm() -> int | None:
+    try:
+        for line in STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_hwm() -> bool:
+    try:
+        CLEAR_REFS.write_text("5")  # "5": reset the peak RSS to the current RSS
+        return True
+    except OSError:
+        return False
+
+
+class PeakMemory:
+    def __init__(self, device: DeviceDecision, interval: float = 0.005):
+        self.device = device
+        self.interval = interval
+        self.baseline = 0
+        self._sampled_peak = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._kernel_hwm = False
+        self.method = ""
+
+    def _sample(self, current) -> None:
+        while not self._stop.wait(self.interval):
+            self._sampled_peak = max(self._sampled_peak, current())
+
+    def start(self) -> "PeakMemory":
+        kind = self.device.kind
+        if kind == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats(self.device.index)
+            self.baseline = torch.cuda.memory_allocated(self.device.index)
+            self.method = "cuda: torch.cuda.max_memory_allocated growth (reserved reported beside it)"
+            return self
+        if kind == "mps":
+            current = torch.mps.driver_allocated_memory
+            self.method = "mps: torch.mps.driver_allocated_memory growth, sampled"
+        else:
+            process = psutil.Process()
+            current = lambda: process.memory_info().rss  # noqa: E731
+            self._kernel_hwm = _reset_hwm() and _vm_hwm() is not None
+            self.method = ("cpu: peak RSS growth (VmHWM reset at start)" if self._kernel_hwm
+                           else "cpu: peak RSS growth, sampled every 5 ms")
+        self.baseline = current()
+        self._sampled_peak = self.baseline
+        if not self._kernel_hwm:
+            self._thread = threading.Thread(target=self._sample, args=(current,), daemon=True)
+            self._thread.start()
+        return self
+
+    def read(self) -> dict:
+        """Peak bytes above the baseline; for CUDA also the caching allocator's reserved peak."""
+        if self.device.kind == "cuda":
+            torch.cuda.synchronize()
+            allocated = torch.cuda.max_memory_allocated(self.device.index)
+            return {"peak_memory_bytes": allocated - self.baseline,
+                    "peak_memory_allocated_bytes": allocated,
+                    "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(self.device.index),
+                    "peak_memory_method": self.method}
+        if self._kernel_hwm:
+            peak = _vm_hwm() or 0
+        else:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join()
+            peak = self._sampled_peak
+        return {"peak_memory_bytes": max(0, peak - self.baseline), "peak_memory_method": self.method}

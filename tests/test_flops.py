@@ -1,0 +1,37 @@
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from buildllm.flops import flops_per_token, matmul_parameters, mfu
+from buildllm.model import GPTConfig, build_model
+from buildllm.profiles import load_profile
+
+
+@pytest.mark.parametrize("architecture", ["classic", "modern"])
+@pytest.mark.parametrize("profile", ["gpt_first_cpu", "student"])
+def test_formula_matches_flop_counter_on_one_training_step(profile, architecture):
+    base = load_profile(profile).model
+    config = GPTConfig(**{**vars(base), "architecture": architecture})
+    model = build_model(config)
+    batch = 2
+    idx = torch.randint(0, config.vocab_size, (batch, config.sequence_length))
+    # The math attention kernel is built from matmuls the counter sees; the fused CPU kernel is not counted.
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        _, loss = model(idx, idx)
+        loss.backward()
+    measured = counter.get_total_flops()
+    predicted = flops_per_token(config, matmul_parameters(model)) * batch * config.sequence_length
+    assert abs(predicted - measured) / measured < 0.05, (predicted, measured)
+
+
+def test_matmul_parameters_count_tied_embedding_once_and_skip_positions():
+    config = load_profile("gpt_first_cpu").model
+    model = build_model(config, "meta")
+    d, L, V = config.n_embd, config.n_layer, config.vocab_size
+    assert matmul_parameters(model) == 12 * L * d * d + V * d
+
+
+def test_mfu_is_the_ratio():
+    assert mfu(6e6, 1000, 1.2e10) == pytest.approx(0.5)
+    assert mfu(6e6, 1000, 0) == 0.0
