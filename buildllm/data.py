@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.utils.data
 
 from buildllm.errors import UserError
 
@@ -106,11 +107,55 @@ def epoch_batches(windows: Windows, batch_size: int, seed: int, epoch: int, star
     With several processes each global batch of batch_size * world_size examples is split so that
     rank r takes its own slice: the processes together see what one process would with the larger batch.
     """
-    order = epoch_order(len(windows), seed, epoch)
-    global_batch = batch_size * world_size
-    for index in range(start_batch, batches_per_epoch(len(windows), global_batch)):
-        chunk = order[index * global_batch:(index + 1) * global_batch]
-        yield (index, *windows.batch(chunk[rank * batch_size:(rank + 1) * batch_size]))
+    batches = EpochBatches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
+    for position in range(len(batches)):
+        yield batches[position]
+
+
+class EpochBatches(torch.utils.data.Dataset):
+    """The batches of one epoch from `start_batch` on, as a dataset: item i is batch start_batch + i.
+
+    Each item is a whole batch, so DataLoader workers build batches in parallel while the order
+    stays the one epoch_order fixes, whatever the number of workers.
+    """
+
+    def __init__(self, windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0,
+                 rank: int = 0, world_size: int = 1):
+        self.windows, self.batch_size, self.rank = windows, batch_size, rank
+        self.global_batch = batch_size * world_size
+        self.order = epoch_order(len(windows), seed, epoch)
+        self.start_batch = start_batch
+        self.count = max(0, batches_per_epoch(len(windows), self.global_batch) - start_batch)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, position: int) -> tuple[int, torch.Tensor, torch.Tensor]:
+        if not 0 <= position < self.count:
+            raise IndexError(position)
+        index = self.start_batch + position
+        chunk = self.order[index * self.global_batch:(index + 1) * self.global_batch]
+        return (index, *self.windows.batch(chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]))
+
+
+def loader(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0, rank: int = 0,
+           world_size: int = 1, workers: int = 0, pin_memory: bool = False):
+    """epoch_batches, built by `workers` background processes when workers > 0.
+
+    Same batches, same order, same resumable start; with pin_memory (for a CUDA device) the
+    workers' batches arrive in page-locked memory, ready for to_device's non-blocking copy.
+    workers=0 builds each batch in the training process: slicing windows out of one tensor is cheap,
+    and workers cost a start-up per epoch and a copy between processes for every batch.
+    """
+    if workers <= 0:
+        yield from epoch_batches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
+        return
+    batches = EpochBatches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
+    # batch_size=None: the dataset's items already are batches, passed through unchanged.
+    data_loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False, num_workers=workers,
+                                              pin_memory=pin_memory and torch.cuda.is_available())
+    for index, inputs, targets in data_loader:
+        yield int(index), inputs, targets
 
 
 def sequential_batches(windows: Windows, batch_size: int):

@@ -1,0 +1,10 @@
+"""DVC stage tokenize: train the byte-level BPE and encode the train and validation token tensors.
+
+Not named stages/tokenize.py: the script's folder comes first on sys.path, and a tokenize.py there
+would shadow the standard library's tokenize module for every stage script.
+"""
+import sys
+
+from buildllm.cli import main
+
+sys.exit(main(["tokenize"]))

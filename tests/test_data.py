@@ -1,0 +1,115 @@
+"""The data module: token file checks, windows, deterministic resumable order, worker loading."""
+
+import pytest
+import torch
+
+from buildllm.data import (EpochBatches, Windows, epoch_batches, epoch_order, load_tokens, loader,
+                           sequential_batches, to_device, token_dtype)
+from buildllm.errors import UserError
+
+
+def save(tmp_path, value, name="tokens.pt"):
+    path = tmp_path / name
+    torch.save(value, path)
+    return path
+
+
+def test_token_dtype_is_the_smallest_that_holds_the_vocabulary():
+    assert token_dtype(256) == torch.uint8
+    assert token_dtype(257) == torch.uint16 and token_dtype(16384) == torch.uint16
+    assert token_dtype(65537) == torch.int32
+
+
+def test_load_tokens_accepts_a_small_dtype_and_checks_the_vocabulary(tmp_path):
+    path = save(tmp_path, torch.tensor([0, 5, 4095], dtype=torch.uint16))
+    assert load_tokens(path, vocab_size=4096).tolist() == [0, 5, 4095]
+    with pytest.raises(UserError, match="holds token id 4095 but the model's vocabulary has 4000"):
+        load_tokens(path, vocab_size=4000)
+
+
+@pytest.mark.parametrize("value, fragment", [
+    (torch.zeros(4, 4, dtype=torch.int64), "must be a 1-D integer tensor, got shape (4, 4)"),
+    (torch.zeros(8), "must be a 1-D integer tensor, got shape (8,) dtype torch.float32"),
+    ({"tokens": [1, 2]}, "must be a 1-D integer tensor, got shape dict"),
+    (torch.zeros(0, dtype=torch.int64), "is empty"),
+])
+def test_load_tokens_refuses_what_is_not_a_token_file(tmp_path, value, fragment):
+    with pytest.raises(UserError) as excinfo:
+        load_tokens(save(tmp_path, value))
+    assert fragment in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_load_tokens_refuses_missing_and_garbage_files(tmp_path):
+    with pytest.raises(UserError, match="does not exist; run `dvc repro tokenize`"):
+        load_tokens(tmp_path / "absent.pt")
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_text("not a tensor")
+    with pytest.raises(UserError, match="is not a saved torch tensor"):
+        load_tokens(garbage)
+
+
+def test_windows_are_consecutive_and_never_cross_the_end():
+    tokens = torch.arange(23).to(torch.uint16)
+    windows = Windows(tokens, sequence_length=5)
+    assert len(windows) == 4  # (23 - 1) // 5: the last window ends at token 20, not past 22
+    inputs, targets = windows.batch(range(len(windows)))
+    assert inputs.dtype == torch.int64 and inputs.shape == (4, 5)
+    assert torch.equal(targets[:, :-1], inputs[:, 1:])
+    assert inputs[1].tolist() == [5, 6, 7, 8, 9] and targets[3].tolist() == [16, 17, 18, 19, 20]
+    assert len(Windows(tokens, 5, limit=2)) == 2 and len(Windows(tokens, 5, limit=100)) == 4
+
+
+def test_fewer_tokens_than_one_example_is_a_clear_error():
+    with pytest.raises(UserError, match="5 tokens are fewer than one example of 6 tokens"):
+        Windows(torch.arange(5), sequence_length=5)
+
+
+def test_epoch_order_depends_only_on_seed_and_epoch():
+    assert torch.equal(epoch_order(50, seed=1, epoch=0), epoch_order(50, seed=1, epoch=0))
+    assert not torch.equal(epoch_order(50, seed=1, epoch=0), epoch_order(50, seed=1, epoch=1))
+    assert not torch.equal(epoch_order(50, seed=1, epoch=0), epoch_order(50, seed=2, epoch=0))
+    assert sorted(epoch_order(50, 1, 0).tolist()) == list(range(50))
+
+
+def test_a_resumed_epoch_continues_with_the_same_batches():
+    windows = Windows(torch.arange(400), sequence_length=7)
+    full = list(epoch_batches(windows, batch_size=4, seed=3, epoch=2))
+    resumed = list(epoch_batches(windows, batch_size=4, seed=3, epoch=2, start_batch=5))
+    assert [b[0] for b in resumed] == list(range(5, len(full)))
+    assert all(torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(full[5:], resumed))
+
+
+def test_ranks_together_see_what_one_process_sees_with_the_larger_batch():
+    windows = Windows(torch.arange(400), sequence_length=7)
+    single = list(epoch_batches(windows, batch_size=6, seed=0, epoch=0))
+    ranks = [list(epoch_batches(windows, batch_size=3, seed=0, epoch=0, rank=r, world_size=2)) for r in (0, 1)]
+    for one, (left, right) in zip(single, zip(*ranks)):
+        assert torch.equal(one[1], torch.cat([left[1], right[1]]))
+
+
+def test_loader_with_workers_gives_the_same_batches_in_the_same_order():
+    windows = Windows(torch.arange(3000).to(torch.uint16), sequence_length=16, limit=150)
+    plain = list(loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3))
+    workers = list(loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3, workers=2, pin_memory=True))
+    assert len(plain) == len(workers) == 150 // 8 - 3
+    for (i, x, y), (j, u, v) in zip(plain, workers):
+        assert i == j and isinstance(j, int) and torch.equal(x, u) and torch.equal(y, v)
+
+
+def test_epoch_batches_dataset_refuses_positions_past_its_end():
+    batches = EpochBatches(Windows(torch.arange(100), 9), batch_size=2, seed=0, epoch=0, start_batch=4)
+    assert len(batches) == 1
+    with pytest.raises(IndexError):
+        batches[1]
+
+
+def test_sequential_batches_cover_every_validation_example_once():
+    windows = Windows(torch.arange(100), sequence_length=9)
+    seen = torch.cat([x for x, _ in sequential_batches(windows, batch_size=4)])
+    assert seen.shape[0] == len(windows) == 11
+    assert torch.equal(seen[:, 0], torch.arange(0, 99, 9))
+
+
+def test_to_device_on_cpu_ignores_pinning():
+    x, y = to_device(torch.ones(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long), "cpu", pin=True)
+    assert x.device.type == "cpu" and y.sum() == 0
