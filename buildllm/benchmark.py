@@ -45,9 +45,12 @@ def load_windows(plan: RunPlan) -> tuple[Windows, Windows]:
     return train, validation
 
 
-def measure(plan: RunPlan, train: Windows, validation: Windows, *, save_checkpoint: bool = True,
+def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool = True,
             progress: bool = True) -> dict:
-    """Time warm-up and measured steps of one plan; returns flat figures (no file written)."""
+    """Time warm-up and measured steps of one plan; returns flat figures (no file written).
+
+    extras=False skips the timed validation pass and checkpoint save (the batch finder and the
+    sweep only need speed and memory)."""
     bench = plan.config.benchmark
     memory = PeakMemory(plan.device).start()
     scratch = Path(tempfile.mkdtemp(prefix="buildllm-benchmark-"))
@@ -71,10 +74,12 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, save_checkpoi
                 rates.append(steps / (timed(plan.device) - begin))
         measured_seconds = timed(plan.device) - warmed
         figures = memory.read()
-        before = timed(plan.device)
-        trainer.evaluate()
-        validation_seconds = timed(plan.device) - before
-        save_seconds, save_bytes = trainer.save_checkpoint() if save_checkpoint else (0.0, 0)
+        validation_seconds, save_seconds, save_bytes = 0.0, 0.0, 0
+        if extras:
+            before = timed(plan.device)
+            trainer.evaluate()
+            validation_seconds = timed(plan.device) - before
+            save_seconds, save_bytes = trainer.save_checkpoint()
         matmuls = matmul_parameters(trainer.model)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -145,9 +150,36 @@ def summary(m: dict) -> str:
             f"checkpoint {m['checkpoint_bytes'] / 2**20:.1f} MiB in {m['checkpoint_save_seconds']:.2f} s")
 
 
+def run_cli(args) -> int:
+    from buildllm.cli import config_from_args
+
+    threads = args.threads or []
+    extra = {"train.threads": threads[0]} if len(threads) == 1 else {}
+    if args.memory_budget is not None:
+        extra["benchmark.memory_budget"] = args.memory_budget
+    config = config_from_args(args, extra)
+    if args.find_batch_size:
+        from buildllm.batch_finder import find_batch_size
+
+        find_batch_size(config)
+    elif args.presets or args.architectures or len(threads) > 1:
+        from buildllm.sweep import sweep
+
+        sweep(config, args.presets, args.architectures, threads if len(threads) > 1 else None)
+    else:
+        benchmark(config)
+    return 0
+
+
 def register_cli(sub) -> None:
-    from buildllm.cli import add_run_flags, config_from_args
+    from buildllm.cli import add_run_flags
 
     p = sub.add_parser("benchmark", help="measure training speed, memory and MFU with the train code path")
-    add_run_flags(p)
-    p.set_defaults(handler=lambda args: benchmark(config_from_args(args)) and 0)
+    add_run_flags(p, skip=("--threads",))
+    p.add_argument("--threads", type=int, nargs="+", help="torch threads; several values make a sweep")
+    p.add_argument("--presets", nargs="+", help="sweep these presets (tiny student small ...)")
+    p.add_argument("--architectures", nargs="+", choices=("classic", "modern"), help="sweep these architectures")
+    p.add_argument("--find-batch-size", action="store_true",
+                   help="find the largest batch size that fits (doubling, then bisecting)")
+    p.add_argument("--memory-budget", help="for --find-batch-size: e.g. 4GiB (default: free memory / GPU memory)")
+    p.set_defaults(handler=run_cli)

@@ -51,9 +51,12 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def add_run_flags(parser: argparse.ArgumentParser) -> None:
+def add_run_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """The course's flags; `skip` leaves some out for a command that gives them another meaning."""
     parser.add_argument("--params", default="params.yaml", help="params file (default: ./params.yaml if present)")
     for flag, key, kind in RUN_FLAGS:
+        if flag in skip:
+            continue
         dest = "cfg:" + key
         if kind is bool:
             parser.add_argument(flag, dest=dest, action="store_const", const=True, default=None)

@@ -104,6 +104,10 @@ class BenchmarkConfig:
     warmup_steps: int = knob(3, minimum=1)
     measured_steps: int = knob(20, minimum=2)
     intervals: int = knob(4, minimum=1)
+    # The batch-size finder: a size such as "4GiB" (None: free host memory, or the GPU's memory).
+    memory_budget: Optional[str] = None
+    safety_margin: float = knob(0.1, minimum=0.0, maximum=0.9)
+    max_batch_size: int = knob(1024, minimum=1)
 
 
 @dataclass(frozen=True)

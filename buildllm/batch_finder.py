@@ -1,0 +1,136 @@
+"""The batch-size finder: the largest batch that trains within memory, found by trying.
+
+Batch sizes double from 1 until one fails, then bisect between the last that fit and the first
+that failed (in steps of 8 above 8). A try is two real training steps measured for peak memory; it fails on an
+out-of-memory error or when its peak exceeds the budget less the safety margin (memory grows a
+little after the first steps: fragmentation, a longer validation batch, a checkpoint save).
+On CUDA the budget is the GPU's memory and tries run in this process (CUDA's OOM is an exception).
+On the CPU the budget is --memory-budget (default: the memory available now) and each try runs in
+a child process, because running out of host memory ends a process instead of raising an error.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import re
+from dataclasses import dataclass, replace
+
+import psutil
+import torch
+
+from buildllm.config import Config, with_overrides
+from buildllm.errors import ConfigError
+from buildllm.metrics import write_metrics
+from buildllm.paths import metrics_path
+from buildllm.plan import announce, apply_plan, make_plan
+
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_bytes(text: str) -> int:
+    match = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in UNITS:
+        raise ConfigError(f"benchmark.memory_budget={text!r} is not a size; write e.g. 4GiB, 512MiB or 8000000000")
+    return int(float(match.group(1)) * UNITS[match.group(2).lower()])
+
+
+@dataclass(frozen=True)
+class Try:
+    batch_size: int
+    fits: bool
+    peak_bytes: int
+    note: str
+
+
+def _measure_try(config: Config) -> dict:
+    from buildllm.benchmark import load_windows, measure
+    from buildllm.training import out_of_memory
+
+    plan = make_plan(config)
+    apply_plan(plan)
+    train, validation = load_windows(plan)
+    try:
+        figures = measure(plan, train, validation, extras=False, progress=False)
+    except Exception as exc:  # only an out-of-memory error is an answer; anything else is a bug
+        if not out_of_memory(exc):
+            raise
+        if plan.device.kind == "cuda":
+            torch.cuda.empty_cache()
+        return {"oom": True, "peak_memory_bytes": 0}
+    return {"oom": False, "peak_memory_bytes": figures.get("peak_memory_allocated_bytes", figures["peak_memory_bytes"])}
+
+
+def _child(config: Config, queue) -> None:
+    queue.put(_measure_try(config))
+
+
+def _try_in_child(config: Config) -> dict:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_child, args=(config, queue))
+    process.start()
+    process.join()
+    if process.exitcode != 0:
+        # Killed by the kernel's OOM killer (or a crash): this batch does not fit.
+        return {"oom": True, "peak_memory_bytes": 0, "exitcode": process.exitcode}
+    return queue.get()
+
+
+def find_batch_size(config: Config, write: bool = True) -> dict:
+    plan = make_plan(config)
+    bench = config.benchmark
+    if plan.device.kind == "cuda":
+        budget = (parse_bytes(bench.memory_budget) if bench.memory_budget
+                  else torch.cuda.get_device_properties(plan.device.index).total_memory)
+    else:
+        budget = parse_bytes(bench.memory_budget) if bench.memory_budget else psutil.virtual_memory().available
+    limit = int(budget * (1 - bench.safety_margin))
+    # Two measured steps are enough for the peak: memory is at its steady state after the first step.
+    probe = replace(config, benchmark=replace(bench, warmup_steps=1, measured_steps=2, intervals=1),
+                    train=replace(config.train, training_examples=None))
+    announce("find_batch_size", plan, memory_budget_bytes=budget, usable_bytes=limit,
+             safety_margin=bench.safety_margin)
+    tries: list[Try] = []
+
+    def attempt(batch_size: int) -> bool:
+        trial = with_overrides(probe, {"train.batch_size": batch_size})
+        result = _try_in_child(trial) if plan.device.kind == "cpu" else _measure_try(trial)
+        fits = not result["oom"] and result["peak_memory_bytes"] <= limit
+        note = ("out of memory" if result["oom"] else
+                f"peak {result['peak_memory_bytes'] / 2**20:.0f} MiB {'<=' if fits else '>'} "
+                f"{limit / 2**20:.0f} MiB usable")
+        tries.append(Try(batch_size, fits, result["peak_memory_bytes"], note))
+        print(json.dumps({"try_batch_size": batch_size, "fits": fits, "note": note}), flush=True)
+        return fits
+
+    good, bad, size = 0, None, 1
+    ceiling = bench.max_batch_size
+    while size <= ceiling and attempt(size):
+        good, size = size, size * 2
+    if good and size <= ceiling:
+        bad = size
+        # Above 8, bisect in multiples of 8: fewer tries, and shapes that suit vectorised kernels.
+        quantum = 8 if good >= 8 else 1
+        while bad - good > quantum:
+            middle = (good + bad) // 2 // quantum * quantum
+            good, bad = (middle, bad) if attempt(middle) else (good, middle)
+    result = {
+        "device": plan.device.device, "precision": plan.precision.precision, "profile": plan.profile.name,
+        "sequence_length": plan.model.sequence_length, "memory_budget_bytes": budget, "usable_bytes": limit,
+        "safety_margin": bench.safety_margin, "found_batch_size": good, "tries": len(tries),
+        "largest_try_fits": good == ceiling,
+        **{f"try_{i}_batch_size": t.batch_size for i, t in enumerate(tries)},
+        **{f"try_{i}_peak_bytes": t.peak_bytes for i, t in enumerate(tries)},
+        **{f"try_{i}_fits": t.fits for i, t in enumerate(tries)},
+    }
+    if write:
+        write_metrics(metrics_path("batch_size"), result)
+    if good:
+        capped = f" (the ceiling benchmark.max_batch_size={ceiling})" if good == ceiling else ""
+        print(f"largest batch size that fits: {good}{capped}, within {limit / 2**20:.0f} MiB "
+              f"({bench.safety_margin:.0%} safety margin of {budget / 2**20:.0f} MiB); use --batch-size {good}")
+    else:
+        print(f"even batch size 1 does not fit in {limit / 2**20:.0f} MiB; use a smaller profile, "
+              "--gradient-checkpointing, or a larger --memory-budget")
+    return result
