@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import types
 import typing
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -24,6 +24,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 CORPUS_SOURCES = ("wiki_vital", "shakespeare", "files")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps|xla)$")
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps, xla"
+TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
 def knob(default: Any, *, choices: tuple | None = None, minimum: float | None = None,
@@ -201,7 +202,7 @@ def _check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
     if value is None:
         if optional:
             return None
-        raise ConfigError(f"{key} must not be empty; give a {base.__name__}")
+        raise ConfigError(f"{key} must not be empty; give {TYPE_NAMES.get(base, base)}")
     value = _coerce(key, value, base)
     choices = meta.get("choices")
     if choices is not None and value not in choices:
@@ -216,7 +217,7 @@ def _check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
 
 def _coerce(key: str, value: Any, base: Any) -> Any:
     def wrong() -> ConfigError:
-        return ConfigError(f"{key}={value!r} has the wrong type; it must be a {getattr(base, '__name__', base)}")
+        return ConfigError(f"{key}={value!r} has the wrong type; it must be {TYPE_NAMES.get(base, base)}")
 
     if base is bool:
         if isinstance(value, bool):
@@ -251,11 +252,6 @@ def _coerce(key: str, value: Any, base: Any) -> Any:
 def defaults_dict() -> dict:
     """The defaults as params.yaml would hold them (tests check params.yaml against this)."""
     return config_to_dict(Config())
-
-
-def field_default(cls: type, name: str) -> Any:
-    f = next(f for f in fields(cls) if f.name == name)
-    return f.default if f.default is not MISSING else f.default_factory()
 
 
 __all__ = ["Config", "CorpusConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "BenchmarkConfig",
