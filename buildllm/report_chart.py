@@ -1,0 +1,72 @@
+"""The comparison's bar chart: one panel per figure a reader compares, one bar per experiment.
+
+A figure an experiment did not record gets no bar and says so; a withheld speed-up panel says
+why, so the picture never shows a number the report does not stand behind.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on CI or over SSH
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from buildllm.atomic import atomic_path  # noqa: E402
+
+COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
+
+
+def _duration_unit(values: pd.Series) -> tuple[float, str]:
+    top = values.max(skipna=True)
+    if pd.isna(top) or top < 120:
+        return 1.0, "s"
+    return (60.0, "min") if top < 2 * 3600 else (3600.0, "h")
+
+
+def panels(frame: pd.DataFrame) -> list:
+    """(title, values, label format) for each panel, in reading order."""
+    unit, name = _duration_unit(frame["estimated_seconds"])
+    return [
+        ("Training throughput (tokens/s)", frame["tokens_per_second"], "{:,.0f}"),
+        ("Optimizer steps/s", frame["steps_per_second"], "{:.2f}"),
+        ("Peak memory (MiB)", frame["peak_memory_bytes"] / 2**20, "{:,.0f}"),
+        ("Checkpoint save (s)", frame["checkpoint_save_seconds"], "{:.2f}"),
+        (f"Estimated full run ({name})", frame["estimated_seconds"] / unit, "{:,.1f}"),
+        (f"Speed-up vs {frame['experiment'].iloc[0]} (tokens/s)", frame["speedup_vs_first"], "{:.2f}×"),
+    ]
+
+
+def write_chart(frame: pd.DataFrame, path: Path, speedups_shown: bool, why_withheld: str = "") -> Path:
+    names = list(frame["experiment"])
+    colors = [COLORS[i % len(COLORS)] for i in range(len(names))]
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7.5), constrained_layout=True)
+    for ax, (title, values, fmt) in zip(axes.flat, panels(frame)):
+        ax.set_title(title, fontsize=11)
+        ax.spines[["top", "right"]].set_visible(False)
+        values = pd.to_numeric(values, errors="coerce").reset_index(drop=True)
+        if title.startswith("Speed-up") and not speedups_shown:
+            ax.text(0.5, 0.5, "withheld:\n" + why_withheld, ha="center", va="center", wrap=True,
+                    transform=ax.transAxes, fontsize=10, color="#9C2A00")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
+        heights = [0.0 if pd.isna(v) else float(v) for v in values]
+        bars = ax.bar(range(len(names)), heights, color=colors)
+        top = max(heights) if any(heights) else 1.0
+        for i, (bar, v) in enumerate(zip(bars, values)):
+            label = "not recorded" if pd.isna(v) or not math.isfinite(v) else fmt.format(v)
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + top * 0.02, label,
+                    ha="center", va="bottom", fontsize=9, color="#555" if pd.isna(v) else "#111")
+        if title.startswith("Speed-up"):
+            ax.axhline(1.0, color="#888", linewidth=0.8, linestyle="--")
+        ax.set_ylim(0, top * 1.18)
+        ax.set_xticks(range(len(names)), names, rotation=15 if len(names) > 3 else 0, fontsize=9)
+    fig.suptitle("Device comparison: " + " vs ".join(names), fontsize=13)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path

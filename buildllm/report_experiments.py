@@ -1,0 +1,177 @@
+"""DVC's record of experiments, read into one Experiment per run.
+
+The source is `dvc exp show --json`: typed params and metrics per commit, each experiment's run
+state (a failed queued run still lists metrics: its baseline's), and the content hashes of the
+data each stage read. Nothing is parsed from a printed table.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from buildllm.errors import UserError
+from buildllm.paths import DATA, TOKENIZERS, metrics_path
+
+STAGES = ("benchmark", "estimate", "train", "dry_run")  # metrics files, most specific first
+PIPELINE = ("dry_run", "benchmark", "estimate", "train")  # the same stages in dvc.yaml's order
+
+
+@dataclass
+class Experiment:
+    name: str
+    rev: str                      # the experiment's commit, or "workspace"
+    baseline: str                 # the commit it started from
+    baseline_name: str | None     # that commit's branch or tag, if any
+    timestamp: str | None
+    params: dict                  # params.yaml, flattened to dotted keys
+    metrics: dict                 # stage -> its flat metrics; absent files are absent
+    data: dict                    # data and tokenizer dependencies -> content hash
+    state: str = "success"        # success | failed | queued | running
+    log: str | None = None
+    returncode: int | None = None
+    overrides: list = field(default_factory=list)  # `-S key=value` against the baseline's params
+    stages: list = field(default_factory=list)     # stages whose metrics differ from the baseline's
+    carried: list = field(default_factory=list)    # stages whose metrics file is the baseline's, unchanged
+
+    def metric(self, key: str, stages: tuple = STAGES) -> Any:
+        for stage in stages:
+            if key in self.metrics.get(stage, {}):
+                return self.metrics[stage][key]
+        return None
+
+    @property
+    def command(self) -> str:
+        parts = ["dvc exp run"]
+        if self.rev != "workspace" and self.rev != self.baseline:
+            parts.append(f"-n {self.name}")
+        parts += [f"-S {item}" for item in self.overrides] + self.stages
+        return " ".join(parts)
+
+
+def exp_show(all_commits: bool = False) -> list:
+    """DVC's own record of the workspace, the baseline(s) and their experiments, with typed values."""
+    cmd = [sys.executable, "-m", "dvc", "exp", "show", "--json"] + (["-A"] if all_commits else [])
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UserError(f"could not run `dvc exp show` ({exc}); check that dvc is installed in this environment") from None
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"`dvc exp show` failed ({why}); run buildllm compare from the project's root, "
+                        "a git repository with DVC initialised")
+    text = done.stdout
+    return json.loads(text[text.index("["):]) if "[" in text else []
+
+
+def flatten(tree: Any, prefix: str = "") -> dict:
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    flat = {}
+    for key, value in tree.items():
+        flat.update(flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+    return flat
+
+
+def _record(entry: dict, name: str, baseline: str, baseline_name: str | None, executor: dict | None) -> Experiment:
+    data = entry.get("data") or {}
+    params = flatten(((data.get("params") or {}).get("params.yaml") or {}).get("data") or {})
+    metrics = {}
+    for stage in STAGES:
+        found = (data.get("metrics") or {}).get(metrics_path(stage).as_posix()) or {}
+        if isinstance(found.get("data"), dict):
+            metrics[stage] = found["data"]
+    roots = (DATA.as_posix(), TOKENIZERS.as_posix())
+    # Data identity by content hash: the tokenize stage's outputs as dvc.lock records them (exp show
+    # merges deps across stages, so a stage that never ran can blank a dep's hash there).
+    deps = {}
+    for section in ("outs", "deps"):
+        for path, info in (data.get(section) or {}).items():
+            inside = any(path == root or path.startswith(root + "/") for root in roots)
+            if inside and isinstance(info, dict) and info.get("hash") and path not in deps:
+                deps[path] = info["hash"]
+    state = "failed" if entry.get("error") else "success"
+    local = {}
+    if executor:
+        state = {"failed": "failed", "queued": "queued", "running": "running"}.get(executor.get("state"), state)
+        local = executor.get("local") or {}
+    return Experiment(name=name, rev=entry.get("rev") or name, baseline=baseline, baseline_name=baseline_name,
+                      timestamp=data.get("timestamp"), params=params, metrics=metrics, data=deps, state=state,
+                      log=local.get("log"), returncode=local.get("returncode"))
+
+
+def _yaml_value(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (bool, list)) or value is None else str(value)
+
+
+def read_experiments(rows: list) -> tuple[list, list]:
+    """Every baseline commit and every experiment in `exp show` rows, with overrides against its baseline."""
+    baselines, experiments = [], []
+    workspace = None
+    for row in rows:
+        rev = row.get("rev")
+        if rev == "workspace":
+            workspace = _record(row, "workspace", "", None, None)
+            continue
+        base = _record(row, row.get("name") or rev[:7], rev, row.get("name"), None)
+        baselines.append(base)
+        for group in row.get("experiments") or []:
+            revs = group.get("revs") or []
+            if revs:
+                experiments.append(_record(revs[0], group.get("name") or revs[0].get("name") or revs[0]["rev"][:7],
+                                           rev, row.get("name"), group.get("executor")))
+    experiments.sort(key=lambda e: e.timestamp or "")
+    if workspace is not None and baselines:
+        workspace.baseline, workspace.baseline_name = baselines[0].rev, baselines[0].name
+        experiments.insert(0, workspace)
+    by_rev = {b.rev: b for b in baselines}
+    for exp in experiments:
+        base = by_rev.get(exp.baseline)
+        if base is None:
+            continue
+        exp.overrides = [f"{k}={_yaml_value(v)}" for k, v in exp.params.items() if base.params.get(k, v) != v]
+        exp.stages = [s for s in PIPELINE if s in exp.metrics and exp.metrics[s] != base.metrics.get(s)]
+        if exp.rev != "workspace":
+            # An experiment commit holds every metrics file, also those of stages it did not run: those
+            # are the baseline's numbers, not the experiment's, so they are set aside.
+            exp.carried = [s for s in PIPELINE if s in exp.metrics and s not in exp.stages]
+            exp.metrics = {s: m for s, m in exp.metrics.items() if s not in exp.carried}
+    return baselines, experiments
+
+
+def select(names: list, rows_default: list, rows_all=None) -> tuple[list, list]:
+    """The experiments to compare: the named ones (experiment names, commits, branches, `workspace`)
+    in the order given, or the workspace and every experiment of the current baseline."""
+    baselines, experiments = read_experiments(rows_default)
+    notes = []
+    if not names:
+        workspace = next((e for e in experiments if e.rev == "workspace"), None)
+        same = next((e for e in experiments if workspace and e is not workspace and e.params == workspace.params
+                     and all(workspace.metrics.get(s) == m for s, m in e.metrics.items())), None)
+        if same is not None:
+            experiments.remove(workspace)
+            notes.append(f"workspace: identical to experiment {same.name} (its results are applied there); shown once")
+        return experiments, notes
+    pool, more = baselines + experiments, rows_all
+    chosen = []
+    for name in names:
+        found = _find(name, pool)
+        if found is None and more is not None:  # another baseline's experiment, e.g. one pulled from elsewhere
+            pool = [e for group in read_experiments(more() if callable(more) else more) for e in group]
+            more = None
+            found = _find(name, pool)
+        if found is None:
+            raise UserError(f"no experiment, commit or branch named {name!r}; `dvc exp show -A` lists them "
+                            "(fetch another machine's with `dvc exp pull origin NAME`)")
+        chosen.append(found)
+    return chosen, notes
+
+
+def _find(name: str, candidates: list):
+    for exp in candidates:
+        if name == exp.name or (len(name) >= 7 and exp.rev.startswith(name)):
+            return exp
+    return None

@@ -1,0 +1,289 @@
+"""Compare and report on `dvc exp show --json` rows: controls check, failed runs, the four files.
+
+The rows have the shape DVC 3 prints (checked against real runs in test_compare_e2e.py); building
+them here lets each rule be tested on its own, fast.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from buildllm.cli import main
+from buildllm.compare import compare
+from buildllm.report_experiments import select
+from buildllm.config import defaults_dict
+from buildllm.errors import UserError
+from buildllm.report import write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = "b" * 40
+
+
+def benchmark(device="cpu", precision="fp32", tokens_per_second=10000.0, batch_size=32, threads=2, **extra):
+    return {"device": device, "precision": precision, "profile": "tiny", "architecture": "classic",
+            "parameters": 400000, "batch_size": batch_size, "grad_accum": 1, "sequence_length": 64,
+            "measured_steps": 20, "warmup_steps": 3, "threads": threads,
+            "tokens_per_second": tokens_per_second, "steps_per_second": tokens_per_second / (batch_size * 64),
+            "throughput_cv": 0.05, "peak_memory_bytes": 123 * 2**20, "checkpoint_save_seconds": 0.25,
+            "checkpoint_bytes": 5 * 2**20, "time_to_first_step_seconds": 1.5, "mfu": 0.01,
+            "processor": "Test CPU 9000", "gpu_name": "", "gpu_memory_bytes": 0, "memory_total_bytes": 16 * 2**30,
+            "torch_version": "2.13.0+cpu", "torch_cuda_version": "none (CPU-only build)", "python_version": "3.11.2",
+            **extra}
+
+
+def estimate(seconds=3600.0, device="cpu", precision="fp32", batch_size=32):
+    return {"device": device, "precision": precision, "batch_size": batch_size, "planned_tokens": 1_000_000,
+            "estimated_seconds": seconds, "estimated_seconds_low": seconds * 0.9, "estimated_seconds_high": seconds * 1.2}
+
+
+def params(**overrides):
+    data = defaults_dict()
+    data["preset"] = "tiny"
+    for dotted, value in overrides.items():
+        *parents, leaf = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    return data
+
+
+def entry(rev, params_data, metrics, timestamp="2026-01-01T10:00:00", error=None, name=None):
+    return {"rev": rev, "name": name, "error": error, "experiments": None,
+            "data": {"rev": rev, "timestamp": timestamp, "params": {"params.yaml": {"data": params_data}},
+                     "metrics": {f"metrics/{stage}.json": {"data": data} for stage, data in metrics.items()},
+                     "deps": {"data/tokens": {"hash": "abc123.dir", "size": 10, "nfiles": 2},
+                              "buildllm/model.py": {"hash": "ffff", "size": 1, "nfiles": None}},
+                     "outs": {}, "meta": {}}}
+
+
+def experiment(name, rev, overrides, metrics, minute, state=None, error=None):
+    group = {"name": name, "executor": None,
+             "revs": [entry(rev, params(**overrides), metrics, f"2026-01-01T10:{minute:02d}:00", error, name)]}
+    if state:
+        group["executor"] = {"state": state, "name": "dvc-task",
+                             "local": {"log": f"/x/{name}.out", "returncode": 255 if state == "failed" else 0}}
+    return group
+
+
+def rows(*groups, workspace=None, baseline_metrics=None):
+    baseline = entry(BASE, params(), baseline_metrics or {})
+    baseline["name"] = "main"
+    baseline["experiments"] = list(groups)
+    return [workspace or entry("workspace", params(), {}, timestamp=None), baseline]
+
+
+FP32 = experiment("cpu-fp32", "1" * 40, {"device": "cpu", "precision": "fp32"},
+                  {"benchmark": benchmark(), "estimate": estimate(3600.0)}, 1)
+BF16 = experiment("cpu-bf16", "2" * 40, {"device": "cpu", "precision": "bf16"},
+                  {"benchmark": benchmark(precision="bf16", tokens_per_second=15000.0),
+                   "estimate": estimate(2400.0, precision="bf16")}, 2)
+BS8 = experiment("cpu-bs8", "3" * 40, {"device": "cpu", "precision": "bf16", "train.batch_size": 8},
+                 {"benchmark": benchmark(precision="bf16", batch_size=8, tokens_per_second=12000.0),
+                  "estimate": estimate(3000.0, precision="bf16", batch_size=8)}, 3)
+THREADS1 = experiment("cpu-t1", "4" * 40, {"device": "cpu", "precision": "fp32", "train.threads": 1},
+                      {"benchmark": benchmark(threads=1, tokens_per_second=6000.0),
+                       "estimate": estimate(6000.0)}, 4)
+# A queued run that failed: exp show lists the metrics it started from, i.e. the baseline's/workspace's.
+FAILED = experiment("cuda-bf16", "5" * 40, {"device": "cuda", "precision": "bf16"},
+                    {"benchmark": benchmark(tokens_per_second=987654.0), "estimate": estimate(1.0)}, 5,
+                    state="failed", error={"msg": "Experiment run failed", "type": ""})
+
+
+def test_equal_controls_give_speedups_from_the_metrics():
+    c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, BF16))
+    assert c.equal_budget and c.speedups_shown
+    assert c.verdict.startswith("Equal-budget comparison")
+    f = c.frame.set_index("experiment")
+    assert f.loc["cpu-bf16", "tokens_per_second"] == 15000.0
+    assert f.loc["cpu-bf16", "speedup_vs_first"] == pytest.approx(1.5)
+    assert f.loc["cpu-fp32", "estimated_seconds"] == 3600.0
+    assert list(f.index) == ["cpu-fp32", "cpu-bf16"]
+
+
+def test_a_different_batch_size_is_flagged_and_speedups_withheld(tmp_path):
+    c = compare(["cpu-fp32", "cpu-bs8"], rows=rows(FP32, BS8))
+    assert c.differences == ["batch_size 32 vs 8"]
+    assert "Not an equal-budget comparison: batch_size" in c.verdict
+    assert c.frame["speedup_vs_first"].isna().all()
+    md = Path(write_report(c, tmp_path / "r")[0]).read_text()
+    head = md.split("## Controls")[0]
+    assert "Not an equal-budget comparison: batch_size" in head and "withheld" in head
+    assert "| train.batch_size | params | null | 8 | DIFFERENT |" in md
+    assert "| speed-up vs cpu-fp32 | withheld | withheld |" in md
+
+
+def test_allow_different_shows_speedups_and_keeps_the_differences(tmp_path):
+    c = compare(["cpu-fp32", "cpu-bs8"], allow_different=True, rows=rows(FP32, BS8))
+    assert not c.equal_budget and c.speedups_shown
+    assert c.frame["speedup_vs_first"].tolist() == pytest.approx([1.0, 1.2])
+    md = Path(write_report(c, tmp_path / "r")[0]).read_text()
+    assert "Not an equal-budget comparison: batch_size" in md and "--allow-different was given" in md
+    assert "1.20×" in md and "DIFFERENT" in md
+
+
+def test_vary_names_an_intended_difference():
+    assert not compare(["cpu-fp32", "cpu-t1"], rows=rows(FP32, THREADS1)).equal_budget
+    c = compare(["cpu-fp32", "cpu-t1"], vary=["train.threads"], rows=rows(FP32, THREADS1))
+    assert c.equal_budget and c.frame["speedup_vs_first"].tolist() == pytest.approx([1.0, 0.6])
+    assert "train.threads" in c.verdict
+    with pytest.raises(UserError, match="--vary batchsize"):
+        compare(["cpu-fp32", "cpu-t1"], vary=["batchsize"], rows=rows(FP32, THREADS1))
+
+
+def test_a_failed_run_is_excluded_and_its_numbers_never_reported(tmp_path):
+    c = compare([], rows=rows(FP32, BF16, FAILED))
+    assert [e.name for e in c.experiments] == ["cpu-fp32", "cpu-bf16"]
+    excluded = dict(c.excluded)
+    assert "records no metrics" in excluded["workspace"]
+    why = excluded["cuda-bf16"]
+    assert "failed (exit code 255)" in why and "/x/cuda-bf16.out" in why
+    for path in write_report(c, tmp_path / "r"):
+        if path.suffix != ".png":
+            text = path.read_text()
+            assert "987654" not in text and "987,654" not in text
+    assert "Excluded **cuda-bf16**" in (tmp_path / "r.md").read_text()
+
+
+def test_metrics_that_contradict_their_params_are_excluded():
+    # No error recorded (e.g. pulled from another machine), but a cuda run whose metrics say cpu.
+    stale = copy.deepcopy(FAILED)
+    stale["executor"], stale["revs"][0]["error"] = None, None
+    c = compare(["cpu-fp32", "cuda-bf16", "cpu-bf16"], rows=rows(FP32, stale, BF16))
+    assert [e.name for e in c.experiments] == ["cpu-fp32", "cpu-bf16"]
+    assert "metrics/benchmark.json says device cpu but its params ask for device=cuda" in c.excluded[0][1]
+
+
+def test_a_queued_run_is_not_reported():
+    queued = copy.deepcopy(BS8)
+    queued["executor"] = {"state": "queued", "local": {}}
+    c = compare([], rows=rows(FP32, BF16, queued))
+    assert "queued" in dict(c.excluded)["cpu-bs8"]
+
+
+def test_an_absent_metric_is_said_not_invented(tmp_path):
+    no_estimate = copy.deepcopy(BF16)
+    del no_estimate["revs"][0]["data"]["metrics"]["metrics/estimate.json"]
+    c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, no_estimate))
+    md = Path(write_report(c, tmp_path / "r")[0]).read_text()
+    assert any("metrics/estimate.json is absent in cpu-bf16" in n for n in c.notes)
+    assert "| estimated full run | 1 h 00 min (range 54 min 00 s – 1 h 12 min) | not recorded |" in md
+    rows_csv = list(csv.DictReader(open(tmp_path / "r.csv")))
+    assert rows_csv[1]["estimated_seconds"] == "" and float(rows_csv[0]["estimated_seconds"]) == 3600.0
+
+
+def test_the_report_records_how_to_reproduce(tmp_path):
+    c = compare(["cpu-fp32", "cpu-bs8"], rows=rows(FP32, BS8), allow_different=True)
+    md = Path(write_report(c, tmp_path / "out" / "cmp")[0]).read_text()
+    assert "dvc exp run -n cpu-bs8 -S device=cpu -S precision=bf16 -S train.batch_size=8 benchmark estimate" in md
+    assert f"git checkout {BASE}" in md and "3" * 40 in md and "2026-01-01T10:03:00" in md
+    assert "processor Test CPU 9000; GPU none; memory 16.00 GiB; PyTorch 2.13.0+cpu" in md
+    assert "buildllm compare cpu-fp32 cpu-bs8 --out" in md and "--allow-different" in md.split("How to rerun")[1]
+
+
+def test_all_four_files_hold_the_metrics(tmp_path):
+    c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, BF16))
+    paths = write_report(c, tmp_path / "cmp.html")  # a suffix on --out is dropped
+    assert [p.name for p in paths] == ["cmp.md", "cmp.csv", "cmp.png", "cmp.html"]
+    assert (tmp_path / "cmp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = {r["experiment"]: r for r in csv.DictReader(open(tmp_path / "cmp.csv"))}
+    assert float(table["cpu-bf16"]["tokens_per_second"]) == 15000.0
+    assert float(table["cpu-bf16"]["speedup_vs_first"]) == pytest.approx(1.5)
+    assert table["cpu-bf16"]["param:precision"] == "bf16" and table["cpu-fp32"]["benchmark:throughput_cv"] == "0.05"
+    page = (tmp_path / "cmp.html").read_text()
+    assert "data:image/png;base64," in page and "http://" not in page and "https://" not in page
+    assert page.index("id='verdict'") < page.index("id='controls'") < page.index("id='results'")
+    assert "15,000" in page and "1.50×" in page
+
+
+def test_other_token_files_are_a_difference_and_noise_is_said():
+    other = copy.deepcopy(BF16)
+    data = other["revs"][0]["data"]
+    data["outs"] = {"data/tokens": {"hash": "fedcba987654.dir"}, "tokenizer": {"hash": "0123456789ab.dir"}}
+    data["metrics"]["metrics/benchmark.json"]["data"]["throughput_cv"] = 0.36
+    c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, other))
+    assert "data file data/tokens abc123.dir vs fedcba987654" in c.differences
+    assert "data file tokenizer not recorded vs 0123456789ab" in c.differences
+    assert any(n.startswith("cpu-bf16: throughput varied 36% between measured intervals") for n in c.notes)
+
+
+def test_metrics_a_run_carried_over_from_its_baseline_are_not_its_own(tmp_path):
+    # The baseline committed a full run (fp32, and a train stage); the experiments ran only benchmark
+    # and estimate, so their commits still hold the baseline's dry_run.json and train.json.
+    dry = {"device": "cpu", "precision": "fp32", "batch_size": 32, "parameters": 400000}
+    train = {"device": "cpu", "precision": "fp32", "tokens_per_second": 4321.0, "elapsed_seconds": 99.0}
+    experiments = []
+    for group in (FP32, BF16):
+        group = copy.deepcopy(group)
+        group["revs"][0]["data"]["metrics"].update({"metrics/dry_run.json": {"data": dry}, "metrics/train.json": {"data": train}})
+        experiments.append(group)
+    c = compare([], rows=rows(*experiments, baseline_metrics={"dry_run": dry, "train": train}))
+    assert [e.name for e in c.experiments] == ["cpu-fp32", "cpu-bf16"] and c.equal_budget
+    assert c.frame["train_tokens_per_second"].isna().all()
+    assert any(n.startswith("cpu-bf16: metrics/dry_run.json, metrics/train.json unchanged from its baseline") for n in c.notes)
+    assert c.experiments[1].command.endswith("-S precision=bf16 benchmark estimate")
+    assert "4,321" not in Path(write_report(c, tmp_path / "r")[0]).read_text()
+
+
+def test_workspace_identical_to_an_experiment_is_shown_once():
+    ws = copy.deepcopy(BF16["revs"][0])
+    ws["rev"], ws["data"]["timestamp"] = "workspace", None
+    c = compare([], rows=rows(FP32, BF16, workspace=ws))
+    assert [e.name for e in c.experiments] == ["cpu-fp32", "cpu-bf16"]
+    assert "identical to experiment cpu-bf16" in c.notes[0]
+
+
+def test_an_experiment_of_another_commit_is_found_in_all_commits():
+    other = entry("c" * 40, params(), {})
+    other["name"], other["experiments"] = "older", [copy.deepcopy(BS8)]
+    asked = []
+
+    def everything():
+        asked.append(True)
+        return rows(FP32) + [other]
+
+    chosen, _ = select(["cpu-fp32", "cpu-bs8"], rows(FP32), everything)
+    assert [(e.name, e.baseline) for e in chosen] == [("cpu-fp32", BASE), ("cpu-bs8", "c" * 40)] and asked
+    assert chosen[1].command == "dvc exp run -n cpu-bs8 -S device=cpu -S precision=bf16 -S train.batch_size=8 benchmark estimate"
+
+
+def test_unknown_names_and_too_few_runs_are_one_line_errors():
+    with pytest.raises(UserError, match="no experiment, commit or branch named 'nope'"):
+        compare(["cpu-fp32", "nope"], rows=rows(FP32, BF16))
+    with pytest.raises(UserError, match="nothing to compare: 1 usable"):
+        compare(["cpu-fp32", "cuda-bf16"], rows=rows(FP32, FAILED))
+
+
+def test_cli_outside_a_dvc_project_fails_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", "a", "b", "--out", "r"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: `dvc exp show` failed") and "Traceback" not in err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="needs headless Chromium (Debian: apt-get install -y chromium)")
+def test_html_renders_offline_in_chromium(tmp_path):
+    c = compare(["cpu-fp32", "cpu-bs8"], rows=rows(FP32, BS8))
+    html_path = write_report(c, tmp_path / "cmp")[3]
+    check = [sys.executable, str(ROOT / "scripts" / "check_report_html.py")]
+    done = subprocess.run(check + [str(html_path)], capture_output=True, text=True, timeout=180)
+    findings = json.loads(done.stdout)
+    assert done.returncode == 0, findings["problems"]
+    assert findings["decoded"] == 1 and findings["chart_width"] > 500
+    assert findings["tables"]["controls"][0] > 5 and findings["tables"]["results"][0] > 5
+    assert findings["verdict"].startswith("Not an equal-budget comparison: batch_size")
+    # The same page with its chart moved to the network must fail the check.
+    broken = tmp_path / "broken.html"
+    broken.write_text(html_path.read_text().replace("data:image/png;base64,", "https://example.com/chart.png#"))
+    done = subprocess.run(check + [str(broken)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1 and "the chart image did not decode" in json.loads(done.stdout)["problems"]

@@ -1,0 +1,169 @@
+"""End to end: real DVC experiments in a throw-away repo, compared by `buildllm compare`.
+
+One module-scoped project (the "laptop") runs the bounded pipeline once, then four experiments:
+two directly (fp32 and bf16 autocast on the CPU), two through `dvc exp run --queue` + `dvc queue
+start` (a different batch size, and a cuda run that fails on this CUDA-less machine). A second
+clone (the "GPU box") gets the runs through a bare git remote and a directory DVC remote, the
+route the README gives for comparing a laptop's run with a GPU machine's.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import copy_project, run
+
+pytestmark = pytest.mark.slow
+
+TARGETS = ["benchmark", "estimate"]
+# Bounded: the smallest preset, a few measured steps, few examples. Minutes in all on 2 cores.
+BASELINE = {"preset": "tiny", "benchmark.warmup_steps": 1, "benchmark.measured_steps": 4, "benchmark.intervals": 2,
+            "train.training_examples": 256, "train.validation_examples": 32}
+
+
+def buildllm(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "buildllm", *args], repo, check=check)
+
+
+def exp_run(repo: Path, name: str, *overrides: str, queue: bool = False) -> None:
+    sets = [arg for item in overrides for arg in ("-S", item)]
+    run(["dvc", "exp", "run", *(["--queue"] if queue else []), "-n", name, *sets, *TARGETS], repo)
+
+
+def committed_metrics(repo: Path, experiment: str, stage: str) -> dict:
+    """The metrics file as git holds it in the experiment's commit: read without buildllm's code."""
+    ref = run(["git", "for-each-ref", "--format=%(objectname)", f"refs/exps/**/{experiment}"], repo).stdout.split()
+    assert len(ref) == 1, f"experiment {experiment}: refs {ref}"
+    return json.loads(run(["git", "show", f"{ref[0]}:metrics/{stage}.json"], repo).stdout)
+
+
+def wait_for_queue(repo: Path, timeout: float = 900) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = run(["dvc", "queue", "status"], repo).stdout
+        if not any(word in status for word in ("Queued", "Running")):
+            return status
+        time.sleep(3)
+    raise AssertionError(f"queue still busy after {timeout} s:\n{status}")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("compare")
+    laptop = copy_project(root / "laptop")
+    params = yaml.safe_load((laptop / "params.yaml").read_text())
+    for dotted, value in BASELINE.items():
+        *parents, leaf = dotted.split(".")
+        node = params
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    (laptop / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(["dvc", "remote", "add", "-d", "store", str(root / "dvc-store")], laptop)
+    # Token files in the cache (queued runs check them out from there), and a dry run's metrics that
+    # the experiments below carry over unchanged, as they would a full `dvc repro`'s.
+    run(["dvc", "repro", "tokenize", "dry_run"], laptop)
+    run(["git", "add", "-A"], laptop)
+    run(["git", "commit", "-qm", "baseline: bounded params, tokens"], laptop)
+    exp_run(laptop, "cpu-fp32", "device=cpu", "precision=fp32")
+    exp_run(laptop, "cpu-bf16", "device=cpu", "precision=bf16")
+    # Queued runs see only what git tracks (and DVC's cache): the params go in with -S.
+    exp_run(laptop, "cpu-bs8", "device=cpu", "precision=fp32", "train.batch_size=8", queue=True)
+    exp_run(laptop, "cuda-bf16", "device=cuda", "precision=bf16", queue=True)
+    run(["dvc", "queue", "start"], laptop)
+    status = wait_for_queue(laptop)
+    return {"root": root, "laptop": laptop, "queue_status": status}
+
+
+def read_csv(path: Path) -> dict:
+    return {row["experiment"]: row for row in csv.DictReader(path.open())}
+
+
+def test_queue_runs_the_matrix_and_records_the_failure(lab):
+    status = lab["queue_status"]
+    assert "cpu-bs8" in status and "cuda-bf16" in status
+    assert "Failed" in status and "Success" in status
+
+
+def test_two_real_runs_make_all_four_files_with_the_metrics(lab):
+    laptop = lab["laptop"]
+    done = buildllm(laptop, "compare", "cpu-fp32", "cpu-bf16", "--out", "reports/device_comparison")
+    assert "Equal-budget comparison" in done.stdout
+    files = [laptop / "reports" / f"device_comparison{s}" for s in (".md", ".csv", ".png", ".html")]
+    assert all(f.exists() and f.stat().st_size > 0 for f in files)
+    table = read_csv(files[1])
+    for name, precision in (("cpu-fp32", "fp32"), ("cpu-bf16", "bf16")):
+        bench, est = committed_metrics(laptop, name, "benchmark"), committed_metrics(laptop, name, "estimate")
+        row = table[name]
+        assert row["precision"] == bench["precision"] == precision
+        assert float(row["tokens_per_second"]) == pytest.approx(bench["tokens_per_second"], rel=1e-12)
+        assert float(row["steps_per_second"]) == pytest.approx(bench["steps_per_second"], rel=1e-12)
+        assert float(row["peak_memory_bytes"]) == bench["peak_memory_bytes"]
+        assert float(row["checkpoint_save_seconds"]) == pytest.approx(bench["checkpoint_save_seconds"], rel=1e-12)
+        assert float(row["estimated_seconds"]) == pytest.approx(est["estimated_seconds"], rel=1e-12)
+        assert row["processor"] == bench["processor"] and row["torch_version"] == bench["torch_version"]
+        assert row["command"] == f"dvc exp run -n {name} -S device=cpu -S precision={precision} benchmark estimate"
+    fp32, bf16 = (committed_metrics(laptop, n, "benchmark")["tokens_per_second"] for n in ("cpu-fp32", "cpu-bf16"))
+    assert float(table["cpu-bf16"]["speedup_vs_first"]) == pytest.approx(bf16 / fp32, rel=1e-9)
+    md = files[0].read_text()
+    assert md.index("Equal-budget comparison") < md.index("## Controls") < md.index("## Results")
+    assert "| precision | resolved | fp32 | bf16 | variable |" in md
+    assert f"{fp32:,.0f}" in md and f"{bf16:,.0f}" in md
+    assert "git checkout " in md and "dvc exp run -n cpu-bf16 -S device=cpu -S precision=bf16 benchmark estimate" in md
+    assert "cpu-bf16: metrics/dry_run.json unchanged from its baseline" in md
+
+
+def test_a_different_batch_size_is_flagged(lab):
+    laptop = lab["laptop"]
+    done = buildllm(laptop, "compare", "cpu-fp32", "cpu-bs8", "--out", "reports/batch")
+    assert "Not an equal-budget comparison: batch_size 32 vs 8" in done.stdout
+    md = (laptop / "reports" / "batch.md").read_text()
+    assert "Not an equal-budget comparison: batch_size 32 vs 8" in md.split("## Controls")[0]
+    assert read_csv(laptop / "reports" / "batch.csv")["cpu-bs8"]["speedup_vs_first"] == ""
+    allowed = buildllm(laptop, "compare", "cpu-fp32", "cpu-bs8", "--allow-different", "--out", "reports/batch")
+    assert "--allow-different was given" in allowed.stdout
+    assert read_csv(laptop / "reports" / "batch.csv")["cpu-bs8"]["speedup_vs_first"] != ""
+
+
+def test_the_failed_run_is_excluded(lab):
+    laptop = lab["laptop"]
+    done = buildllm(laptop, "compare", "--out", "reports/all")  # the workspace and every experiment
+    assert "excluded cuda-bf16: the run failed" in done.stdout
+    table = read_csv(laptop / "reports" / "all.csv")
+    assert "cuda-bf16" not in table and {"cpu-fp32", "cpu-bf16", "cpu-bs8"} <= set(table)
+    assert "Excluded **cuda-bf16**" in (laptop / "reports" / "all.md").read_text()
+    alone = buildllm(laptop, "compare", "cpu-fp32", "cuda-bf16", "--out", "reports/none", check=False)
+    assert alone.returncode == 2 and alone.stderr.startswith("error: nothing to compare")
+    assert not (laptop / "reports" / "none.md").exists()
+
+
+def test_round_trip_through_git_and_dvc_remotes(lab):
+    root, laptop = lab["root"], lab["laptop"]
+    origin = root / "origin.git"
+    run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], root)
+    run(["git", "remote", "add", "origin", str(origin)], laptop)
+    run(["git", "push", "-q", "origin", "main"], laptop)
+    run(["dvc", "exp", "push", "origin", "cpu-fp32", "cpu-bf16"], laptop)  # refs to git, outputs to the DVC remote
+    assert any(p.is_file() for p in (root / "dvc-store").rglob("*")), "dvc exp push sent nothing to the DVC remote"
+    gpu_box = root / "gpu-box"
+    run(["git", "clone", "-q", str(origin), str(gpu_box)], root)
+    run(["dvc", "pull", "corpus", "tokenize"], gpu_box)  # the laptop's corpus and token files, from the DVC remote
+    assert list((gpu_box / "data" / "tokens").rglob("train_tokens.pt"))
+    assert "up to date" in run(["dvc", "status", "tokenize"], gpu_box).stdout  # nothing to re-tokenize there
+    run(["dvc", "exp", "pull", "origin", "cpu-fp32", "cpu-bf16"], gpu_box)
+    done = buildllm(gpu_box, "compare", "cpu-fp32", "cpu-bf16", "--out", "reports/device_comparison")
+    assert "Equal-budget comparison" in done.stdout
+    buildllm(laptop, "compare", "cpu-fp32", "cpu-bf16", "--out", "reports/laptop")
+    here = read_csv(gpu_box / "reports" / "device_comparison.csv")
+    there = read_csv(laptop / "reports" / "laptop.csv")
+    for name in ("cpu-fp32", "cpu-bf16"):
+        for column in ("rev", "tokens_per_second", "estimated_seconds", "processor", "command"):
+            assert here[name][column] == there[name][column], (name, column)
