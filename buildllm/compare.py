@@ -7,8 +7,9 @@ experiments. Device and precision are the variables (plus whatever `--vary` name
 difference makes it "not an equal-budget comparison", and speed-ups are withheld unless
 `--allow-different` is given.
 
-Experiments come from `dvc exp show --json` (buildllm/report_experiments.py). A run that failed, or whose metrics contradict its own params (a failed queued run
-carries its baseline's metrics), is excluded with one line; its numbers are never reported.
+Experiments come from `dvc exp show --json` (buildllm/report_experiments.py). A run that failed,
+or whose metrics contradict its own params (a failed queued run carries its baseline's metrics),
+is excluded with one line; its numbers are never reported.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class Comparison:
                     f"the variables are {variables}.")
         line = "Not an equal-budget comparison: " + "; ".join(self.differences) + "."
         if self.allow_different:
-            return line + " Speed-ups are shown because --allow-different was given; read them with these differences in mind."
+            return line + (" Speed-ups are shown because --allow-different was given; read them with these "
+                           "differences in mind.")
         return line + (" Speed-ups are withheld: rerun with equal controls, name an intended difference with "
                        "--vary KEY, or pass --allow-different.")
 
@@ -133,7 +135,10 @@ def _contradiction(exp: Experiment) -> str | None:
 
 
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+    def numeric(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if numeric(a) and numeric(b):
         return float(a) == float(b)
     return a == b
 
@@ -245,9 +250,10 @@ def compare(names: list, allow_different: bool = False, vary: list | None = None
         raise UserError(f"nothing to compare: {len(kept)} usable experiment(s) ({why}); run at least two, e.g. "
                         "`dvc exp run -n cpu-fp32 -S device=cpu -S precision=fp32`")
     table, differences = controls_table(kept, vary)
+    created = datetime.now().astimezone().isoformat(timespec="seconds")
     comparison = Comparison(experiments=kept, excluded=excluded, controls=table, differences=differences,
                             vary=vary, allow_different=allow_different, frame=pd.DataFrame(),
-                            notes=notes + caveats(kept), created=datetime.now().astimezone().isoformat(timespec="seconds"))
+                            notes=notes + caveats(kept), created=created)
     comparison.frame = summary_frame(kept, comparison.speedups_shown)
     return comparison
 

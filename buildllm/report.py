@@ -142,7 +142,8 @@ def markdown(c: Comparison, out: Path) -> str:
                                          for _, r in shown.iterrows()])]
     if others:
         md += ["", f"Also the same in every experiment: {len(others)} other params ({', '.join(others)})."]
-    md += ["", "## Results", "", _md_table(["figure", *names], [[label, *values] for label, values in results_rows(c)]), ""]
+    results = [[label, *values] for label, values in results_rows(c)]
+    md += ["", "## Results", "", _md_table(["figure", *names], results), ""]
     md += [f"- {note}" for note in c.notes] + ([""] if c.notes else [])
     md += [f"![Device comparison chart]({out.name}.png)", ""]
     md += ["## Reproduce", ""]
@@ -186,13 +187,14 @@ def html_page(c: Comparison, out: Path, png: bytes) -> str:
     names = [x.name for x in c.experiments]
     shown, others = controls_shown(c)
     verdict_class = "ok" if c.equal_budget else "warn"
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{e('Device comparison: ' + ' vs '.join(names))}</title>",
-             f"<style>{STYLE}</style></head><body>",
-             f"<h1>Device comparison: {e(' vs '.join(names))}</h1>",
+    title = e("Device comparison: " + " vs ".join(names))
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>",
+             f"<style>{STYLE}</style></head><body>", f"<h1>{title}</h1>",
              f"<p class='muted'>Generated {e(c.created)} by <code>buildllm compare</code> from <code>dvc exp show</code>.</p>",
              f"<p class='verdict {verdict_class}' id='verdict'>{e(c.verdict)}</p>"]
     if c.excluded:
-        parts.append("<ul id='excluded'>" + "".join(f"<li>Excluded <b>{e(n)}</b>: {e(w)}.</li>" for n, w in c.excluded) + "</ul>")
+        items = "".join(f"<li>Excluded <b>{e(n)}</b>: {e(w)}.</li>" for n, w in c.excluded)
+        parts.append(f"<ul id='excluded'>{items}</ul>")
     parts.append("<h2>Controls</h2>")
     rows = [([r["control"], r["source"], *[r[n] for n in names], status(r)], status(r).split()[0])
             for _, r in shown.iterrows()]
@@ -201,7 +203,8 @@ def html_page(c: Comparison, out: Path, png: bytes) -> str:
         parts.append(f"<details><summary>Also the same in every experiment: {len(others)} other params</summary>"
                      f"<p>{e(', '.join(others))}</p></details>")
     parts.append("<h2>Results</h2>")
-    parts.append(_html_table(["figure", *names], [([label, *values], "") for label, values in results_rows(c)], "results"))
+    results = [([label, *values], "") for label, values in results_rows(c)]
+    parts.append(_html_table(["figure", *names], results, "results"))
     if c.notes:
         parts.append("<ul id='notes'>" + "".join(f"<li>{e(n)}</li>" for n in c.notes) + "</ul>")
     encoded = base64.b64encode(png).decode("ascii")
