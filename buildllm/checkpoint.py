@@ -1,0 +1,226 @@
+"""Checkpoints a kill cannot corrupt, the lock that keeps two runs out of one directory, and the
+check that a resume continues the same schedule.
+
+Each checkpoint is one file, checkpoint_<step>.pt, written to a temp file, fsynced and renamed
+(buildllm.atomic): a kill at any moment leaves the previous checkpoints whole and at most a stray
+temp file, which the next run removes. Only the newest `keep` checkpoints stay.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import torch
+
+from buildllm.atomic import atomic_write
+from buildllm.errors import UserError
+
+NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
+LOCK = "train.lock"
+TEMP = re.compile(r"^\.checkpoint_\d+\.pt\..*\.tmp$")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"checkpoint_{step:08d}.pt"
+
+
+def list_checkpoints(directory: str | Path) -> list[Path]:
+    """Complete checkpoints in `directory`, oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def foreign_files(directory: str | Path) -> list[str]:
+    """Entries that are neither checkpoints, the lock nor a save's leftover temp file."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir()
+                  if not (NAME.match(p.name) or TEMP.match(p.name) or p.name == LOCK))
+
+
+def remove_leftovers(directory: str | Path) -> list[str]:
+    """Delete temp files of saves a kill interrupted."""
+    removed = []
+    for path in Path(directory).iterdir():
+        if TEMP.match(path.name):
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
+def save(directory: str | Path, state: dict, keep: int) -> tuple[float, int, Path]:
+    """Write `state` as checkpoint_<step>.pt atomically, then prune to the newest `keep`.
+
+    Returns (seconds, bytes, path); the seconds include the fsync, the part a user waits for.
+    """
+    directory = Path(directory)
+    path = directory / checkpoint_name(state["step"])
+    started = time.perf_counter()
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
+    seconds = time.perf_counter() - started
+    for old in list_checkpoints(directory)[:-keep]:
+        old.unlink(missing_ok=True)
+    return seconds, path.stat().st_size, path
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    try:
+        # weights_only: tensors and plain containers only; a checkpoint cannot run code when loaded.
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises many types for a damaged file
+        raise UserError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                        "use another checkpoint or rerun into a fresh --checkpoint-directory") from None
+    if not isinstance(state, dict) or "model" not in state or "step" not in state:
+        raise UserError(f"{path} is not a BuildLLM checkpoint; point --checkpoint-directory at a training run's folder")
+    return state
+
+
+def load_latest(directory: str | Path) -> tuple[Path, dict] | None:
+    """The newest checkpoint that reads; a damaged newest one falls back to the one before it."""
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            return path, load(path)
+        except UserError as exc:
+            print(f"warning: {exc}; trying the previous checkpoint", file=sys.stderr)
+    return None
+
+
+def rng_state() -> dict:
+    """Every random generator a step may draw from (dropout, sampling), so a resume draws the same."""
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def differences(saved: dict, current: dict) -> list[str]:
+    """'key saved -> current' for each schedule setting that changed."""
+    keys = sorted(set(saved) | set(current))
+    return [f"{key} {saved.get(key)!r} -> {current.get(key)!r}" for key in keys if saved.get(key) != current.get(key)]
+
+
+def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool) -> dict | None:
+    """The checkpoint a run in `directory` continues from; None for a new run.
+
+    The newest checkpoint of the same run is resumed without being asked. A different schedule is
+    refused (listing what changed) unless `force`; a different model cannot be forced; a new run
+    into a directory holding anything else is refused, so nothing is mixed up or overwritten.
+    """
+    directory = Path(directory)
+    if directory.is_dir() and (removed := remove_leftovers(directory)):
+        print(f"warning: removed {len(removed)} temp file(s) of a checkpoint save that was interrupted",
+              file=sys.stderr)
+    found = load_latest(directory)
+    if found is None:
+        if list_checkpoints(directory):
+            raise UserError(f"no checkpoint in {directory} can be read; rerun into a fresh --checkpoint-directory")
+        if foreign := foreign_files(directory):
+            raise UserError(f"checkpoint directory {directory} is not empty ({', '.join(foreign[:3])}) and holds no "
+                            "checkpoint; a new run needs an empty or new --checkpoint-directory")
+        if resume:
+            raise UserError(f"--resume given but {directory} holds no checkpoint; drop --resume to start a new run, "
+                            "or point --checkpoint-directory at the run to continue")
+        return None
+    path, state = found
+    changed = differences(state.get("signature", {}), signature)
+    if any(change.startswith(("model.", "profile ")) for change in changed):
+        raise UserError(f"{path} holds a different model ({'; '.join(changed)}); its weights cannot continue this "
+                        "model, even with --force; use a fresh --checkpoint-directory")
+    if changed and not force:
+        raise UserError(f"{path} is a run with a different schedule ({'; '.join(changed)}); rerun from a fresh "
+                        "--checkpoint-directory unless deliberately resuming an identical schedule, or add --force "
+                        "to continue it with the new settings")
+    if changed:
+        print(f"warning: --force: continuing {path} with a different schedule: {'; '.join(changed)}", file=sys.stderr)
+    print(f"resuming from {path} (step {state['step']})", file=sys.stderr)
+    return state
+
+
+class DirectoryLock:
+    """A lock file naming the owner's pid: a second run on the same directory is refused while the
+    first lives; a lock left by a dead process (kill -9, power cut) is taken over with a warning."""
+
+    def __init__(self, directory: str | Path):
+        self.path = Path(directory) / LOCK
+        self.held = False
+
+    def __enter__(self) -> "DirectoryLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _mine(self) -> str:
+        me = psutil.Process()
+        return f"{me.pid} {me.create_time():.3f} {socket.gethostname()}\n"
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._take_over_if_stale()
+                continue
+            with os.fdopen(fd, "w") as handle:
+                handle.write(self._mine())
+            self.held = True
+            return
+        raise UserError(f"could not take the lock {self.path}; another run keeps taking it; try again")
+
+    def _take_over_if_stale(self) -> None:
+        try:
+            pid_text, started, host = (self.path.read_text().split() + ["", "", ""])[:3]
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            pid, started, host = None, "", ""
+        if pid is not None and host == socket.gethostname() and _alive(pid, started):
+            raise UserError(f"checkpoint directory {self.path.parent} in use by pid {pid}; wait for that run to "
+                            "finish or stop it, or use another --checkpoint-directory")
+        if pid is not None and host and host != socket.gethostname():
+            raise UserError(f"checkpoint directory {self.path.parent} is locked by pid {pid} on host {host}; if that "
+                            f"run is gone, delete {self.path} and rerun")
+        print(f"warning: taking over the stale lock {self.path} (pid {pid} is no longer running)", file=sys.stderr)
+        self.path.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        if self.held:
+            try:
+                if self.path.read_text() == self._mine():
+                    self.path.unlink()
+            except OSError:
+                pass
+            self.held = False
+
+
+def _alive(pid: int, started: str) -> bool:
+    """The pid runs and is the same process (pids are reused: compare start times too)."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return not started or abs(process.create_time() - float(started)) < 1.0
+    except psutil.AccessDenied:
+        return True  # it exists; someone else's process
+    except (psutil.NoSuchProcess, ValueError):
+        return False

@@ -1,0 +1,116 @@
+"""Several processes, one run: what `torchrun` sets up, and the few collectives training needs.
+
+torchrun starts one process per device and tells each its RANK, LOCAL_RANK and WORLD_SIZE through
+the environment. Every process builds the same model; DistributedDataParallel averages gradients,
+each rank reads its own slice of every global batch, and only rank 0 writes files. Without
+torchrun the same code runs as a world of one and no collective is ever called.
+
+    torchrun --standalone --nproc_per_node=4 -m buildllm train ...            # one machine
+    torchrun --nnodes=2 --node_rank=R --rdzv-backend=c10d \\
+             --rdzv-endpoint=HOST:29500 --nproc_per_node=4 -m buildllm train ...  # each of 2 machines
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+import torch
+import torch.distributed as dist
+
+from buildllm.errors import DeviceUnavailable
+from buildllm.runtime import DeviceDecision
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    local_rank: int = 0
+    size: int = 1
+    backend: str = ""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+
+def launched_by_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def start(device: DeviceDecision) -> tuple[World, DeviceDecision]:
+    """Join the process group torchrun prepared; return this rank's world and its own device.
+
+    NCCL on CUDA (GPU-to-GPU transfers), gloo elsewhere: the CPU path, and what CI can test.
+    """
+    if not launched_by_torchrun():
+        return World(), device
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    size = int(os.environ["WORLD_SIZE"])
+    if device.kind == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise DeviceUnavailable(
+                f"torchrun started {os.environ.get('LOCAL_WORLD_SIZE', '?')} processes on this machine but it has "
+                f"{torch.cuda.device_count()} CUDA device(s); set --nproc_per_node to at most that")
+        torch.cuda.set_device(local_rank)
+        device = replace(device, device=f"cuda:{local_rank}", reason=f"{device.reason}; rank {rank} of {size}")
+    elif device.kind not in ("cpu",):
+        raise DeviceUnavailable(f"torchrun training supports cuda and cpu, not {device.kind}; "
+                                "run a single process on this device")
+    backend = "nccl" if device.kind == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    return World(rank, local_rank, size, backend), device
+
+
+def stop(world: World, clean: bool = True) -> None:
+    """Leave the process group. After a clean run, a barrier first: gloo's worker threads release the
+    tensors of the last collectives (which needs the GIL) before teardown joins those threads while
+    holding it; without it, exit can deadlock. After an error another rank may never reach a barrier."""
+    if world.distributed and dist.is_initialized():
+        if clean:
+            dist.barrier()
+        dist.destroy_process_group()
+
+
+def all_sum(world: World, values: list[float]) -> list[float]:
+    """Element-wise sum over ranks (float64, so token counts stay exact)."""
+    if not world.distributed:
+        return list(values)
+    # NCCL moves only CUDA tensors; gloo only CPU ones.
+    device = f"cuda:{torch.cuda.current_device()}" if world.backend == "nccl" else "cpu"
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.tolist()
+
+
+def all_mean_(world: World, tensor: torch.Tensor) -> torch.Tensor:
+    """Average a tensor over ranks in place; every rank then holds the same value."""
+    if world.distributed:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        tensor /= world.size
+    return tensor
+
+
+def any_rank(world: World, flag: bool) -> bool:
+    """True on every rank when it is true on one: all ranks stop at the same step."""
+    return bool(all_sum(world, [float(flag)])[0]) if world.distributed else flag
+
+
+def from_main(world: World, value):
+    """Rank 0's `value` on every rank (a checkpoint read on rank 0 reaches nodes that lack the file)."""
+    if not world.distributed:
+        return value
+    box = [value if world.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier(world: World) -> None:
+    if world.distributed:
+        dist.barrier()
+

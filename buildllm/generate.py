@@ -1,0 +1,140 @@
+"""Text from a trained checkpoint: greedy or sampled (temperature, top-k), with or without a KV cache.
+
+Without a cache every new token runs the whole context through the model again; with one, the
+prompt runs once (prefill) and each new token runs alone, reading the keys and values of the
+tokens before it from the cache. Both condition on the same window, the last sequence_length
+tokens: once the text outgrows it, the cache is rebuilt from that window each step, as the model
+never saw positions beyond it in training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from buildllm import checkpoint
+from buildllm.config import load_config
+from buildllm.errors import UserError
+from buildllm.model import GPT, GPTConfig, KVCache, build_model
+from buildllm.runtime import resolve_device
+
+
+def checkpoint_file(location: str | Path) -> Path:
+    """A checkpoint file, or the newest checkpoint in a training run's directory."""
+    location = Path(location)
+    if location.is_file():
+        return location
+    found = checkpoint.list_checkpoints(location)
+    if not found:
+        raise UserError(f"no checkpoint in {location}; train first (`buildllm train`) or pass "
+                        "--checkpoint-directory of a finished or interrupted run")
+    return found[-1]
+
+
+def load_model(path: Path, device: str) -> tuple[GPT, dict]:
+    state = checkpoint.load(path)
+    model = build_model(GPTConfig(**state["model_config"]), device)
+    model.load_state_dict(state["model"])
+    return model.eval(), state
+
+
+def load_tokenizer(saved: str, override: str | None, path: Path):
+    from tokenizers import Tokenizer
+
+    candidates = [Path(override)] if override else [Path(saved), path.parent / Path(saved).name]
+    for candidate in candidates:
+        if str(candidate) and candidate.is_file():
+            return Tokenizer.from_file(str(candidate))
+    raise UserError(f"the tokenizer of {path} ({override or saved or 'none recorded'}) is not there; run from the "
+                    "project root where it was trained, or pass --tokenizer with the tokenizer's JSON file")
+
+
+def next_token(logits: torch.Tensor, greedy: bool, temperature: float, top_k: int | None,
+               generator: torch.Generator) -> int:
+    if greedy or temperature == 0:
+        return int(logits.argmax())
+    logits = logits.float() / temperature
+    if top_k:
+        kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    # Sampling on the CPU with a CPU generator: the same seed gives the same text on every device.
+    probabilities = torch.softmax(logits, dim=-1).cpu()
+    return int(torch.multinomial(probabilities, 1, generator=generator))
+
+
+@torch.no_grad()
+def generate_ids(model: GPT, prompt: list[int], max_new_tokens: int, *, greedy: bool = False,
+                 temperature: float = 1.0, top_k: int | None = None, kv_cache: bool = True,
+                 seed: int = 0) -> list[int]:
+    """The prompt's ids followed by max_new_tokens generated ones."""
+    if not prompt:
+        raise UserError("the prompt has no tokens; give a non-empty --prompt")
+    window = model.config.sequence_length
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    ids = list(prompt)
+
+    def run(tokens: list[int], cache: KVCache | None) -> torch.Tensor:
+        logits, _ = model(torch.tensor([tokens], device=device), cache=cache)
+        return logits[0, -1]
+
+    cache = KVCache(model.config.n_layer) if kv_cache else None
+    logits = run(ids[-window:], cache)
+    for _ in range(max_new_tokens):
+        ids.append(next_token(logits, greedy, temperature, top_k, generator))
+        if cache is not None and cache.length < window:
+            logits = run(ids[-1:], cache)
+        else:
+            cache = KVCache(model.config.n_layer) if kv_cache else None
+            logits = run(ids[-window:], cache)
+    return ids
+
+
+def generate_text(location: str | Path, prompt: str, max_new_tokens: int = 100, *, device: str = "cpu",
+                  greedy: bool = False, temperature: float = 1.0, top_k: int | None = 50, kv_cache: bool = True,
+                  seed: int = 1337, tokenizer: str | None = None) -> str:
+    path = checkpoint_file(location)
+    model, state = load_model(path, device)
+    encoder = load_tokenizer(state.get("tokenizer", ""), tokenizer, path)
+    prompt_ids = encoder.encode(prompt).ids
+    if prompt_ids and max(prompt_ids) >= model.config.vocab_size:
+        raise UserError(f"the tokenizer gives id {max(prompt_ids)} but the model has {model.config.vocab_size}; "
+                        "use the tokenizer the checkpoint was trained with")
+    how = "greedy" if greedy else f"temperature {temperature}, top-k {top_k}"
+    print(f"{path} (step {state['step']}) on {device}: {how}, {'with' if kv_cache else 'without'} KV cache",
+          file=sys.stderr)
+    ids = generate_ids(model, prompt_ids, max_new_tokens, greedy=greedy, temperature=temperature, top_k=top_k,
+                       kv_cache=kv_cache, seed=seed)
+    return encoder.decode(ids)
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("generate", help="print text from a trained checkpoint")
+    p.add_argument("--params", default="params.yaml", help="params file for defaults (default ./params.yaml)")
+    p.add_argument("--checkpoint-directory", help="a training run's directory or one checkpoint file "
+                                                  "(default: params' train.checkpoint_directory)")
+    p.add_argument("--prompt", required=True, help="text to continue")
+    p.add_argument("--max-new-tokens", type=int, default=100)
+    p.add_argument("--temperature", type=float, default=0.8, help="below 1: safer text; above 1: wilder")
+    p.add_argument("--top-k", type=int, default=50, help="sample among the k likeliest tokens (0: all)")
+    p.add_argument("--greedy", action="store_true", help="always the likeliest token (temperature ignored)")
+    p.add_argument("--no-kv-cache", dest="kv_cache", action="store_false", help="recompute the whole context")
+    p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: params' device)")
+    p.add_argument("--seed", type=int, help="sampling seed (default: params' seed)")
+    p.add_argument("--tokenizer", help="tokenizer JSON, if not the one recorded in the checkpoint")
+    p.set_defaults(handler=_command)
+
+
+def _command(args: argparse.Namespace) -> None:
+    if args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
+        raise UserError("--max-new-tokens, --temperature and --top-k must not be negative")
+    overrides = {key: value for key, value in (("train.checkpoint_directory", args.checkpoint_directory),
+                                               ("device", args.device), ("seed", args.seed)) if value is not None}
+    config = load_config(args.params, overrides)
+    device = resolve_device(config.device).device
+    print(generate_text(config.train.checkpoint_directory, args.prompt, args.max_new_tokens, device=device,
+                        greedy=args.greedy, temperature=args.temperature, top_k=args.top_k or None,
+                        kv_cache=args.kv_cache, seed=config.seed, tokenizer=args.tokenizer))

@@ -1,0 +1,418 @@
+"""Training: the Trainer, which owns everything one optimizer step touches, and the run around it.
+
+Trainer.step() is one optimizer step: grad_accum micro-batches drawn from a resumable data cursor,
+each under autocast, gradients scaled for fp16, averaged across processes only on the last
+micro-batch, clipped, then AdamW at the schedule's learning rate. The benchmark times this same
+method. Trainer.state() is everything a bitwise-exact resume needs.
+
+train(config) is the loop around it: validation every eval_interval steps, a log row every
+log_interval steps, checkpoints every checkpoint_interval steps, and the stop rules: a non-finite
+loss or out-of-memory stops with the last good checkpoint kept; Ctrl-C (or SIGTERM) saves and exits.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import signal
+import sys
+import threading
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import psutil
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from buildllm import checkpoint, distributed
+from buildllm.config import Config, config_to_dict
+from buildllm.data import Windows, batches_per_epoch, load_tokens, loader, sequential_batches, to_device
+from buildllm.distributed import World
+from buildllm.errors import TrainingFailed, UserError
+from buildllm.metrics import write_metrics
+from buildllm.model import build_model
+from buildllm.optimizer import build_optimizer
+from buildllm.paths import metrics_path, token_paths, tokenizer_path
+from buildllm.plan import RunPlan, announce, apply_plan, make_plan
+from buildllm.plots import Session, record, train_metrics, write_log, write_png
+from buildllm.precision import autocast, grad_scaler
+from buildllm.runtime import timed
+from buildllm.schedule import make_schedule
+
+
+class NonFiniteLoss(TrainingFailed):
+    def __init__(self, step: int, loss: float):
+        super().__init__(f"training loss became {loss} at step {step}")
+        self.step, self.loss = step, loss
+
+
+class TrainingInterrupted(TrainingFailed):
+    exit_code = 130
+
+
+class OutOfMemory(TrainingFailed):
+    pass
+
+
+class DataCursor:
+    """Micro-batches in the deterministic epoch order, from a position a checkpoint can restore."""
+
+    def __init__(self, windows: Windows, batch_size: int, seed: int, world: World, workers: int = 0,
+                 pin_memory: bool = False):
+        self.windows, self.batch_size, self.seed, self.world = windows, batch_size, seed, world
+        self.workers, self.pin_memory = workers, pin_memory
+        self.global_batch = batch_size * world.size
+        self.batches_per_epoch = batches_per_epoch(len(windows), self.global_batch)
+        if self.batches_per_epoch < 1:
+            raise UserError(f"{len(windows)} training examples are fewer than one batch of {self.global_batch} "
+                            "(batch_size x processes); raise --training-examples or lower --batch-size")
+        self.epoch, self.batch, self._batches = 0, 0, None
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.batch >= self.batches_per_epoch:
+            self.epoch, self.batch, self._batches = self.epoch + 1, 0, None
+        if self._batches is None:
+            self._batches = loader(self.windows, self.batch_size, self.seed, self.epoch, self.batch, self.world.rank,
+                                   self.world.size, self.workers, self.pin_memory)
+        index, inputs, targets = next(self._batches)
+        self.batch = index + 1
+        return inputs, targets
+
+    def state(self) -> dict:
+        return {"epoch": self.epoch, "batch": self.batch, "seed": self.seed, "global_batch": self.global_batch}
+
+    def load(self, state: dict) -> None:
+        # A forced resume with another batch size continues at the same example, not the same batch number.
+        examples = state["batch"] * state["global_batch"]
+        self.epoch, self.batch, self._batches = state["epoch"], examples // self.global_batch, None
+
+
+def run_signature(plan: RunPlan, world_size: int, training_examples: int) -> dict:
+    """What must match for a resume to continue the same schedule (device and threads may change)."""
+    cfg = plan.config.train
+    return {"profile": plan.profile.name, **{f"model.{k}": v for k, v in asdict(plan.model).items()},
+            "batch_size": plan.batch_size, "grad_accum": cfg.grad_accum, "processes": world_size,
+            "epochs": cfg.epochs, "training_examples": training_examples,
+            "validation_examples": cfg.validation_examples, "precision": plan.precision.precision,
+            "seed": plan.config.seed, "learning_rate": plan.learning_rate, "warmup_steps": cfg.warmup_steps,
+            "min_learning_rate_ratio": cfg.min_learning_rate_ratio, "weight_decay": cfg.weight_decay,
+            "grad_clip": cfg.grad_clip}
+
+
+class Trainer:
+    def __init__(self, plan: RunPlan, train_windows: Windows, validation_windows: Windows | None = None, *,
+                 world: World | None = None, tokenizer: str | Path | None = None, directory: str | Path | None = None):
+        cfg = plan.config.train
+        self.plan, self.config, self.device = plan, plan.config, plan.device
+        self.world = world or World()
+        self.directory = Path(directory or cfg.checkpoint_directory)
+        self.tokenizer = str(tokenizer or "")
+        self.train_windows, self.validation_windows = train_windows, validation_windows
+        self.cursor = DataCursor(train_windows, plan.batch_size, plan.config.seed, self.world, plan.workers,
+                                 pin_memory=self.device.kind == "cuda")
+        self.planned_steps = self.cursor.batches_per_epoch * cfg.epochs // cfg.grad_accum
+        if self.planned_steps < 1:
+            raise UserError(f"{cfg.epochs} epoch(s) of {self.cursor.batches_per_epoch} batches make no optimizer step "
+                            f"with grad_accum {cfg.grad_accum}; lower --grad-accum or raise --epochs")
+        self.schedule = make_schedule(plan.learning_rate, self.planned_steps, cfg.warmup_steps,
+                                      cfg.min_learning_rate_ratio)
+        # The same initial weights and random draws whoever builds the trainer, and in every process.
+        torch.manual_seed(plan.config.seed)
+        random.seed(plan.config.seed)
+        self.model = build_model(plan.model, self.device.device)
+        self.model.gradient_checkpointing = cfg.gradient_checkpointing
+        self.optimizer, self.fused_adamw, self.fused_adamw_reason = build_optimizer(
+            self.model, plan.learning_rate, cfg.weight_decay, self.device.device)
+        self.scaler = grad_scaler(plan.precision, self.device)
+        self.ddp = None
+        if self.world.distributed:
+            ids = [self.device.index] if self.device.kind == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+        module = self.ddp or self.model
+        # The compiled wrapper is used for steps only; checkpoints come from the raw module.
+        self.forward = torch.compile(module) if cfg.compile else module
+        self.signature = run_signature(plan, self.world.size, len(train_windows))
+        self.tokens_per_step = plan.tokens_per_step * self.world.size
+        self.step_count, self.tokens_seen, self.train_seconds = 0, 0, 0.0
+        self.learning_rate = self.schedule.rate(0)
+        self.log_rows: list[dict] = []
+        self.saves: list[tuple[float, int]] = []
+        self.resumed_from: int | None = None
+
+    def step(self) -> float:
+        """One optimizer step; returns the mean loss of its micro-batches (over all processes)."""
+        self.learning_rate = self.schedule.rate(self.step_count)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate
+        accum = self.config.train.grad_accum
+        total = torch.zeros((), device=self.device.device)
+        for micro in range(accum):
+            inputs, targets = to_device(*self.cursor.next(), self.device.device, pin=self.device.kind == "cuda")
+            # Gradients are averaged across processes once per step, on the last micro-batch.
+            sync = self.ddp is None or micro == accum - 1
+            with nullcontext() if sync else self.ddp.no_sync():
+                with autocast(self.plan.precision, self.device):
+                    _, loss = self.forward(inputs, targets)
+                self.scaler.scale(loss / accum).backward()
+            total += loss.detach()
+        loss = distributed.all_mean_(self.world, total / accum).item()
+        if not math.isfinite(loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(self.step_count + 1, loss)
+        if self.config.train.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step_count += 1
+        self.tokens_seen += self.tokens_per_step
+        return loss
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean loss per token over the validation examples (each process takes every size-th batch)."""
+        if self.validation_windows is None:
+            raise ValueError("this trainer was built without validation examples")
+        self.model.eval()
+        total, count = 0.0, 0
+        try:
+            for index, batch in enumerate(sequential_batches(self.validation_windows, self.plan.batch_size)):
+                if index % self.world.size != self.world.rank:
+                    continue
+                inputs, targets = to_device(*batch, self.device.device)
+                with autocast(self.plan.precision, self.device):
+                    _, loss = self.model(inputs, targets)
+                total += loss.item() * inputs.shape[0]
+                count += inputs.shape[0]
+        finally:
+            self.model.train()
+        total, count = distributed.all_sum(self.world, [total, count])
+        return total / count
+
+    def state(self) -> dict:
+        return {
+            "format": 1, "step": self.step_count, "tokens_seen": self.tokens_seen, "train_seconds": self.train_seconds,
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(), "schedule": asdict(self.schedule), "cursor": self.cursor.state(),
+            "rng": checkpoint.rng_state(), "signature": self.signature, "model_config": asdict(self.plan.model),
+            "config": config_to_dict(self.config), "tokenizer": self.tokenizer, "device": self.device.device,
+            "precision": self.plan.precision.precision, "log": list(self.log_rows),
+        }
+
+    def load_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler.is_enabled() and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.step_count, self.tokens_seen = state["step"], state["tokens_seen"]
+        self.train_seconds = state["train_seconds"]
+        self.cursor.load(state["cursor"])
+        self.log_rows = [row for row in state.get("log", []) if row["step"] <= self.step_count]
+        self.learning_rate = self.schedule.rate(max(0, self.step_count - 1))
+        checkpoint.set_rng_state(state["rng"])
+
+    def save_checkpoint(self) -> tuple[float, int]:
+        """Write a checkpoint atomically (rank 0 only); returns (seconds, bytes)."""
+        if not self.world.is_main:
+            return 0.0, 0
+        seconds, size, _ = checkpoint.save(self.directory, self.state(), self.config.train.keep_checkpoints)
+        self.saves.append((seconds, size))
+        return seconds, size
+
+
+def train(config: Config) -> dict:
+    """`buildllm train` and the DVC train stage: returns the metrics written to metrics/train.json."""
+    plan = make_plan(config)
+    world, device = distributed.start(plan.device)
+    plan = replace(plan, device=device)
+    together = False
+    try:
+        apply_plan(plan)
+        vocab, length = plan.model.vocab_size, plan.model.sequence_length
+        train_path, validation_path = token_paths(config, vocab)
+        train_windows = Windows(load_tokens(train_path, vocab, "training token file"), length,
+                                config.train.training_examples)
+        validation_windows = Windows(load_tokens(validation_path, vocab, "validation token file"), length,
+                                     config.train.validation_examples)
+        directory = Path(config.train.checkpoint_directory)
+        trainer = Trainer(plan, train_windows, validation_windows, world=world,
+                          tokenizer=tokenizer_path(config, vocab), directory=directory)
+        # Only rank 0 writes, so only rank 0 locks; every rank follows its resume decision.
+        lock = checkpoint.DirectoryLock(directory)
+        decision = None
+        if world.is_main:
+            try:
+                lock.acquire()
+                decision = ("state", checkpoint.state_to_resume(directory, trainer.signature, config.train.resume,
+                                                                config.train.force))
+            except UserError as exc:
+                decision = ("error", str(exc))
+        kind, value = distributed.from_main(world, decision)
+        together = True  # from here on, every rank stops at the same step for the same reason
+        try:
+            if kind == "error":
+                raise UserError(value)
+            if value is not None:
+                trainer.load_state(value)
+                trainer.resumed_from = value["step"]
+            metrics = run(trainer)
+        finally:
+            lock.release()
+    except BaseException as exc:
+        # Out of memory strikes one rank; the others never reach a barrier, so leave without one.
+        distributed.stop(world, clean=together and isinstance(exc, UserError) and not isinstance(exc, OutOfMemory))
+        raise
+    distributed.stop(world)
+    return metrics
+
+
+class StopRequest:
+    """Ctrl-C or SIGTERM asks the loop to stop after the current step, so the checkpoint it saves is
+    a whole step's state."""
+
+    def __init__(self):
+        self.requested, self._previous, self.signals = False, {}, []
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        # Only a second Ctrl-C stops at once: torchrun follows a terminal's Ctrl-C with its own SIGTERM.
+        if self.requested and signum == signal.SIGINT and self.signals.count(signal.SIGINT):
+            raise KeyboardInterrupt
+        if not self.requested:
+            print("\nstopping after this step to save a checkpoint (Ctrl-C again stops at once)", file=sys.stderr)
+        self.requested = True
+        self.signals.append(signum)
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def run(trainer: Trainer) -> dict:
+    """Train to the planned step; validate, log, checkpoint on the way; write the metrics."""
+    cfg, world, device = trainer.config.train, trainer.world, trainer.device
+    if world.is_main:
+        announce("train", trainer.plan, planned_steps=trainer.planned_steps, start_step=trainer.step_count,
+                 epochs=cfg.epochs, training_examples=len(trainer.train_windows),
+                 validation_examples=len(trainer.validation_windows), processes=world.size,
+                 tokens_per_step=trainer.tokens_per_step, checkpoint_directory=str(trainer.directory))
+        write_log(trainer.log_rows)
+    if device.kind == "cuda":
+        torch.cuda.reset_peak_memory_stats(device.device)
+    session = Session(time.perf_counter())
+    bar = tqdm(total=trainer.planned_steps, initial=trainer.step_count, unit="step", file=sys.stderr,
+               disable=not world.is_main, dynamic_ncols=True)
+    with StopRequest() as stop, bar:
+        try:
+            if trainer.step_count == 0:
+                record(trainer, session, trainer.evaluate())  # the untrained model's loss: where the curve starts
+            while trainer.step_count < trainer.planned_steps:
+                begin = timed(device)
+                loss = trainer.step()
+                session.add(loss, timed(device) - begin)
+                trainer.train_seconds += session.interval_seconds[-1]
+                step, last = trainer.step_count, trainer.step_count == trainer.planned_steps
+                evaluate = last or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0)
+                if evaluate or step % cfg.log_interval == 0:
+                    row = record(trainer, session, trainer.evaluate() if evaluate else None)
+                    bar.set_postfix(loss=f"{row['train_loss']:.3f}", lr=f"{row['learning_rate']:.2e}",
+                                    tok_s=f"{row['tokens_per_second']:.0f}")
+                bar.update(1)
+                if distributed.any_rank(world, stop.requested):
+                    break
+                if not last and cfg.checkpoint_interval > 0 and step % cfg.checkpoint_interval == 0:
+                    trainer.save_checkpoint()
+            if trainer.log_rows[-1]["validation_loss"] is None and trainer.step_count == trainer.planned_steps:
+                record(trainer, session, trainer.evaluate())  # resumed at the very end: validate once more
+        except NonFiniteLoss as exc:
+            finish(trainer, session, "non_finite_loss", {"non_finite_step": exc.step})
+            raise TrainingFailed(f"{exc}; {kept(trainer)}; lower --learning-rate (or train in bf16 or fp32 instead "
+                                 "of fp16) and rerun into a fresh --checkpoint-directory") from None
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as exc:
+            if not out_of_memory(exc):
+                raise
+            figures = memory_figures(device)
+            finish(trainer, session, "out_of_memory", {"oom": True, "oom_batch_size": trainer.plan.batch_size,
+                                                       "oom_step": trainer.step_count + 1, **figures})
+            raise OutOfMemory(
+                f"{device.device} ran out of memory at step {trainer.step_count + 1} with batch size "
+                f"{trainer.plan.batch_size} ({describe_memory(figures)}); reduce --batch-size (e.g. --batch-size "
+                f"{max(1, trainer.plan.batch_size // 2)}), record the change, and rerun into a fresh "
+                f"--checkpoint-directory; {kept(trainer)}") from None
+    trainer.save_checkpoint()
+    if trainer.step_count < trainer.planned_steps:
+        finish(trainer, session, "interrupted", {})
+        raise TrainingInterrupted(f"stopped at step {trainer.step_count} of {trainer.planned_steps}; checkpoint "
+                                  f"saved in {trainer.directory}; run the same command again to resume")
+    return finish(trainer, session, "completed", {})
+
+
+def finish(trainer: Trainer, session: Session, status: str, extra: dict) -> dict:
+    """Write metrics/train.json, the plot file and the PNG (rank 0); print the summary."""
+    peak, peak_kind = peak_memory(trainer.device)
+    metrics = train_metrics(trainer, session, status, {"peak_memory_bytes": peak, "peak_memory_kind": peak_kind,
+                                                        **extra})
+    if trainer.world.is_main:
+        write_log(trainer.log_rows)
+        write_png(trainer.log_rows, f"{trainer.plan.profile.name} on {trainer.device.device} "
+                                    f"({trainer.plan.precision.precision}), {trainer.step_count} steps")
+        path = write_metrics(metrics_path("train"), metrics)
+        if status == "completed":
+            speed = f"at {metrics['tokens_per_second']:,.0f} tokens/s" if session.steps else "(nothing left to train)"
+            print(f"trained {trainer.step_count} steps ({metrics['tokens_processed']:,} tokens) {speed}; "
+                  f"validation loss {metrics['final_validation_loss']:.4f} (perplexity {metrics['validation_perplexity']:.1f}); "
+                  f"checkpoint in {trainer.directory}; metrics in {path}")
+    return metrics
+
+
+def kept(trainer: Trainer) -> str:
+    saved = checkpoint.list_checkpoints(trainer.directory)
+    if not saved:
+        return "no checkpoint had been saved yet"
+    return f"the last good checkpoint, {saved[-1].name}, is kept in {trainer.directory}"
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    # CUDA raises its own type; MPS and older builds raise a RuntimeError that says so.
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def memory_figures(device) -> dict:
+    if device.kind != "cuda":
+        return {}
+    return {"oom_allocated_bytes": torch.cuda.memory_allocated(device.device),
+            "oom_reserved_bytes": torch.cuda.memory_reserved(device.device),
+            "oom_peak_allocated_bytes": torch.cuda.max_memory_allocated(device.device),
+            "oom_device_total_bytes": torch.cuda.get_device_properties(device.device).total_memory}
+
+
+def describe_memory(figures: dict) -> str:
+    if not figures:
+        return "no memory figures on this device"
+    gib = {k: v / 2**30 for k, v in figures.items()}
+    return (f"{gib['oom_allocated_bytes']:.2f} GiB allocated, {gib['oom_reserved_bytes']:.2f} GiB reserved, "
+            f"peak {gib['oom_peak_allocated_bytes']:.2f} GiB of {gib['oom_device_total_bytes']:.2f} GiB")
+
+
+def peak_memory(device) -> tuple[int, str]:
+    """The most memory the run held: the device's allocator peak, or the process's peak RSS on the CPU."""
+    if device.kind == "cuda":
+        return torch.cuda.max_memory_allocated(device.device), "cuda_max_allocated"
+    if device.kind == "mps":
+        return torch.mps.driver_allocated_memory(), "mps_driver_allocated"
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak * (1 if sys.platform == "darwin" else 1024), "process_max_rss"
+    except ImportError:  # Windows
+        return psutil.Process().memory_info().peak_wset, "process_peak_working_set"

@@ -1,0 +1,211 @@
+"""Training in-process on a tiny model: the step, the schedule, the files a run writes, resume rules,
+and the stop rules (non-finite loss, out of memory, Ctrl-C)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+
+import pytest
+import torch
+
+from buildllm import checkpoint
+from buildllm.cli import main
+from buildllm.config import load_config
+from buildllm.data import Windows, load_tokens
+from buildllm.plan import apply_plan, make_plan
+from buildllm.schedule import make_schedule
+from buildllm.training import Trainer
+from train_fixtures import make_token_files, same_tensors, train_args
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    return make_token_files(tmp_path_factory.mktemp("tokens"))
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # metrics/ and plots/ are written relative to the working directory
+    return tmp_path
+
+
+def trainer_for(paths, **overrides) -> Trainer:
+    settings = {"preset": "tiny", "device": "cpu", "train.threads": 1, "train.batch_size": 16,
+                "train.training_examples": 320, "train.validation_examples": 32, **overrides}
+    plan = make_plan(load_config(None, settings))
+    apply_plan(plan)
+    windows = Windows(load_tokens(paths["train"]), plan.model.sequence_length, plan.config.train.training_examples)
+    validation = Windows(load_tokens(paths["validation"]), plan.model.sequence_length, 32)
+    return Trainer(plan, windows, validation)
+
+
+def metrics(workdir) -> dict:
+    return json.loads((workdir / "metrics" / "train.json").read_text())
+
+
+def test_schedule_warms_up_linearly_then_decays_to_the_floor():
+    schedule = make_schedule(1.0, total_steps=100, warmup_steps=None, min_ratio=0.1)
+    assert schedule.warmup_steps == 5
+    assert [round(schedule.rate(s), 6) for s in range(5)] == [0.2, 0.4, 0.6, 0.8, 1.0]
+    rates = [schedule.rate(s) for s in range(5, 100)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))
+    assert schedule.rate(100) == pytest.approx(0.1) and schedule.rate(500) == pytest.approx(0.1)
+    assert schedule.rate(5 + 95 // 2) == pytest.approx(0.55, abs=0.02)  # half-way down the cosine
+
+
+def test_gradient_accumulation_equals_the_larger_batch(paths):
+    # Micro-batches of 8 twice take the same examples as one batch of 16, so the steps agree.
+    big, accumulated = trainer_for(paths), trainer_for(paths, **{"train.batch_size": 8, "train.grad_accum": 2})
+    assert big.planned_steps == accumulated.planned_steps == 20
+    for _ in range(3):
+        assert big.step() == pytest.approx(accumulated.step(), rel=1e-5)
+    for name, weight in big.model.state_dict().items():
+        torch.testing.assert_close(weight, accumulated.model.state_dict()[name], rtol=1e-3, atol=2e-5)
+
+
+def test_checkpoint_state_continues_bitwise(paths, tmp_path):
+    first = trainer_for(paths, **{"train.checkpoint_directory": str(tmp_path / "ck")})
+    for _ in range(4):
+        first.step()
+    seconds, size = first.save_checkpoint()
+    assert seconds > 0 and size == (tmp_path / "ck" / "checkpoint_00000004.pt").stat().st_size
+    second = trainer_for(paths)
+    second.load_state(checkpoint.load(tmp_path / "ck" / "checkpoint_00000004.pt"))
+    for _ in range(3):
+        assert first.step() == second.step()
+    assert same_tensors(first.state()["model"], second.state()["model"]) == []
+    assert same_tensors(first.optimizer.state_dict(), second.optimizer.state_dict()) == []
+
+
+def test_a_run_writes_metrics_log_png_and_keeps_the_last_checkpoints(paths, workdir):
+    assert main(train_args(paths, workdir / "run")) == 0
+    m = metrics(workdir)
+    assert m["status"] == "completed" and m["optimizer_steps"] == m["planned_steps"] == 20
+    assert m["tokens_processed"] == 20 * 16 * 64
+    assert m["final_validation_loss"] < m["initial_validation_loss"] - 1.0
+    assert m["validation_perplexity"] == pytest.approx(math.exp(m["final_validation_loss"]))
+    assert m["checkpoints_saved"] == 10 and m["checkpoint_bytes"] > 0 and m["fused_adamw"] is True
+    assert m["threads"] == 1 and m["device"] == "cpu" and m["precision"] == "fp32"
+    assert [p.name for p in checkpoint.list_checkpoints(workdir / "run")] == ["checkpoint_00000018.pt",
+                                                                             "checkpoint_00000020.pt"]
+    rows = (workdir / "metrics" / "train_log.csv").read_text().splitlines()
+    assert rows[0] == "step,tokens_seen,train_loss,validation_loss,learning_rate,tokens_per_second"
+    assert [r.split(",")[0] for r in rows[1:]] == [str(s) for s in range(0, 21, 2)]
+    assert rows[-1].split(",")[3] != "" and rows[2].split(",")[3] == ""  # validation at step 20, not at 2
+    assert (workdir / "plots" / "train_loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (workdir / "run" / checkpoint.LOCK).exists()
+
+
+def test_resume_with_a_different_schedule_is_refused_unless_forced(paths, workdir, capsys):
+    assert main(train_args(paths, workdir / "run")) == 0
+    capsys.readouterr()
+    assert main(train_args(paths, workdir / "run", "--batch-size", "8", "--epochs", "2")) == 2
+    error = capsys.readouterr().err
+    assert "different schedule (batch_size 16 -> 8; epochs 1 -> 2)" in error
+    assert "fresh --checkpoint-directory unless deliberately resuming an identical schedule" in error
+    assert main(train_args(paths, workdir / "run", "--epochs", "2", "--force")) == 0
+    m = metrics(workdir)
+    assert m["resumed_from_step"] == 20 and m["optimizer_steps"] == 40 and m["session_steps"] == 20
+
+
+def test_a_new_run_into_a_directory_with_other_files_is_refused(paths, workdir, capsys):
+    (workdir / "run").mkdir()
+    (workdir / "run" / "notes.txt").write_text("mine")
+    assert main(train_args(paths, workdir / "run")) == 2
+    assert "is not empty (notes.txt) and holds no checkpoint" in capsys.readouterr().err
+    assert (workdir / "run" / "notes.txt").read_text() == "mine"
+
+
+def test_fp16_on_the_cpu_is_refused_with_advice(paths, workdir, capsys):
+    assert main(train_args(paths, workdir / "run", "--precision", "fp16")) == 2
+    assert "precision fp16 requested on the CPU" in capsys.readouterr().err
+    assert not (workdir / "metrics" / "train.json").exists()
+
+
+def poison_at(monkeypatch, at_step: int, action) -> None:
+    original = Trainer.step
+
+    def step(self):
+        if self.step_count + 1 == at_step:
+            action(self)
+        return original(self)
+
+    monkeypatch.setattr(Trainer, "step", step)
+
+
+def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(paths, workdir, monkeypatch, capsys):
+    def corrupt(trainer):
+        with torch.no_grad():
+            trainer.model.blocks[0].mlp.up.weight[0, 0] = float("nan")
+
+    poison_at(monkeypatch, 7, corrupt)
+    assert main(train_args(paths, workdir / "run")) == 3
+    error = capsys.readouterr().err
+    assert "training loss became nan at step 7" in error and "checkpoint_00000006.pt, is kept" in error
+    good = checkpoint.load(workdir / "run" / "checkpoint_00000006.pt")
+    assert all(torch.isfinite(t).all() for t in good["model"].values())
+    assert metrics(workdir)["status"] == "non_finite_loss" and metrics(workdir)["non_finite_step"] == 7
+
+
+def test_out_of_memory_gives_the_course_advice_and_records_it(paths, workdir, monkeypatch, capsys):
+    def explode(trainer):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    poison_at(monkeypatch, 5, explode)
+    assert main(train_args(paths, workdir / "run")) == 3
+    error = capsys.readouterr().err
+    assert "ran out of memory at step 5 with batch size 16" in error
+    assert "reduce --batch-size (e.g. --batch-size 8), record the change" in error
+    assert "fresh --checkpoint-directory" in error and "checkpoint_00000004.pt, is kept" in error
+    m = metrics(workdir)
+    assert m["oom"] is True and m["oom_batch_size"] == 16 and m["oom_step"] == 5 and m["status"] == "out_of_memory"
+
+
+def test_ctrl_c_saves_a_checkpoint_and_the_rerun_finishes_bitwise_equal(paths, workdir, monkeypatch, capsys):
+    assert main(train_args(paths, workdir / "straight")) == 0
+    poison_at(monkeypatch, 5, lambda trainer: os.kill(os.getpid(), signal.SIGINT))
+    assert main(train_args(paths, workdir / "stopped", "--checkpoint-interval", "0")) == 130
+    assert "stopped at step 5 of 20; checkpoint saved" in capsys.readouterr().err
+    assert [p.name for p in checkpoint.list_checkpoints(workdir / "stopped")] == ["checkpoint_00000005.pt"]
+    assert metrics(workdir)["status"] == "interrupted"
+    monkeypatch.undo()
+    monkeypatch.chdir(workdir)
+    assert main(train_args(paths, workdir / "stopped", "--checkpoint-interval", "0")) == 0
+    assert metrics(workdir)["resumed_from_step"] == 5
+    straight = checkpoint.load(workdir / "straight" / "checkpoint_00000020.pt")
+    resumed = checkpoint.load(workdir / "stopped" / "checkpoint_00000020.pt")
+    assert same_tensors(straight["model"], resumed["model"]) == []
+    assert same_tensors(straight["optimizer"], resumed["optimizer"]) == []
+
+
+def test_gradient_checkpointing_recomputes_the_same_step(paths):
+    plain, recomputed = trainer_for(paths), trainer_for(paths, **{"train.gradient_checkpointing": True})
+    assert recomputed.model.gradient_checkpointing
+    for _ in range(3):
+        assert plain.step() == pytest.approx(recomputed.step(), rel=1e-5)
+
+
+def test_bf16_autocast_on_the_cpu_trains(paths):
+    trainer = trainer_for(paths, precision="bf16")
+    assert trainer.plan.precision.autocast_dtype == torch.bfloat16 and not trainer.scaler.is_enabled()
+    losses = [trainer.step() for _ in range(6)]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # weights stay fp32
+
+
+@pytest.mark.slow
+def test_compiled_training_saves_plain_weights_that_load_anywhere(paths, tmp_path):
+    compiled = trainer_for(paths, **{"train.compile": True, "train.checkpoint_directory": str(tmp_path)})
+    plain = trainer_for(paths)
+    assert compiled.forward is not compiled.model
+    for _ in range(2):
+        assert compiled.step() == pytest.approx(plain.step(), rel=1e-4)
+    compiled.save_checkpoint()
+    saved = checkpoint.load(tmp_path / "checkpoint_00000002.pt")
+    assert list(saved["model"]) == list(plain.model.state_dict())  # no _orig_mod. prefixes
+    fresh = trainer_for(paths)
+    fresh.load_state(saved)
+    assert fresh.step() == pytest.approx(plain.step(), rel=1e-4)

@@ -1,0 +1,37 @@
+"""The bounded default pipeline, end to end with real DVC on the real default corpus: iteration 1
+trains on the CPU, writes its metrics, plot file and PNG, and the checkpoint generates text."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+
+import pytest
+
+from conftest import run
+
+pytestmark = pytest.mark.slow
+
+
+def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(project):
+    run(["dvc", "repro", "train"], project)
+    metrics = json.loads((project / "metrics" / "train.json").read_text())
+    assert metrics["status"] == "completed" and metrics["profile"] == "gpt_first_cpu"
+    assert metrics["optimizer_steps"] == 31 and metrics["tokens_processed"] == 31 * 16 * 128  # 500 // 16 steps
+    # A model that learned nothing sits at ln(vocab) = 8.3 nats per token.
+    assert metrics["final_validation_loss"] < math.log(metrics["vocab_size"]) - 1.0
+    assert metrics["final_validation_loss"] < metrics["initial_validation_loss"] - 1.0
+    with open(project / "metrics" / "train_log.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows[0]["step"] == "0" and rows[-1]["step"] == "31" and rows[-1]["validation_loss"]
+    assert (project / "plots" / "train_loss.png").read_bytes()[:4] == b"\x89PNG"
+
+    plots = json.loads(run(["dvc", "plots", "show", "--json"], project).stdout)
+    assert {"Training loss", "plots/train_loss.png"} <= set(plots["data"])
+    assert "train" not in run(["dvc", "status", "train"], project).stdout  # up to date, outs recorded
+
+    text = run([sys.executable, "-m", "buildllm", "generate", "--prompt", "The history of", "--max-new-tokens", "20",
+                "--device", "cpu"], project).stdout
+    assert text.startswith("The history of") and len(text.strip()) > len("The history of")
