@@ -7,6 +7,7 @@ validated Config. A user error prints one line and exits non-zero, without a tra
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable
 
@@ -149,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args) or 0
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank fails alike; say it once
+            print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -22,7 +22,6 @@ from contextlib import nullcontext
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import psutil
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
@@ -34,13 +33,16 @@ from buildllm.distributed import World
 from buildllm.errors import TrainingFailed, UserError
 from buildllm.metrics import write_metrics
 from buildllm.model import build_model
+from buildllm.oom import OutOfMemory, advice, describe_memory, memory_figures, out_of_memory
 from buildllm.optimizer import build_optimizer
 from buildllm.paths import metrics_path, token_paths, tokenizer_path
+from buildllm.peak_memory import PeakMemory
 from buildllm.plan import RunPlan, announce, apply_plan, make_plan
 from buildllm.plots import Session, record, train_metrics, write_log, write_png
 from buildllm.precision import autocast, grad_scaler
 from buildllm.runtime import timed
 from buildllm.schedule import make_schedule
+from buildllm.tokenization import load_tokenizer
 
 
 class NonFiniteLoss(TrainingFailed):
@@ -51,10 +53,6 @@ class NonFiniteLoss(TrainingFailed):
 
 class TrainingInterrupted(TrainingFailed):
     exit_code = 130
-
-
-class OutOfMemory(TrainingFailed):
-    pass
 
 
 class DataCursor:
@@ -107,6 +105,8 @@ class Trainer:
                  world: World | None = None, tokenizer: str | Path | None = None, directory: str | Path | None = None):
         cfg = plan.config.train
         self.plan, self.config, self.device = plan, plan.config, plan.device
+        # Peak memory from here on: weights, optimizer state and activations, not the Python runtime.
+        self.memory = PeakMemory(plan.device).start()
         self.world = world or World()
         self.directory = Path(directory or cfg.checkpoint_directory)
         self.tokenizer = str(tokenizer or "")
@@ -238,9 +238,12 @@ def train(config: Config) -> dict:
                                 config.train.training_examples)
         validation_windows = Windows(load_tokens(validation_path, vocab, "validation token file"), length,
                                      config.train.validation_examples)
+        tokenizer = tokenizer_path(config, vocab)
+        if tokenizer.exists() or config.train.tokenizer:
+            load_tokenizer(tokenizer, vocab)  # refuses a tokenizer made for another vocabulary
         directory = Path(config.train.checkpoint_directory)
         trainer = Trainer(plan, train_windows, validation_windows, world=world,
-                          tokenizer=tokenizer_path(config, vocab), directory=directory)
+                          tokenizer=tokenizer, directory=directory)
         # Only rank 0 writes, so only rank 0 locks; every rank follows its resume decision.
         lock = checkpoint.DirectoryLock(directory)
         decision = None
@@ -306,8 +309,6 @@ def run(trainer: Trainer) -> dict:
                  validation_examples=len(trainer.validation_windows), processes=world.size,
                  tokens_per_step=trainer.tokens_per_step, checkpoint_directory=str(trainer.directory))
         write_log(trainer.log_rows)
-    if device.kind == "cuda":
-        torch.cuda.reset_peak_memory_stats(device.device)
     session = Session(time.perf_counter())
     bar = tqdm(total=trainer.planned_steps, initial=trainer.step_count, unit="step", file=sys.stderr,
                disable=not world.is_main, dynamic_ncols=True)
@@ -345,9 +346,8 @@ def run(trainer: Trainer) -> dict:
                                                        "oom_step": trainer.step_count + 1, **figures})
             raise OutOfMemory(
                 f"{device.device} ran out of memory at step {trainer.step_count + 1} with batch size "
-                f"{trainer.plan.batch_size} ({describe_memory(figures)}); reduce --batch-size (e.g. --batch-size "
-                f"{max(1, trainer.plan.batch_size // 2)}), record the change, and rerun into a fresh "
-                f"--checkpoint-directory; {kept(trainer)}") from None
+                f"{trainer.plan.batch_size} ({describe_memory(figures)}); {advice(trainer.plan.batch_size)}; "
+                f"{kept(trainer)}") from None
     trainer.save_checkpoint()
     if trainer.step_count < trainer.planned_steps:
         finish(trainer, session, "interrupted", {})
@@ -358,9 +358,7 @@ def run(trainer: Trainer) -> dict:
 
 def finish(trainer: Trainer, session: Session, status: str, extra: dict) -> dict:
     """Write metrics/train.json, the plot file and the PNG (rank 0); print the summary."""
-    peak, peak_kind = peak_memory(trainer.device)
-    metrics = train_metrics(trainer, session, status, {"peak_memory_bytes": peak, "peak_memory_kind": peak_kind,
-                                                        **extra})
+    metrics = train_metrics(trainer, session, status, {**trainer.memory.read(), **extra})
     if trainer.world.is_main:
         write_log(trainer.log_rows)
         write_png(trainer.log_rows, f"{trainer.plan.profile.name} on {trainer.device.device} "
@@ -379,40 +377,3 @@ def kept(trainer: Trainer) -> str:
     if not saved:
         return "no checkpoint had been saved yet"
     return f"the last good checkpoint, {saved[-1].name}, is kept in {trainer.directory}"
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    # CUDA raises its own type; MPS and older builds raise a RuntimeError that says so.
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
-def memory_figures(device) -> dict:
-    if device.kind != "cuda":
-        return {}
-    return {"oom_allocated_bytes": torch.cuda.memory_allocated(device.device),
-            "oom_reserved_bytes": torch.cuda.memory_reserved(device.device),
-            "oom_peak_allocated_bytes": torch.cuda.max_memory_allocated(device.device),
-            "oom_device_total_bytes": torch.cuda.get_device_properties(device.device).total_memory}
-
-
-def describe_memory(figures: dict) -> str:
-    if not figures:
-        return "no memory figures on this device"
-    gib = {k: v / 2**30 for k, v in figures.items()}
-    return (f"{gib['oom_allocated_bytes']:.2f} GiB allocated, {gib['oom_reserved_bytes']:.2f} GiB reserved, "
-            f"peak {gib['oom_peak_allocated_bytes']:.2f} GiB of {gib['oom_device_total_bytes']:.2f} GiB")
-
-
-def peak_memory(device) -> tuple[int, str]:
-    """The most memory the run held: the device's allocator peak, or the process's peak RSS on the CPU."""
-    if device.kind == "cuda":
-        return torch.cuda.max_memory_allocated(device.device), "cuda_max_allocated"
-    if device.kind == "mps":
-        return torch.mps.driver_allocated_memory(), "mps_driver_allocated"
-    try:
-        import resource
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak * (1 if sys.platform == "darwin" else 1024), "process_max_rss"
-    except ImportError:  # Windows
-        return psutil.Process().memory_info().peak_wset, "process_peak_working_set"

@@ -209,3 +209,12 @@ def test_compiled_training_saves_plain_weights_that_load_anywhere(paths, tmp_pat
     fresh = trainer_for(paths)
     fresh.load_state(saved)
     assert fresh.step() == pytest.approx(plain.step(), rel=1e-4)
+
+
+def test_a_tokenizer_for_another_vocabulary_is_refused(tmp_path, workdir, capsys):
+    small = make_token_files(tmp_path / "small", vocab_size=512)
+    code = main(train_args(small, workdir / "run"))
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "has 512 tokens but the model's vocabulary has 4096" in err
+    assert not (workdir / "metrics" / "train.json").exists()

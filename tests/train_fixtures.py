@@ -1,6 +1,6 @@
-"""Small real training data for the training tests: a byte-level BPE trained on this project's own
-text (README and source), and its train and validation token tensors. Real text, so the loss falls;
-small, so a tiny model trains on it in seconds."""
+"""Small real training data for the training tests: a byte-level BPE with the tiny preset's 4096 ids,
+trained on this project's own text (README and source), and its train and validation token tensors.
+Real text, so the loss falls; small, so a tiny model trains on it in seconds."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def project_text() -> str:
     return "\n\n".join(path.read_text() for path in files)
 
 
-def make_token_files(folder: Path, vocab_size: int = 512) -> dict[str, Path]:
+def make_token_files(folder: Path, vocab_size: int = 4096) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
