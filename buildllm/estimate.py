@@ -76,12 +76,17 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
     tokens = steps * plan.tokens_per_step
     by_steps = steps / benchmark["steps_per_second"]
     by_tokens = tokens / benchmark["tokens_per_second"]
-    evaluations = (steps // t.eval_interval if t.eval_interval else 0) + 1
+    # As the train loop does: validate before the first step, every eval_interval steps and after
+    # the last; save every checkpoint_interval steps before the last, and once at the end.
+    evaluations = 2 + (steps // t.eval_interval - (steps % t.eval_interval == 0) if t.eval_interval else 0)
     validation = evaluations * benchmark["validation_seconds"]
-    saves = (steps // t.checkpoint_interval if t.checkpoint_interval else 0) + 1
+    saves = 1 + ((steps - 1) // t.checkpoint_interval if t.checkpoint_interval else 0)
     checkpoints = saves * benchmark["checkpoint_save_seconds"]
+    # Start-up: the process (imports, device, tokens) up to the first step, and the closing plot
+    # (a benchmark record from before these two were measured counts them as 0).
     startup = (config.estimate.startup_seconds if config.estimate.startup_seconds is not None
-               else benchmark["time_to_first_step_seconds"])
+               else benchmark.get("process_startup_seconds", 0.0) + benchmark["time_to_first_step_seconds"]
+               + benchmark.get("plot_seconds", 0.0))
     overhead = validation + checkpoints + startup
     slow, fast = benchmark["interval_steps_per_second_min"], benchmark["interval_steps_per_second_max"]
     result = {

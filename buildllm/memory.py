@@ -1,11 +1,19 @@
 """Training memory, estimated from the model's shape before anything is allocated.
 
-Peak memory of one training step = weights + gradients + AdamW state (all fp32)
-  + autocast's low-precision weight copies
-  + activations saved for backward (per layer, per token, from the block's saved tensors)
-  + logits and their gradient (batch x sequence x vocab, the largest single tensors of a small GPT)
-  + one layer's attention scores where the attention kernel materialises them.
-The benchmark measures the real peak beside this estimate, so the two can be compared.
+A training step's memory peaks at one of two moments, and the estimate takes the larger:
+  1. the start of backward: weights + AdamW state + activations saved for backward + the logits'
+     cross-entropy tensors (+ autocast's low-precision weight copies). No gradient exists yet:
+     the Trainer frees them after every step (zero_grad(set_to_none=True)).
+  2. the optimizer step: weights + AdamW state + gradients, and the last logits, which the
+     Trainer's `_, loss = forward(...)` holds until the step returns. Activations are gone.
+Small models peak at 1 (logits and activations scale with batch x sequence); a large model at a
+small batch can peak at 2. With gradient accumulation, gradients also exist at moment 1.
+
+On the CPU the benchmark measures the growth of the process's resident memory, which is more than
+the tensors alive at the peak: glibc keeps freed blocks for reuse instead of returning them to the
+system, and the first steps touch runtime memory (thread pools, kernel code, oneDNN caches).
+Both are modelled explicitly, from measurements (scripts/memory_truth.py). On CUDA the benchmark
+reads the caching allocator's peak of live tensors, which is what the tensor terms predict.
 """
 
 from __future__ import annotations
@@ -15,10 +23,22 @@ from dataclasses import dataclass
 from buildllm.model import GPTConfig
 
 FP32 = 4
+MiB = 2**20
+# CPU only (Linux, glibc), measured with scripts/memory_truth.py on tiny ... gpt_100m at batch sizes
+# 1 to 128, fp32 and bf16. With glibc's mmap threshold pinned (MALLOC_MMAP_THRESHOLD_=131072), the
+# resident growth was the live tensors plus 13-24 MiB whatever the shape: the runtime's first use.
+CPU_RUNTIME_BYTES = 20 * MiB
+# bf16 autocast on the CPU took about 12 MiB more (its own kernels; seen at small shapes).
+CPU_LOW_PRECISION_RUNTIME_BYTES = 12 * MiB
+# Unpinned (the default), glibc serves tensors up to 32 MiB from its heap once such a block has been
+# freed, and keeps freed heap blocks for reuse: the resident growth was another 6-16% of the live tensors.
+CPU_ALLOCATOR_OVERHEAD = 0.12
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
+    """Bytes of each kind alive at the peak moment (a part not alive then is 0); they sum to the total."""
+
     weights: int
     gradients: int
     optimizer: int
@@ -26,28 +46,41 @@ class MemoryEstimate:
     activations: int
     logits: int
     attention_scores: int
+    allocator: int  # CPU: freed blocks the allocator keeps, plus the runtime's own first-use memory
 
     @property
     def total(self) -> int:
         return (self.weights + self.gradients + self.optimizer + self.autocast_weights
-                + self.activations + self.logits + self.attention_scores)
+                + self.activations + self.logits + self.attention_scores + self.allocator)
+
+    @property
+    def peak_moment(self) -> str:
+        return "optimizer step" if self.activations == 0 else "start of backward"
 
     def as_metrics(self, prefix: str = "memory_estimate_") -> dict:
         parts = {name: getattr(self, name) for name in self.__dataclass_fields__}
         return {f"{prefix}{name}_bytes": value for name, value in {**parts, "total": self.total}.items()}
 
 
-def saved_floats_per_token_per_layer(model: GPTConfig) -> tuple[int, int]:
-    """(fp32 floats, compute-dtype floats) one block saves per token for its backward pass."""
+def saved_floats_per_token_per_layer(model: GPTConfig, autocast: bool = False) -> tuple[int, int]:
+    """(fp32 floats, compute-dtype floats) one block saves per token for its backward pass.
+
+    Read off the autograd graph's saved tensors, each storage once (tests/test_benchmark_memory.py
+    checks it for both architectures, in fp32 and under bf16 autocast).
+    """
     d, hidden = model.n_embd, model.mlp_hidden
-    # Residual stream inputs to the two norms stay fp32 under autocast.
-    fp32 = 2 * d
-    # norm outputs (2d), q/k/v (3d), attention output (d), MLP input of down-projection and its pre-activation.
-    mlp = 2 * hidden if model.architecture == "classic" else 4 * hidden  # SwiGLU: gate, up, silu(gate), product
-    low = 2 * d + 3 * d + d + mlp
-    if model.architecture == "modern":
-        low += 2 * d  # rotated copies of q and k
-    return fp32, low
+    if model.architecture == "classic":
+        # LayerNorm keeps its fp32 input (the residual stream, twice) and the next matmul its output
+        # (cast under autocast). q/k/v are views of one qkv tensor (3d) that the attention kernel
+        # keeps with its output (d; the transpose-reshape after it is a view). The GELU MLP keeps
+        # its input and output (2 hidden).
+        return 2 * d, 2 * d + 3 * d + d + 2 * hidden
+    # RMSNorm keeps its input and the normalised input (fp32), and the matmuls its output: under
+    # autocast cast once for qkv and twice for SwiGLU's gate and up (autocast casts per call).
+    # Rotary makes new q and k (2d), so the attention output is a fresh tensor and its
+    # transpose-reshape a copy (2d). SwiGLU keeps gate, up, silu(gate) and their product (4 hidden).
+    casts = 3 * d if autocast else 2 * d
+    return 4 * d, casts + 3 * d + 2 * d + 2 * d + 4 * hidden
 
 
 def attention_scores_materialised(device_kind: str, dropout: float) -> bool:
@@ -57,31 +90,43 @@ def attention_scores_materialised(device_kind: str, dropout: float) -> bool:
 
 
 def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int, precision_bytes: int,
-                             device_kind: str, gradient_checkpointing: bool = False) -> MemoryEstimate:
+                             device_kind: str, gradient_checkpointing: bool = False,
+                             grad_accum: int = 1) -> MemoryEstimate:
     tokens = batch_size * model.sequence_length
-    fp32_floats, low_floats = saved_floats_per_token_per_layer(model)
+    fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast=precision_bytes != FP32)
     per_layer = tokens * (fp32_floats * FP32 + low_floats * precision_bytes)
     if gradient_checkpointing:
         # Only each block's input is kept; one block's activations are rebuilt at a time in backward.
-        activations = model.n_layer * tokens * model.n_embd * FP32 + per_layer
+        blocks = model.n_layer * tokens * model.n_embd * FP32 + per_layer
     else:
-        activations = model.n_layer * per_layer
-    # Logits in the compute dtype, their fp32 copy for the loss, its softmax, and the gradient.
-    logits_per_element = precision_bytes + 3 * FP32 if precision_bytes != FP32 else 3 * FP32
-    logits = tokens * model.vocab_size * logits_per_element
+        blocks = model.n_layer * per_layer
+    # The final norm keeps its fp32 input, and the output head its (compute-dtype) input.
+    activations = blocks + tokens * model.n_embd * (FP32 + precision_bytes)
+    # At the cross-entropy's backward four vocabulary-wide tensors are alive: the logits (compute
+    # dtype, held by the caller), the fp32 log-softmax kept for backward, its gradient, and the
+    # gradient of the fp32 logits. (In fp32 the .float() copy is the logits tensor itself.)
+    held_logits = tokens * model.vocab_size * precision_bytes
+    logits = held_logits + tokens * model.vocab_size * 3 * FP32
     scores = 0
     if attention_scores_materialised(device_kind, model.dropout):
         scores = 2 * batch_size * model.n_head * model.sequence_length ** 2 * precision_bytes
+    # Autocast caches one low-precision copy of each weight for the forward; backward keeps them.
     autocast_weights = parameters * precision_bytes if precision_bytes != FP32 else 0
-    return MemoryEstimate(
-        weights=parameters * FP32,
-        gradients=parameters * FP32,
-        optimizer=2 * parameters * FP32,
-        autocast_weights=autocast_weights,
-        activations=activations,
-        logits=logits,
-        attention_scores=scores,
-    )
+    weights, optimizer, gradients = parameters * FP32, 2 * parameters * FP32, parameters * FP32
+    # With accumulation, micro-batches after the first run beside the gradients summed so far.
+    early_gradients = gradients if grad_accum > 1 else 0
+    backward_start = early_gradients + autocast_weights + activations + logits + scores
+    if backward_start >= gradients + held_logits:
+        parts = dict(gradients=early_gradients, autocast_weights=autocast_weights, activations=activations,
+                     logits=logits, attention_scores=scores)
+    else:  # the optimizer step
+        parts = dict(gradients=gradients, autocast_weights=0, activations=0, logits=held_logits, attention_scores=0)
+    live = weights + optimizer + sum(parts.values())
+    allocator = 0
+    if device_kind == "cpu":
+        runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if precision_bytes != FP32 else 0)
+        allocator = int(live * CPU_ALLOCATOR_OVERHEAD) + runtime
+    return MemoryEstimate(weights=weights, optimizer=optimizer, allocator=allocator, **parts)
 
 
 def checkpoint_bytes(parameters: int) -> int:

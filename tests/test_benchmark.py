@@ -1,0 +1,113 @@
+"""The benchmark command on preset tiny: what it records, that its numbers agree with each other,
+the out-of-memory path, and the preset/thread sweep."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from buildllm.cli import main
+from buildllm.training import Trainer
+from train_fixtures import make_token_files
+
+# The course's "what to record" list: every benchmark must carry these.
+RECORDED = ("device", "precision", "tf32_enabled", "tensor_cores_enabled", "fused_adamw", "grad_scaler", "parameters",
+            "batch_size", "grad_accum", "sequence_length", "workers", "threads", "warmup_steps", "measured_steps",
+            "tokens_per_second", "steps_per_second", "throughput_cv", "peak_memory_bytes", "checkpoint_save_seconds",
+            "checkpoint_bytes", "time_to_first_step_seconds", "flops_per_token", "achieved_flops", "peak_flops",
+            "peak_flops_source", "mfu", "processor", "gpu_name", "gpu_memory_bytes", "torch_version", "cuda_available")
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    return make_token_files(tmp_path_factory.mktemp("tokens"))
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A working directory whose params.yaml bounds the benchmark to a few steps."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BUILDLLM_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(
+        {"benchmark": {"warmup_steps": 1, "measured_steps": 4, "intervals": 2}}))
+    return tmp_path
+
+
+def args(tokens, *extra: str) -> list[str]:
+    return ["--preset", "tiny", "--device", "cpu", "--train-tokens", str(tokens["train"]),
+            "--validation-tokens", str(tokens["validation"]), "--batch-size", "8", "--training-examples", "64",
+            "--validation-examples", "16", *extra]
+
+
+def read(workdir, stage: str) -> dict:
+    return json.loads((workdir / "metrics" / f"{stage}.json").read_text())
+
+
+def test_benchmark_records_every_field_and_the_numbers_agree(tokens, workdir, capsys):
+    assert main(["benchmark", *args(tokens, "--threads", "1", "--grad-accum", "2")]) == 0
+    startup = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert startup["action"] == "benchmark" and startup["measured_steps"] == 4
+    m = read(workdir, "benchmark")
+    assert set(RECORDED) <= set(m), set(RECORDED) - set(m)
+    assert all(isinstance(v, (bool, int, float, str)) for v in m.values())
+    assert (m["device"], m["precision"], m["threads"], m["grad_accum"], m["oom"]) == ("cpu", "fp32", 1, 2, False)
+    assert m["warmup_steps"] == 1 and m["measured_steps"] == 4 and m["intervals"] == 2
+    assert m["tokens_per_second"] == pytest.approx(
+        m["steps_per_second"] * m["batch_size"] * m["sequence_length"] * m["grad_accum"])
+    assert m["achieved_flops"] == pytest.approx(m["flops_per_token"] * m["tokens_per_second"])
+    assert m["mfu"] == pytest.approx(m["achieved_flops"] / m["peak_flops"])
+    assert 0 < m["mfu"] < 1 and m["peak_flops_source"].startswith("measured")
+    assert m["interval_steps_per_second_min"] <= m["steps_per_second"] <= m["interval_steps_per_second_max"]
+    assert m["steps_per_second"] == pytest.approx(m["measured_steps"] / m["measured_seconds"])
+    # A real checkpoint of weights and both AdamW moments, and a real peak above the weights alone.
+    assert m["checkpoint_bytes"] > 3 * 4 * m["parameters"] and m["checkpoint_save_seconds"] > 0
+    assert m["peak_memory_bytes"] > 4 * m["parameters"]
+    assert m["memory_estimate_ratio"] == pytest.approx(m["memory_estimate_total_bytes"] / m["peak_memory_bytes"])
+    assert m["time_to_first_step_seconds"] <= m["warmup_seconds"]
+    # What the estimate adds around the steps: the process's start-up and the closing loss plot.
+    assert m["process_startup_seconds"] > 0 and m["plot_seconds"] > 0
+    # The peak is cached where BUILDLLM_CACHE says, not in the user's home.
+    assert (workdir / "cache" / "peak_flops.json").exists()
+
+
+def test_out_of_memory_is_recorded_with_advice_and_one_line(tokens, workdir, monkeypatch, capsys):
+    def exhausted(self):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(Trainer, "step", exhausted)
+    code = main(["benchmark", *args(tokens)])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert err.count("\n") == 1 and err.startswith("error: out of memory at batch size 8 on cpu")
+    assert "--batch-size" in err and "Traceback" not in err
+    m = read(workdir, "benchmark")
+    assert m["oom"] is True and m["oom_batch_size"] == 8 and "--find-batch-size" in m["oom_advice"]
+    assert "tokens_per_second" not in m
+
+
+def test_an_error_other_than_out_of_memory_is_not_disguised(tokens, workdir, monkeypatch):
+    def broken(self):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Trainer, "step", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["benchmark", *args(tokens)])
+    assert not (workdir / "metrics" / "benchmark.json").exists()
+
+
+def test_sweep_prints_one_row_per_combination(tokens, workdir, capsys):
+    assert main(["benchmark", *args(tokens, "--presets", "tiny", "student", "--threads", "1", "2")]) == 0
+    out = capsys.readouterr().out
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{") and '"preset"' in line]
+    assert [(r["preset"], r["threads"]) for r in rows] == [("tiny", 1), ("tiny", 2), ("student", 1), ("student", 2)]
+    table = out[out.index("preset "):].splitlines()
+    assert len(table) == 2 + 4  # header, rule, one line per combination
+    sequence = {"tiny": 64, "student": 128}
+    for r in rows:
+        assert r["tokens_per_second"] == pytest.approx(r["steps_per_second"] * r["batch_size"] * sequence[r["preset"]])
+    sweep = read(workdir, "sweep")
+    assert set(sweep) == {f"{p}_classic_{t}t_{k}" for p in ("tiny", "student") for t in (1, 2)
+                          for k in ("steps_per_second", "tokens_per_second")}

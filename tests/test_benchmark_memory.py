@@ -1,0 +1,122 @@
+"""The memory estimate: its per-block activation count against what autograd really saves, its peak
+moments, and one fresh-process comparison with the benchmark's measured peak on the CPU."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+
+from buildllm.memory import FP32, estimate_training_memory, saved_floats_per_token_per_layer
+from buildllm.model import GPTConfig, build_model
+from buildllm.profiles import load_profile
+from train_fixtures import make_token_files
+
+
+def saved_bytes_of_one_block(config: GPTConfig, autocast_dtype: torch.dtype | None, batch: int = 4) -> int:
+    """Bytes of the distinct storages one block's autograd graph keeps, weights excluded."""
+    model = build_model(config)
+    block, T = model.blocks[0], config.sequence_length
+    rope = None if config.architecture == "classic" else (model.rope_cos[:T], model.rope_sin[:T])
+    x = torch.randn(batch, T, config.n_embd, requires_grad=True)
+    context = (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype
+               else torch.autocast("cpu", enabled=False))
+    with context:
+        out = block(x, rope)
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    storages, stack, visited = {}, [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in visited:
+            continue
+        visited.add(node)
+        for name in dir(node):
+            value = getattr(node, name) if name.startswith("_saved_") else None
+            for tensor in value if isinstance(value, (tuple, list)) else [value]:
+                if isinstance(tensor, torch.Tensor):
+                    storage = tensor.untyped_storage()
+                    if storage.data_ptr() not in weights:
+                        storages[storage.data_ptr()] = storage.nbytes()
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    # Autocast's weight copies are counted apart (autocast_weights); the rotary tables are tiny.
+    cast_weights = sum(p.numel() for p in block.parameters() if p.dim() >= 2) * 2 if autocast_dtype else 0
+    return sum(storages.values()) - cast_weights
+
+
+@pytest.mark.parametrize("architecture", ["classic", "modern"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_activation_formula_counts_what_autograd_saves(architecture, precision):
+    config = replace(load_profile("student").model, architecture=architecture, sequence_length=64)
+    dtype = torch.bfloat16 if precision == "bf16" else None
+    measured = saved_bytes_of_one_block(config, dtype)
+    fp32, low = saved_floats_per_token_per_layer(config, autocast=dtype is not None)
+    predicted = 4 * config.sequence_length * (fp32 * FP32 + low * (2 if dtype else FP32))
+    # Per-token small tensors (norm statistics, attention log-sum-exp) are left out: under 2%.
+    assert predicted == pytest.approx(measured, rel=0.02)
+
+
+def test_parts_sum_to_the_total_and_the_peak_moment_is_named():
+    model = load_profile("gpt_first_cpu").model
+    parameters = build_model(model, "meta").num_parameters()
+    estimate = estimate_training_memory(model, parameters, 16, 4, "cpu")
+    parts = estimate.as_metrics()
+    assert parts.pop("memory_estimate_total_bytes") == sum(parts.values()) == estimate.total
+    # A small model at its default batch peaks at the start of backward: activations and logits,
+    # no gradients yet; on CUDA there is no CPU allocator term.
+    assert estimate.peak_moment == "start of backward" and estimate.gradients == 0
+    assert estimate.logits == 16 * 128 * model.vocab_size * 16
+    assert estimate.allocator > 0
+    assert estimate_training_memory(model, parameters, 16, 4, "cuda").allocator == 0
+
+
+def test_large_model_at_small_batch_peaks_at_the_optimizer_step():
+    model = replace(load_profile("gpt_100m").model, sequence_length=32)
+    parameters = build_model(model, "meta").num_parameters()
+    estimate = estimate_training_memory(model, parameters, 1, 4, "cuda")
+    assert estimate.peak_moment == "optimizer step"
+    assert estimate.total == 16 * parameters + 32 * model.vocab_size * 4
+
+
+def test_accumulation_and_checkpointing_move_the_estimate_the_right_way():
+    model = load_profile("small").model
+    parameters = build_model(model, "meta").num_parameters()
+    plain = estimate_training_memory(model, parameters, 8, 4, "cuda")
+    accumulating = estimate_training_memory(model, parameters, 8, 4, "cuda", grad_accum=4)
+    assert accumulating.total - plain.total == 4 * parameters  # the gradients, alive during backward
+    checkpointed = estimate_training_memory(model, parameters, 8, 4, "cuda", gradient_checkpointing=True)
+    assert checkpointed.activations < plain.activations / 2
+    bf16 = estimate_training_memory(model, parameters, 8, 2, "cuda")
+    assert bf16.activations < plain.activations and bf16.autocast_weights == 2 * parameters
+
+
+def _peak_in_fresh_process(settings: dict, queue) -> None:
+    from buildllm.benchmark import load_windows, measure
+    from buildllm.config import load_config
+    from buildllm.plan import apply_plan, make_plan
+
+    plan = make_plan(load_config(None, settings))
+    apply_plan(plan)
+    train, validation = load_windows(plan)
+    figures = measure(plan, train, validation, extras=False, progress=False)
+    estimate = estimate_training_memory(plan.model, plan.parameters, plan.batch_size,
+                                        plan.precision.activation_bytes, plan.device.kind)
+    queue.put((estimate.total, figures["peak_memory_bytes"]))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="calibrated for Linux's allocator (glibc)")
+def test_estimate_is_within_15_percent_of_the_measured_cpu_peak(tmp_path):
+    tokens = make_token_files(tmp_path / "tokens")
+    settings = {"preset": "student", "device": "cpu", "train.threads": 1, "train.batch_size": 16,
+                "train.training_examples": None, "train.validation_examples": 4,
+                "train.train_tokens": str(tokens["train"]), "train.validation_tokens": str(tokens["validation"]),
+                "benchmark.warmup_steps": 1, "benchmark.measured_steps": 2, "benchmark.intervals": 1}
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_peak_in_fresh_process, args=(settings, queue))
+    process.start()
+    estimate, measured = queue.get(timeout=300)
+    process.join()
+    assert estimate / measured == pytest.approx(1.0, abs=0.15), (estimate, measured)
