@@ -22,6 +22,7 @@ import torch
 from buildllm.config import Config, with_overrides
 from buildllm.errors import ConfigError
 from buildllm.metrics import write_metrics
+from buildllm.oom import out_of_memory
 from buildllm.paths import metrics_path
 from buildllm.plan import announce, apply_plan, make_plan
 
@@ -45,7 +46,6 @@ class Try:
 
 def _measure_try(config: Config) -> dict:
     from buildllm.benchmark import load_windows, measure
-    from buildllm.training import out_of_memory
 
     plan = make_plan(config)
     apply_plan(plan)

@@ -28,14 +28,11 @@ from buildllm.memory import estimate_training_memory
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path, token_paths
 from buildllm.peak import peak_flops
-from buildllm.peak_memory import PeakMemory
 from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
 from buildllm.plots import write_png
 from buildllm.runtime import timed
-from buildllm.training import Trainer, memory_figures, out_of_memory
-
-OOM_ADVICE = ("reduce --batch-size (halve it), record the change, and start from a fresh checkpoint directory; "
-              "`buildllm benchmark --find-batch-size` finds the largest batch that fits")
+from buildllm.oom import advice, memory_figures, out_of_memory
+from buildllm.training import Trainer
 
 
 def load_windows(plan: RunPlan) -> tuple[Windows, Windows]:
@@ -55,7 +52,6 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
     extras=False skips the timed validation pass and checkpoint save (the batch finder and the
     sweep only need speed and memory)."""
     bench = plan.config.benchmark
-    memory = PeakMemory(plan.device).start()
     scratch = Path(tempfile.mkdtemp(prefix="buildllm-benchmark-"))
     try:
         start = timed(plan.device)
@@ -76,7 +72,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
                     bar.update()
                 rates.append(steps / (timed(plan.device) - begin))
         measured_seconds = timed(plan.device) - warmed
-        figures = memory.read()
+        figures = trainer.memory.read()  # peak since the Trainer began building the model
         validation_seconds, save_seconds, save_bytes, plot_seconds = 0.0, 0.0, 0, 0.0
         if extras:
             before = timed(plan.device)
@@ -133,11 +129,11 @@ def benchmark(config: Config, write: bool = True) -> dict:
         if not out_of_memory(exc):
             raise
         oom = {**base, "oom": True, "oom_batch_size": plan.batch_size, **memory_figures(plan.device),
-               "oom_advice": OOM_ADVICE}
+               "oom_advice": advice(plan.batch_size)}
         if write:
             write_metrics(metrics_path("benchmark"), oom)
         raise TrainingFailed(f"out of memory at batch size {plan.batch_size} on {plan.device.device}; "
-                             + OOM_ADVICE) from None
+                             + advice(plan.batch_size)) from None
     peak = peak_flops(plan.device, plan.precision.precision, plan.precision.tf32_enabled, plan.threads)
     achieved = figures["flops_per_token"] * figures["tokens_per_second"]
     metrics = {

@@ -13,15 +13,18 @@ def dry_run(config: Config) -> dict:
     plan = make_plan(config)
     estimate = estimate_training_memory(
         plan.model, plan.parameters, plan.batch_size, plan.precision.activation_bytes, plan.device.kind,
-        plan.config.train.gradient_checkpointing)
+        plan.config.train.gradient_checkpointing, plan.config.train.grad_accum)
     announce("dry_run", plan, memory_estimate_total_bytes=estimate.total)
     metrics = {**plan_metrics(plan), **estimate.as_metrics(), "checkpoint_bytes_estimate": checkpoint_bytes(plan.parameters)}
     path = write_metrics(metrics_path("dry_run"), metrics)
     print(f"{plan.profile.name}: {plan.parameters / 1e6:.2f}M parameters, {plan.model.architecture} architecture, "
           f"on {plan.device.device} in {plan.precision.precision}, batch {plan.batch_size} x {plan.model.sequence_length} tokens")
-    print(f"estimated training memory: {_gib(estimate.total)} (weights {_gib(estimate.weights)}, gradients "
-          f"{_gib(estimate.gradients)}, AdamW {_gib(estimate.optimizer)}, activations {_gib(estimate.activations)}, "
-          f"logits {_gib(estimate.logits)}, attention scores {_gib(estimate.attention_scores)})")
+    parts = {"weights": estimate.weights, "gradients": estimate.gradients, "AdamW": estimate.optimizer,
+             "autocast copies": estimate.autocast_weights, "activations": estimate.activations,
+             "logits": estimate.logits, "attention scores": estimate.attention_scores,
+             "allocator": estimate.allocator}
+    shown = ", ".join(f"{name} {_gib(size)}" for name, size in parts.items() if size)
+    print(f"estimated peak training memory: {_gib(estimate.total)} at the {estimate.peak_moment} ({shown})")
     print(f"checkpoint size about {_gib(checkpoint_bytes(plan.parameters))}; metrics written to {path}")
     return metrics
 
