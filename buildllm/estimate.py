@@ -116,13 +116,18 @@ def summary(r: dict) -> str:
             f"≈ {human_duration(r['estimated_seconds_by_steps'])} of training "
             f"(by tokens: {r['planned_tokens']:,} ÷ {r['measured_tokens_per_second']:,.0f} tokens/s "
             f"≈ {human_duration(r['estimated_seconds_by_tokens'])}), "
-            f"plus {r['validation_passes']} validation passes ({human_duration(r['validation_overhead_seconds'])}), "
-            f"{r['checkpoint_saves']} checkpoint saves ({human_duration(r['checkpoint_overhead_seconds'])}) "
+            f"plus {_count(r['validation_passes'], 'validation pass', 'validation passes')} "
+            f"({human_duration(r['validation_overhead_seconds'])}), "
+            f"{_count(r['checkpoint_saves'], 'checkpoint save')} ({human_duration(r['checkpoint_overhead_seconds'])}) "
             f"and start-up ({human_duration(r['startup_seconds'])}): "
             f"total ≈ {human_duration(r['estimated_seconds'])} (range {human_duration(r['estimated_seconds_low'])}"
             f"–{human_duration(r['estimated_seconds_high'])}); "
-            f"{r['checkpoint_saves']} checkpoints × {r['checkpoint_bytes'] / 2**20:.1f} MiB, "
+            f"{_count(r['checkpoint_saves'], 'checkpoint')} × {r['checkpoint_bytes'] / 2**20:.1f} MiB, "
             f"at most {r['checkpoint_storage_bytes'] / 2**20:.1f} MiB kept on disk")
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 def register_cli(sub) -> None:
