@@ -53,3 +53,19 @@ def copy_project(dest: Path) -> Path:
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return copy_project(tmp_path / "project")
+
+
+@pytest.fixture(scope="session")
+def tokens(tmp_path_factory):
+    """A tokenizer and train/validation token files for the tiny preset, made once per test session."""
+    from train_fixtures import make_token_files
+
+    return make_token_files(tmp_path_factory.mktemp("tokens"))
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """An empty working directory (metrics/ and plots/ are written relative to it) with its own peak cache."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BUILDLLM_CACHE", str(tmp_path / "cache"))
+    return tmp_path

@@ -9,19 +9,6 @@ import pytest
 from buildllm.batch_finder import parse_bytes
 from buildllm.cli import main
 from buildllm.errors import ConfigError
-from train_fixtures import make_token_files
-
-
-@pytest.fixture(scope="module")
-def tokens(tmp_path_factory):
-    return make_token_files(tmp_path_factory.mktemp("tokens"))
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("BUILDLLM_CACHE", str(tmp_path / "cache"))
-    return tmp_path
 
 
 def test_parse_bytes():

@@ -11,7 +11,6 @@ import yaml
 
 from buildllm.cli import main
 from buildllm.training import Trainer
-from train_fixtures import make_token_files
 
 # The course's "what to record" list: every benchmark must carry these.
 RECORDED = ("device", "precision", "tf32_enabled", "tensor_cores_enabled", "fused_adamw", "grad_scaler", "parameters",
@@ -21,19 +20,12 @@ RECORDED = ("device", "precision", "tf32_enabled", "tensor_cores_enabled", "fuse
             "peak_flops_source", "mfu", "processor", "gpu_name", "gpu_memory_bytes", "torch_version", "cuda_available")
 
 
-@pytest.fixture(scope="module")
-def tokens(tmp_path_factory):
-    return make_token_files(tmp_path_factory.mktemp("tokens"))
-
-
 @pytest.fixture
-def workdir(tmp_path, monkeypatch):
+def workdir(workdir):
     """A working directory whose params.yaml bounds the benchmark to a few steps."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("BUILDLLM_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(
+    (workdir / "params.yaml").write_text(yaml.safe_dump(
         {"benchmark": {"warmup_steps": 1, "measured_steps": 4, "intervals": 2}}))
-    return tmp_path
+    return workdir
 
 
 def args(tokens, *extra: str) -> list[str]:

@@ -17,7 +17,6 @@ from buildllm.memory import estimate_training_memory
 from buildllm.peak import table_peak
 from buildllm.plan import apply_plan, make_plan
 from buildllm.training import Trainer
-from train_fixtures import make_token_files
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -26,18 +25,11 @@ def ampere_or_newer() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability(0) >= (8, 0)
 
 
-@pytest.fixture(scope="module")
-def tokens(tmp_path_factory):
-    return make_token_files(tmp_path_factory.mktemp("tokens"))
-
-
 @pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("BUILDLLM_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(
+def workdir(workdir):
+    (workdir / "params.yaml").write_text(yaml.safe_dump(
         {"benchmark": {"warmup_steps": 2, "measured_steps": 6, "intervals": 2}}))
-    return tmp_path
+    return workdir
 
 
 def benchmark(tokens, workdir, *extra: str) -> dict:

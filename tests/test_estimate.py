@@ -11,18 +11,7 @@ from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.estimate import estimate, human_duration
 from buildllm.plan import make_plan, plan_metrics
-from train_fixtures import make_token_files, train_args
-
-
-@pytest.fixture(scope="module")
-def tokens(tmp_path_factory):
-    return make_token_files(tmp_path_factory.mktemp("tokens"))
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+from train_fixtures import train_args
 
 
 def settings(tokens, **extra) -> dict:
@@ -104,7 +93,7 @@ def test_cli_writes_flat_metrics_and_the_summary(tokens, workdir, capsys):
     write_benchmark(workdir, benchmark_record(config))
     assert main(cli_args(tokens)) == 0
     out = capsys.readouterr().out
-    assert "planned 12 optimizer steps ÷ 4.00 steps/s" in out and "checkpoints ×" in out
+    assert "planned 12 optimizer steps ÷ 4.00 steps/s" in out and "1 checkpoint × " in out
     saved = json.loads((workdir / "metrics" / "estimate.json").read_text())
     assert saved["planned_optimizer_steps"] == 12 and saved["device"] == "cpu"
 
