@@ -17,7 +17,6 @@ import psutil
 import torch
 
 from buildllm import __version__
-from buildllm.errors import UserError
 from buildllm.runtime import mps_available, resolve_device, why_no_cuda, xla_available
 
 
@@ -81,18 +80,17 @@ def environment(requested_device: str = "auto") -> dict:
                     gpu_compute_capability=f"{props.major}.{props.minor}",
                     bf16_supported=(props.major, props.minor) >= (8, 0))
     else:
-        # The CPU runs bf16 through autocast; whether it is fast depends on AVX512-BF16/AMX.
+        # Any CPU runs bf16 autocast; it is only fast with native bf16 instructions (AVX512-BF16, AMX).
         info["bf16_supported"] = True
+    info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    info["cpu_bf16_native"] = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     decision = resolve_device(requested_device)
     info.update(resolved_device=decision.device, device_reason=decision.reason)
     return info
 
 
 def print_environment(requested_device: str = "auto", as_json: bool = False) -> dict:
-    try:
-        info = environment(requested_device)
-    except UserError:
-        raise
+    info = environment(requested_device)
     if as_json:
         print(json.dumps(info, indent=2))
         return info
@@ -109,7 +107,8 @@ def print_environment(requested_device: str = "auto", as_json: bool = False) -> 
         f"Apple MPS available: {'yes' if info['mps_available'] else 'no'}; torch_xla: "
         f"{'yes' if info['xla_available'] else 'no'}",
         f"Processor: {info['processor']}; {info['physical_cores']} physical / {info['logical_cores']} logical cores; "
-        f"torch uses {info['torch_threads']} threads",
+        f"torch uses {info['torch_threads']} threads; vector ISA {info['cpu_capability']}, native bf16 "
+        f"{'yes' if info['cpu_bf16_native'] else 'no (bf16 autocast runs, slowly)'}",
         f"Memory: {info['memory_total_bytes'] / gib:.1f} GiB total, {info['memory_available_bytes'] / gib:.1f} GiB available",
         f"Resolved device: {info['resolved_device']} ({info['device_reason']})",
         f"dvc {info['dvc_version']}, tokenizers {info['tokenizers_version']}",
