@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import multiprocessing
 import re
+import signal
 from dataclasses import dataclass, replace
 
 import psutil
 import torch
 
 from buildllm.config import Config, with_overrides
-from buildllm.errors import ConfigError
+from buildllm.errors import ConfigError, UserError
 from buildllm.metrics import write_metrics
 from buildllm.oom import out_of_memory
 from buildllm.paths import metrics_path
@@ -62,7 +63,10 @@ def _measure_try(config: Config) -> dict:
 
 
 def _child(config: Config, queue) -> None:
-    queue.put(_measure_try(config))
+    try:
+        queue.put(_measure_try(config))
+    except UserError as exc:  # bad input: the parent says it in one line
+        queue.put({"error": str(exc)})
 
 
 def _try_in_child(config: Config) -> dict:
@@ -71,10 +75,15 @@ def _try_in_child(config: Config) -> dict:
     process = context.Process(target=_child, args=(config, queue))
     process.start()
     process.join()
+    if process.exitcode == -signal.SIGKILL:
+        # The kernel's OOM killer ends a process that runs the host out of memory: this batch does not fit.
+        return {"oom": True, "peak_memory_bytes": 0}
     if process.exitcode != 0:
-        # Killed by the kernel's OOM killer (or a crash): this batch does not fit.
-        return {"oom": True, "peak_memory_bytes": 0, "exitcode": process.exitcode}
-    return queue.get()
+        raise RuntimeError(f"a batch-size try crashed with exit code {process.exitcode} (see its output above)")
+    result = queue.get()
+    if "error" in result:
+        raise UserError(result["error"])
+    return result
 
 
 def find_batch_size(config: Config, write: bool = True) -> dict:
@@ -89,6 +98,9 @@ def find_batch_size(config: Config, write: bool = True) -> dict:
     # Two measured steps are enough for the peak: memory is at its steady state after the first step.
     probe = replace(config, benchmark=replace(bench, warmup_steps=1, measured_steps=2, intervals=1),
                     train=replace(config.train, training_examples=None))
+    from buildllm.benchmark import load_windows
+
+    load_windows(make_plan(probe))  # missing or bad token files: one line now, not in every try
     announce("find_batch_size", plan, memory_budget_bytes=budget, usable_bytes=limit,
              safety_margin=bench.safety_margin)
     tries: list[Try] = []
@@ -104,16 +116,22 @@ def find_batch_size(config: Config, write: bool = True) -> dict:
         print(json.dumps({"try_batch_size": batch_size, "fits": fits, "note": note}), flush=True)
         return fits
 
-    good, bad, size = 0, None, 1
     ceiling = bench.max_batch_size
-    while size <= ceiling and attempt(size):
-        good, size = size, size * 2
-    if good and size <= ceiling:
+    good, bad, size = 0, None, 1
+    while attempt(size):
+        good = size
+        if size == ceiling:
+            break
+        size = min(2 * size, ceiling)  # the ceiling itself is tried, even when not a power of two
+    else:
         bad = size
+    if good and bad:
         # Above 8, bisect in multiples of 8: fewer tries, and shapes that suit vectorised kernels.
         quantum = 8 if good >= 8 else 1
         while bad - good > quantum:
             middle = (good + bad) // 2 // quantum * quantum
+            if middle <= good:  # no multiple of the quantum left between them
+                break
             good, bad = (middle, bad) if attempt(middle) else (good, middle)
     result = {
         "device": plan.device.device, "precision": plan.precision.precision, "profile": plan.profile.name,

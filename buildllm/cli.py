@@ -129,20 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "train":
             p.add_argument("--dry-run", action="store_true", help="plan and estimate only; train nothing")
         p.set_defaults(handler=handler)
-    for register in _extensions():
-        register(sub)
+    # These commands define their own flags beside their code.
+    from buildllm import benchmark, compare, estimate, generate
+
+    for module in (benchmark, estimate, generate, compare):
+        module.register_cli(sub)
     return parser
-
-
-def _extensions() -> list[Callable]:
-    """Subcommands defined next to their code (benchmark, estimate, generate, compare)."""
-    registrars = []
-    for module in ("buildllm.benchmark", "buildllm.estimate", "buildllm.generate", "buildllm.compare"):
-        try:
-            registrars.append(__import__(module, fromlist=["register_cli"]).register_cli)
-        except (ImportError, AttributeError):
-            continue
-    return registrars
 
 
 def main(argv: list[str] | None = None) -> int:

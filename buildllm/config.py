@@ -44,7 +44,8 @@ class CorpusConfig:
     files: list = knob([])
     # Names the corpus's output folders; defaults to the source.
     name: Optional[str] = None
-    validation_percent: float = knob(5.0, minimum=0.0, maximum=50.0)
+    # Above 0: training needs validation documents to report a validation loss.
+    validation_percent: float = knob(5.0, minimum=0.1, maximum=50.0)
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,3 @@ def from_main(world: World, value):
     return box[0]
 
 
-def barrier(world: World) -> None:
-    if world.distributed:
-        dist.barrier()
-

@@ -11,11 +11,12 @@ good as the match between benchmark and plan, so a benchmark with other controls
 from __future__ import annotations
 
 from buildllm.config import Config
-from buildllm.data import Windows, load_tokens
+from buildllm.data import Windows, batches_per_epoch, load_tokens
 from buildllm.errors import UserError
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path, token_paths
-from buildllm.plan import RunPlan, make_plan
+from buildllm.plan import RunPlan, make_plan, plan_metrics
+from buildllm.schedule import planned_steps
 
 # The controls a benchmark must share with the planned run for its speed to apply.
 CONTROLS = ("profile", "architecture", "parameters", "batch_size", "grad_accum", "sequence_length", "precision",
@@ -33,8 +34,13 @@ def planned_examples(plan: RunPlan) -> int:
 
 
 def planned_optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int) -> int:
-    # Partial batches are dropped (every step sees the same tokens); leftover micro-batches too.
-    return (examples // batch_size) // grad_accum * epochs
+    """The Trainer's own count: partial batches are dropped, so every step sees the same tokens."""
+    steps = planned_steps(batches_per_epoch(examples, batch_size), epochs, grad_accum)
+    if steps < 1:
+        raise UserError(f"{examples} examples in batches of {batch_size} x {grad_accum} accumulation steps over "
+                        f"{epochs} epoch(s) make no optimizer step; raise --training-examples or --epochs, "
+                        "or lower --batch-size or --grad-accum")
+    return steps
 
 
 def control_differences(benchmark: dict, plan_controls: dict) -> list[str]:
@@ -59,13 +65,10 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
         raise UserError("the benchmark ran out of memory, so there is no speed to project; "
                         "rerun the benchmark with a smaller --batch-size")
     plan = make_plan(config)
-    plan_controls = {
-        "profile": plan.profile.name, "architecture": plan.model.architecture, "parameters": plan.parameters,
-        "batch_size": plan.batch_size, "grad_accum": config.train.grad_accum,
-        "sequence_length": plan.model.sequence_length, "precision": plan.precision.precision,
-        "device": plan.device.device, "gradient_checkpointing": config.train.gradient_checkpointing,
-        "compile": config.train.compile,
-    }
+    resolved = plan_metrics(plan)
+    # On the CPU the thread count sets the speed as much as the batch size does.
+    keys = CONTROLS + (("threads",) if plan.device.kind == "cpu" else ())
+    plan_controls = {key: resolved[key] for key in keys}
     differences = control_differences(benchmark, plan_controls)
     if differences:
         raise UserError("the benchmark's controls differ from the planned run (" + "; ".join(differences)

@@ -20,6 +20,7 @@ from buildllm.config import load_config
 from buildllm.errors import UserError
 from buildllm.model import GPT, GPTConfig, KVCache, build_model
 from buildllm.runtime import resolve_device
+from buildllm.tokenization import load_tokenizer
 
 
 def checkpoint_file(location: str | Path) -> Path:
@@ -41,13 +42,12 @@ def load_model(path: Path, device: str) -> tuple[GPT, dict]:
     return model.eval(), state
 
 
-def load_tokenizer(saved: str, override: str | None, path: Path):
-    from tokenizers import Tokenizer
-
+def checkpoint_tokenizer(saved: str, override: str | None, path: Path, vocab_size: int):
+    """The tokenizer the checkpoint was trained with (or --tokenizer), checked against the model's vocabulary."""
     candidates = [Path(override)] if override else [Path(saved), path.parent / Path(saved).name]
     for candidate in candidates:
         if str(candidate) and candidate.is_file():
-            return Tokenizer.from_file(str(candidate))
+            return load_tokenizer(candidate, vocab_size)
     raise UserError(f"the tokenizer of {path} ({override or saved or 'none recorded'}) is not there; run from the "
                     "project root where it was trained, or pass --tokenizer with the tokenizer's JSON file")
 
@@ -98,7 +98,7 @@ def generate_text(location: str | Path, prompt: str, max_new_tokens: int = 100, 
                   seed: int = 1337, tokenizer: str | None = None) -> str:
     path = checkpoint_file(location)
     model, state = load_model(path, device)
-    encoder = load_tokenizer(state.get("tokenizer", ""), tokenizer, path)
+    encoder = checkpoint_tokenizer(state.get("tokenizer", ""), tokenizer, path, model.config.vocab_size)
     prompt_ids = encoder.encode(prompt).ids
     if prompt_ids and max(prompt_ids) >= model.config.vocab_size:
         raise UserError(f"the tokenizer gives id {max(prompt_ids)} but the model has {model.config.vocab_size}; "

@@ -23,7 +23,8 @@ def fused_adamw_support(device: str) -> tuple[bool, str]:
 
 def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float, device: str,
                     betas: tuple[float, float] = (0.9, 0.95)) -> tuple[torch.optim.AdamW, bool, str]:
-    """AdamW with weight decay on matrices only: decaying norms, biases and embeddings' scale hurts small models."""
+    """AdamW with weight decay on weight matrices and embeddings (as GPT-2 does), not on norms and biases:
+    decay pulls a gain or an offset towards zero, which only distorts it."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

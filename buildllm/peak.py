@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,21 +22,22 @@ from buildllm.env import processor_name
 from buildllm.runtime import DeviceDecision, synchronize
 
 TERA = 1e12
-# name fragment -> {dtype: dense TFLOP/s}; "tf32" is the rate for fp32 matmuls with TF32 allowed.
+# name pattern -> {dtype: dense TFLOP/s}; "tf32" is the rate for fp32 matmuls with TF32 allowed.
+# Patterns match whole words of torch.cuda.get_device_name() ("NVIDIA H100 80GB HBM3"), most specific first.
 GPU_PEAKS = {
-    "H200": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
-    "H100 SXM": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
-    "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.2},
-    "H100": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
-    "A100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
-    "L40S": {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6},
-    "L4": {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3},
-    "A10G": {"bf16": 70.0, "fp16": 70.0, "tf32": 35.0, "fp32": 31.2},
-    "A10": {"bf16": 125.0, "fp16": 125.0, "tf32": 62.5, "fp32": 31.2},
-    "RTX 4090": {"bf16": 165.2, "fp16": 165.2, "tf32": 82.6, "fp32": 82.6},
-    "RTX 3090": {"bf16": 71.0, "fp16": 71.0, "tf32": 35.6, "fp32": 35.6},
-    "V100": {"fp16": 125.0, "fp32": 15.7},
-    "T4": {"fp16": 65.0, "fp32": 8.1},
+    r"H200": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
+    r"H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.2},
+    r"H100": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},  # SXM (HBM3) and NVL
+    r"A100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+    r"L40S": {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6},
+    r"L40": {"bf16": 181.0, "fp16": 181.0, "tf32": 90.5, "fp32": 90.5},
+    r"L4": {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3},
+    r"A10G": {"bf16": 70.0, "fp16": 70.0, "tf32": 35.0, "fp32": 31.2},
+    r"A10": {"bf16": 125.0, "fp16": 125.0, "tf32": 62.5, "fp32": 31.2},
+    r"RTX 4090": {"bf16": 165.2, "fp16": 165.2, "tf32": 82.6, "fp32": 82.6},
+    r"RTX 3090": {"bf16": 71.0, "fp16": 71.0, "tf32": 35.6, "fp32": 35.6},
+    r"V100": {"fp16": 125.0, "fp32": 15.7},
+    r"T4": {"fp16": 65.0, "fp32": 8.1},
 }
 
 
@@ -47,9 +49,9 @@ class Peak:
 
 def table_peak(gpu_name: str, precision: str, tf32: bool) -> Peak | None:
     key = "tf32" if precision == "fp32" and tf32 else precision
-    for fragment, peaks in GPU_PEAKS.items():  # ordered: specific names before general ones
-        if fragment.lower() in gpu_name.lower() and key in peaks:
-            return Peak(peaks[key] * TERA, f"table: NVIDIA datasheet, {fragment} {key} dense")
+    for pattern, peaks in GPU_PEAKS.items():
+        if re.search(rf"\b{pattern}\b", gpu_name, re.IGNORECASE) and key in peaks:
+            return Peak(peaks[key] * TERA, f"table: NVIDIA datasheet, {pattern} {key} dense")
     return None
 
 

@@ -48,6 +48,9 @@ def make_plan(config: Config) -> RunPlan:
     if model.n_embd % model.n_head:
         raise ConfigError(f"model.n_embd={model.n_embd} is not divisible by model.n_head={model.n_head}; "
                           "choose values where it is")
+    if model.architecture == "modern" and model.head_dim % 2:
+        raise ConfigError(f"the modern architecture's rotary positions need an even head size, but n_embd "
+                          f"{model.n_embd} / n_head {model.n_head} = {model.head_dim}; change model.n_head or model.n_embd")
     device = resolve_device(config.device)
     defaults = profile.runtime(device.kind)
     precision = resolve_precision(config.precision, device, defaults.precision)
@@ -78,9 +81,11 @@ def apply_plan(plan: RunPlan) -> None:
     torch.manual_seed(plan.config.seed)
 
 
-def plan_metrics(plan: RunPlan) -> dict:
-    """The plan as flat metrics: what ran, with which flags, and why."""
-    fused, fused_reason = fused_adamw_support(plan.device.device)
+def plan_metrics(plan: RunPlan, fused_adamw: tuple[bool, str] | None = None) -> dict:
+    """The plan as flat metrics: what ran, with which flags, and why.
+
+    fused_adamw: (built, reason) from an optimizer already built; otherwise it is probed here."""
+    fused, fused_reason = fused_adamw or fused_adamw_support(plan.device.device)
     m = plan.model
     return {
         "iteration": plan.config.iteration,

@@ -59,7 +59,11 @@ def load_profile(name: str) -> Profile:
 
 
 def profile_for(config: Config) -> Profile:
-    """The profile the config selects, with its model shape overridden by `model:` values."""
+    """The profile the config selects, with its model shape overridden by `model:` values.
+
+    tokenize.vocab_size, when set, is the model's vocabulary too: the two must always agree."""
     profile = load_profile(config.preset or ITERATION_PROFILES[config.iteration])
     overrides = {k: v for k, v in vars(config.model).items() if v is not None}
+    if config.tokenize.vocab_size is not None:
+        overrides["vocab_size"] = config.tokenize.vocab_size
     return replace(profile, model=replace(profile.model, **overrides))

@@ -64,7 +64,11 @@ def exp_show(all_commits: bool = False) -> list:
         raise UserError(f"`dvc exp show` failed ({why}); run buildllm compare from the project's root, "
                         "a git repository with DVC initialised")
     text = done.stdout
-    return json.loads(text[text.index("["):]) if "[" in text else []
+    try:
+        return json.loads(text[text.index("["):]) if "[" in text else []
+    except json.JSONDecodeError as exc:
+        raise UserError(f"`dvc exp show --json` printed something that is not JSON ({exc}); "
+                        "check the dvc version (`buildllm env`) and rerun") from None
 
 
 def flatten(tree: Any, prefix: str = "") -> dict:

@@ -33,6 +33,11 @@ class Schedule:
         return self.floor + (self.peak - self.floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def planned_steps(batches_per_epoch: int, epochs: int, grad_accum: int) -> int:
+    """Optimizer steps of a run: the data cursor carries leftover micro-batches into the next epoch."""
+    return batches_per_epoch * epochs // grad_accum
+
+
 def make_schedule(peak: float, total_steps: int, warmup_steps: int | None, min_ratio: float) -> Schedule:
     """warmup_steps None: 5% of the planned steps (at least one), never more than the run has."""
     if warmup_steps is None:

@@ -12,7 +12,7 @@ import json
 from buildllm.config import Config, with_overrides
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
-from buildllm.plan import apply_plan, make_plan
+from buildllm.plan import announce, apply_plan, make_plan
 
 COLUMNS = ("preset", "architecture", "threads", "batch_size", "steps_per_second", "tokens_per_second")
 
@@ -22,9 +22,10 @@ def sweep(config: Config, presets: list[str] | None, architectures: list[str] | 
     from buildllm.benchmark import load_windows, measure
 
     rows = []
-    grid = itertools.product(presets or [config.preset], architectures or [config.model.architecture],
-                             threads or [config.train.threads])
-    for preset, architecture, thread_count in grid:
+    axes = (presets or [config.preset], architectures or [config.model.architecture], threads or [config.train.threads])
+    announce("sweep", make_plan(config), presets=axes[0], architectures=axes[1], threads=axes[2],
+             runs=len(list(itertools.product(*axes))), measured_steps=config.benchmark.measured_steps)
+    for preset, architecture, thread_count in itertools.product(*axes):
         trial = with_overrides(config, {"preset": preset, "model.architecture": architecture,
                                         "train.threads": thread_count})
         plan = make_plan(trial)

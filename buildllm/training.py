@@ -41,7 +41,7 @@ from buildllm.plan import RunPlan, announce, apply_plan, make_plan
 from buildllm.plots import Session, record, train_metrics, write_log, write_png
 from buildllm.precision import autocast, grad_scaler
 from buildllm.runtime import timed
-from buildllm.schedule import make_schedule
+from buildllm.schedule import make_schedule, planned_steps
 from buildllm.tokenization import load_tokenizer
 
 
@@ -113,7 +113,7 @@ class Trainer:
         self.train_windows, self.validation_windows = train_windows, validation_windows
         self.cursor = DataCursor(train_windows, plan.batch_size, plan.config.seed, self.world, plan.workers,
                                  pin_memory=self.device.kind == "cuda")
-        self.planned_steps = self.cursor.batches_per_epoch * cfg.epochs // cfg.grad_accum
+        self.planned_steps = planned_steps(self.cursor.batches_per_epoch, cfg.epochs, cfg.grad_accum)
         if self.planned_steps < 1:
             raise UserError(f"{cfg.epochs} epoch(s) of {self.cursor.batches_per_epoch} batches make no optimizer step "
                             f"with grad_accum {cfg.grad_accum}; lower --grad-accum or raise --epochs")
@@ -338,7 +338,7 @@ def run(trainer: Trainer) -> dict:
             finish(trainer, session, "non_finite_loss", {"non_finite_step": exc.step})
             raise TrainingFailed(f"{exc}; {kept(trainer)}; lower --learning-rate (or train in bf16 or fp32 instead "
                                  "of fp16) and rerun into a fresh --checkpoint-directory") from None
-        except (torch.cuda.OutOfMemoryError, RuntimeError) as exc:
+        except RuntimeError as exc:  # torch.cuda.OutOfMemoryError is one
             if not out_of_memory(exc):
                 raise
             figures = memory_figures(device)

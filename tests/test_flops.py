@@ -35,3 +35,15 @@ def test_matmul_parameters_count_tied_embedding_once_and_skip_positions():
 def test_mfu_is_the_ratio():
     assert mfu(6e6, 1000, 1.2e10) == pytest.approx(0.5)
     assert mfu(6e6, 1000, 0) == 0.0
+
+
+def test_peak_table_matches_whole_names_most_specific_first():
+    from buildllm.peak import table_peak
+
+    assert "L40 " in table_peak("NVIDIA L40", "bf16", True).source
+    assert "L4 " in table_peak("NVIDIA L4", "bf16", True).source
+    assert table_peak("NVIDIA H100 80GB HBM3", "bf16", True).flops == pytest.approx(989.4e12)
+    assert table_peak("NVIDIA H100 PCIe", "bf16", True).flops == pytest.approx(756e12)
+    assert table_peak("NVIDIA A100-SXM4-80GB", "fp32", True).flops == pytest.approx(156e12)  # TF32 allowed
+    assert table_peak("Tesla T4", "bf16", False) is None  # no bf16 entry: the peak is measured instead
+    assert table_peak("Some Future GPU", "bf16", True) is None

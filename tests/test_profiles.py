@@ -66,3 +66,18 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     checkpointed(idx, idx)[1].backward()
     for a, b in zip(plain.parameters(), checkpointed.parameters()):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_tokenize_vocab_size_is_the_models_vocabulary_too():
+    config = load_config(None, {"tokenize.vocab_size": 8192})
+    assert profile_for(config).model.vocab_size == 8192
+
+
+def test_modern_architecture_with_an_odd_head_size_is_refused():
+    from buildllm.errors import ConfigError
+    from buildllm.plan import make_plan
+
+    config = load_config(None, {"device": "cpu", "model.architecture": "modern", "model.n_embd": 60,
+                                "model.n_head": 4})
+    with pytest.raises(ConfigError, match="even head size"):
+        make_plan(config)
