@@ -24,7 +24,7 @@ from buildllm.data import Windows, load_tokens
 from buildllm.env import environment
 from buildllm.errors import TrainingFailed
 from buildllm.flops import flops_per_token, matmul_parameters, mfu
-from buildllm.memory import estimate_training_memory
+from buildllm.memory import plan_memory
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path, token_paths
 from buildllm.peak import peak_flops
@@ -118,8 +118,7 @@ def benchmark(config: Config, write: bool = True) -> dict:
     bench = config.benchmark
     announce("benchmark", plan, warmup_steps=bench.warmup_steps, measured_steps=bench.measured_steps,
              training_examples=len(train), validation_examples=len(validation))
-    estimate = estimate_training_memory(plan.model, plan.parameters, plan.batch_size, plan.precision.activation_bytes,
-                                        plan.device.kind, config.train.gradient_checkpointing, config.train.grad_accum)
+    estimate = plan_memory(plan)
     base = {**plan_metrics(plan), **environment(config.device), "memory_estimate_total_bytes": estimate.total}
     # Interpreter start, imports, device initialisation and token loading: a run pays them too.
     process_startup = time.time() - psutil.Process().create_time()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from buildllm.config import Config
-from buildllm.memory import checkpoint_bytes, estimate_training_memory
+from buildllm.memory import checkpoint_bytes, plan_memory
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan import announce, make_plan, plan_metrics
@@ -11,9 +11,7 @@ from buildllm.plan import announce, make_plan, plan_metrics
 
 def dry_run(config: Config) -> dict:
     plan = make_plan(config)
-    estimate = estimate_training_memory(
-        plan.model, plan.parameters, plan.batch_size, plan.precision.activation_bytes, plan.device.kind,
-        plan.config.train.gradient_checkpointing, plan.config.train.grad_accum)
+    estimate = plan_memory(plan)
     announce("dry_run", plan, memory_estimate_total_bytes=estimate.total)
     metrics = {**plan_metrics(plan), **estimate.as_metrics(), "checkpoint_bytes_estimate": checkpoint_bytes(plan.parameters)}
     path = write_metrics(metrics_path("dry_run"), metrics)

@@ -132,3 +132,10 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
 def checkpoint_bytes(parameters: int) -> int:
     """Weights plus AdamW's two moments, all fp32; config, RNG and cursor add a few kilobytes."""
     return 3 * parameters * FP32
+
+
+def plan_memory(plan) -> MemoryEstimate:
+    """The estimate for a RunPlan (buildllm.plan): its model, batch, precision, device and options."""
+    train = plan.config.train
+    return estimate_training_memory(plan.model, plan.parameters, plan.batch_size, plan.precision.activation_bytes,
+                                    plan.device.kind, train.gradient_checkpointing, train.grad_accum)

@@ -49,15 +49,12 @@ def overrides(profile: str, batch_size: int, precision: str, device: str, archit
 
 def plan_and_estimate(settings: dict):
     from buildllm.config import load_config
-    from buildllm.memory import estimate_training_memory
+    from buildllm.memory import plan_memory
     from buildllm.plan import make_plan
 
     config = load_config(None, settings)
     plan = make_plan(config)
-    estimate = estimate_training_memory(plan.model, plan.parameters, plan.batch_size,
-                                        plan.precision.activation_bytes, plan.device.kind,
-                                        config.train.gradient_checkpointing, config.train.grad_accum)
-    return config, plan, estimate
+    return config, plan, plan_memory(plan)
 
 
 def measure_child(settings: dict, queue) -> None:
