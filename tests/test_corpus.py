@@ -175,7 +175,7 @@ def run_cli(tmp_path, params: str, capsys) -> tuple[int, str]:
     ("corpus:\n  source: files\n", None, "corpus.files is empty"),
     ("corpus:\n  source: files\n  files: ['empty/*.txt']\n", "empty", "hold no text"),
     ("corpus:\n  source: files\n  files: ['binary/*.txt']\n", "binary", "is not UTF-8 text"),
-    ("corpus:\n  source: files\n  files: ['one/*.txt']\n  validation_percent: 0\n", "one", "validation_percent=0 is too small"),
+    ("corpus:\n  source: files\n  files: ['one/*.txt']\n  validation_percent: 0\n", "one", "validation_percent=0.0 is too small"),
 ])
 def test_bad_input_is_one_line_and_keeps_the_previous_corpus(tmp_path, monkeypatch, capsys, params, setup, fragment):
     monkeypatch.chdir(tmp_path)
