@@ -7,6 +7,7 @@ from buildllm.memory import checkpoint_bytes, plan_memory
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan import announce, make_plan, plan_metrics
+from buildllm.units import size
 
 
 def dry_run(config: Config) -> dict:
@@ -21,11 +22,7 @@ def dry_run(config: Config) -> dict:
              "autocast copies": estimate.autocast_weights, "activations": estimate.activations,
              "logits": estimate.logits, "attention scores": estimate.attention_scores,
              "allocator": estimate.allocator}
-    shown = ", ".join(f"{name} {_gib(size)}" for name, size in parts.items() if size)
-    print(f"estimated peak training memory: {_gib(estimate.total)} at the {estimate.peak_moment} ({shown})")
-    print(f"checkpoint size about {_gib(checkpoint_bytes(plan.parameters))}; metrics written to {path}")
+    shown = ", ".join(f"{name} {size(part)}" for name, part in parts.items() if part)
+    print(f"estimated peak training memory: {size(estimate.total)} at the {estimate.peak_moment} ({shown})")
+    print(f"checkpoint size about {size(checkpoint_bytes(plan.parameters))}; metrics written to {path}")
     return metrics
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

@@ -17,6 +17,7 @@ from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path, token_paths
 from buildllm.plan import RunPlan, make_plan, plan_metrics
 from buildllm.schedule import planned_steps
+from buildllm.units import duration
 
 # The controls a benchmark must share with the planned run for its speed to apply.
 CONTROLS = ("profile", "architecture", "parameters", "batch_size", "grad_accum", "sequence_length", "precision",
@@ -46,17 +47,6 @@ def planned_optimizer_steps(examples: int, batch_size: int, grad_accum: int, epo
 def control_differences(benchmark: dict, plan_controls: dict) -> list[str]:
     return [f"{key} {benchmark.get(key)!r} (benchmark) vs {value!r} (plan)"
             for key, value in plan_controls.items() if benchmark.get(key) != value]
-
-
-def human_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes:02d} min"
-    if minutes:
-        return f"{minutes} min {secs:02d} s"
-    return f"{secs} s"
 
 
 def estimate(config: Config, benchmark: dict | None = None, write: bool = True) -> dict:
@@ -116,15 +106,15 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
 
 def summary(r: dict) -> str:
     return (f"planned {r['planned_optimizer_steps']:,} optimizer steps ÷ {r['measured_steps_per_second']:.2f} steps/s "
-            f"≈ {human_duration(r['estimated_seconds_by_steps'])} of training "
+            f"≈ {duration(r['estimated_seconds_by_steps'])} of training "
             f"(by tokens: {r['planned_tokens']:,} ÷ {r['measured_tokens_per_second']:,.0f} tokens/s "
-            f"≈ {human_duration(r['estimated_seconds_by_tokens'])}), "
+            f"≈ {duration(r['estimated_seconds_by_tokens'])}), "
             f"plus {_count(r['validation_passes'], 'validation pass', 'validation passes')} "
-            f"({human_duration(r['validation_overhead_seconds'])}), "
-            f"{_count(r['checkpoint_saves'], 'checkpoint save')} ({human_duration(r['checkpoint_overhead_seconds'])}) "
-            f"and start-up ({human_duration(r['startup_seconds'])}): "
-            f"total ≈ {human_duration(r['estimated_seconds'])} (range {human_duration(r['estimated_seconds_low'])}"
-            f"–{human_duration(r['estimated_seconds_high'])}); "
+            f"({duration(r['validation_overhead_seconds'])}), "
+            f"{_count(r['checkpoint_saves'], 'checkpoint save')} ({duration(r['checkpoint_overhead_seconds'])}) "
+            f"and start-up ({duration(r['startup_seconds'])}): "
+            f"total ≈ {duration(r['estimated_seconds'])} (range {duration(r['estimated_seconds_low'])}"
+            f"–{duration(r['estimated_seconds_high'])}); "
             f"{_count(r['checkpoint_saves'], 'checkpoint')} × {r['checkpoint_bytes'] / 2**20:.1f} MiB, "
             f"at most {r['checkpoint_storage_bytes'] / 2**20:.1f} MiB kept on disk")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from buildllm import units
 from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.compare import Comparison
 from buildllm.report_chart import write_chart
@@ -27,25 +28,11 @@ NOT_RECORDED = "not recorded"
 
 
 def duration(seconds) -> str:
-    if _missing(seconds):
-        return NOT_RECORDED
-    if seconds < 60:
-        return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.0f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days} d {hours} h"
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+    return NOT_RECORDED if _missing(seconds) else units.duration(seconds)
 
 
 def size(n) -> str:
-    if _missing(n):
-        return NOT_RECORDED
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}" if unit == "GiB" else f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
+    return NOT_RECORDED if _missing(n) else units.size(n)
 
 
 def number(fmt: str):
