@@ -69,7 +69,8 @@ def _child(config: Config, queue) -> None:
         queue.put({"error": str(exc)})
 
 
-def _try_in_child(config: Config) -> dict:
+def try_in_child(config: Config) -> dict:
+    """Two measured steps of `config` in a fresh process: {"oom": bool, "peak_memory_bytes": int}."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=_child, args=(config, queue))
@@ -107,7 +108,7 @@ def find_batch_size(config: Config, write: bool = True) -> dict:
 
     def attempt(batch_size: int) -> bool:
         trial = with_overrides(probe, {"train.batch_size": batch_size})
-        result = _try_in_child(trial) if plan.device.kind == "cpu" else _measure_try(trial)
+        result = try_in_child(trial) if plan.device.kind == "cpu" else _measure_try(trial)
         fits = not result["oom"] and result["peak_memory_bytes"] <= limit
         note = ("out of memory" if result["oom"] else
                 f"peak {result['peak_memory_bytes'] / 2**20:.0f} MiB {'<=' if fits else '>'} "

@@ -111,7 +111,8 @@ def train_metrics(trainer: Trainer, session: Session, status: str, extra: dict) 
     seconds = [s for s, _ in trainer.saves]
     session_tokens = session.steps * trainer.tokens_per_step
     metrics = {
-        **plan_metrics(trainer.plan, (trainer.fused_adamw, trainer.fused_adamw_reason)), "status": status, "processes": trainer.world.size,
+        **plan_metrics(trainer.plan, (trainer.fused_adamw, trainer.fused_adamw_reason)),
+        "status": status, "processes": trainer.world.size,
         "global_batch_size": trainer.plan.batch_size * cfg.grad_accum * trainer.world.size,
         "tokens_per_step": trainer.tokens_per_step,
         "planned_steps": trainer.planned_steps, "optimizer_steps": trainer.step_count,

@@ -38,10 +38,8 @@ NUMPY_DTYPES = {torch.uint8: np.uint8, torch.uint16: np.uint16, torch.int32: np.
 
 
 def vocab_size_for(config: Config) -> int:
-    """The vocabulary the tokenizer is trained for: tokenize.vocab_size, else the profile's."""
-    if config.tokenize.vocab_size is not None:
-        return config.tokenize.vocab_size
-    from buildllm.profiles import profile_for  # imports the model; only needed when the profile decides
+    """The vocabulary the tokenizer is trained for: the model's (tokenize.vocab_size, else the profile's)."""
+    from buildllm.profiles import profile_for  # imports the model
 
     return profile_for(config).model.vocab_size
 

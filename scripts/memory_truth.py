@@ -16,7 +16,6 @@ Run it from anywhere; it works in the project root, where the token files are.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import sys
 from pathlib import Path
@@ -57,24 +56,13 @@ def plan_and_estimate(settings: dict):
     return config, plan, plan_memory(plan)
 
 
-def measure_child(settings: dict, queue) -> None:
-    from buildllm.benchmark import load_windows, measure
-    from buildllm.plan import apply_plan
-
-    _, plan, _ = plan_and_estimate(settings)
-    apply_plan(plan)
-    train, validation = load_windows(plan)
-    figures = measure(plan, train, validation, extras=False, progress=False)
-    queue.put(figures["peak_memory_bytes"])
-
-
 def measured_peak(settings: dict) -> int | None:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=measure_child, args=(settings, queue))
-    process.start()
-    process.join()
-    return queue.get() if process.exitcode == 0 else None
+    """The peak of two training steps in a fresh process (the batch finder's own try); None if it did not fit."""
+    from buildllm.batch_finder import try_in_child
+    from buildllm.config import load_config
+
+    result = try_in_child(load_config(None, settings))
+    return None if result["oom"] else result["peak_memory_bytes"]
 
 
 def available_bytes(device: str) -> int:
