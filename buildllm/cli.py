@@ -1,50 +1,20 @@
 """The `buildllm` command line: the same code the DVC stages run, driven by the course's flags.
 
 Flags override params.yaml (read from the working directory, or --params); both become one
-validated Config. A user error prints one line and exits non-zero, without a traceback.
+validated Config. The run flags are generated from the Config's own field declarations, so a knob
+is declared once. Commands are imported only when run: `buildllm corpus` never imports torch.
+A user error prints one line and exits non-zero, without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from typing import Callable
 
-from buildllm.config import Config, load_config
+from buildllm.config import Config, base_type, knobs, load_config
 from buildllm.errors import UserError
-
-# (flag, dotted config key, type); type bool makes a switch that only ever turns a knob on.
-RUN_FLAGS: list[tuple[str, str, type]] = [
-    ("--iteration", "iteration", int),
-    ("--preset", "preset", str),
-    ("--device", "device", str),
-    ("--precision", "precision", str),
-    ("--seed", "seed", int),
-    ("--architecture", "model.architecture", str),
-    ("--sequence-length", "model.sequence_length", int),
-    ("--batch-size", "train.batch_size", int),
-    ("--grad-accum", "train.grad_accum", int),
-    ("--epochs", "train.epochs", int),
-    ("--training-examples", "train.training_examples", int),
-    ("--validation-examples", "train.validation_examples", int),
-    ("--learning-rate", "train.learning_rate", float),
-    ("--warmup-steps", "train.warmup_steps", int),
-    ("--log-interval", "train.log_interval", int),
-    ("--eval-interval", "train.eval_interval", int),
-    ("--checkpoint-interval", "train.checkpoint_interval", int),
-    ("--keep-checkpoints", "train.keep_checkpoints", int),
-    ("--checkpoint-directory", "train.checkpoint_directory", str),
-    ("--workers", "train.workers", int),
-    ("--threads", "train.threads", int),
-    ("--train-tokens", "train.train_tokens", str),
-    ("--validation-tokens", "train.validation_tokens", str),
-    ("--tokenizer", "train.tokenizer", str),
-    ("--compile", "train.compile", bool),
-    ("--gradient-checkpointing", "train.gradient_checkpointing", bool),
-    ("--resume", "train.resume", bool),
-    ("--force", "train.force", bool),
-]
 
 
 class Parser(argparse.ArgumentParser):
@@ -53,16 +23,25 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_run_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """The course's flags; `skip` leaves some out for a command that gives them another meaning."""
-    parser.add_argument("--params", default="params.yaml", help="params file (default: ./params.yaml if present)")
-    for flag, key, kind in RUN_FLAGS:
-        if flag in skip:
+    """The course's flags, one per Config knob that declares a flag; `skip` leaves some out for a
+    command that gives them another meaning."""
+    parser.add_argument("--params", default="params.yaml", metavar="PATH",
+                        help="params file (default: ./params.yaml if present)")
+    for key, f, hint in knobs():
+        flag = f.metadata.get("flag")
+        if not flag or flag in skip:
             continue
+        meta, kind = f.metadata, base_type(hint)
         dest = "cfg:" + key
-        if kind is bool:
-            parser.add_argument(flag, dest=dest, action="store_const", const=True, default=None)
-        else:
-            parser.add_argument(flag, dest=dest, type=kind, default=None, help=f"overrides {key}")
+        help_text = f"{meta['help']} ({key})" if meta.get("help") else key
+        if kind is bool:  # a switch only ever turns a knob on; params.yaml turns it off
+            parser.add_argument(flag, dest=dest, action="store_const", const=True, default=None, help=help_text)
+            continue
+        # Allowed values show in the metavar; the Config checks them, so the error reads as any config error.
+        choices = meta.get("choices")
+        metavar = meta.get("metavar") or ("{" + ",".join(map(str, choices)) + "}" if choices else "VALUE")
+        parser.add_argument(flag, dest=dest, type=kind, default=None, metavar=metavar,
+                            help=help_text)
 
 
 def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Config:
@@ -72,40 +51,35 @@ def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Con
     return load_config(args.params, overrides)
 
 
+def call(target: str, *arguments):
+    """Import "package.module:function" now, not at start-up, and call it."""
+    module, function = target.split(":")
+    return getattr(importlib.import_module(module), function)(*arguments)
+
+
 def cmd_env(args) -> None:
-    from buildllm.env import print_environment
-
-    print_environment(args.device, as_json=args.json)
-
-
-def cmd_dry_run(args) -> None:
-    from buildllm.dry_run import dry_run
-
-    dry_run(config_from_args(args))
-
-
-def cmd_corpus(args) -> None:
-    from buildllm.corpus import build_corpus
-
-    build_corpus(config_from_args(args))
-
-
-def cmd_tokenize(args) -> None:
-    from buildllm.tokenization import tokenize_corpus
-
-    tokenize_corpus(config_from_args(args))
+    call("buildllm.device.hardware:print_environment", args.device, args.json)
 
 
 def cmd_train(args) -> None:
     config = config_from_args(args)
-    if args.dry_run:
-        from buildllm.dry_run import dry_run
+    call("buildllm.measure.dry_run:dry_run" if args.dry_run else "buildllm.train.trainer:train", config)
 
-        dry_run(config)
-        return
-    from buildllm.training import train
 
-    train(config)
+def cmd_benchmark(args) -> None:
+    threads = args.threads or []
+    config = config_from_args(args, {"train.threads": threads[0]} if len(threads) == 1 else {})
+    if args.find_batch_size:
+        call("buildllm.measure.batch_finder:find_batch_size", config)
+    elif args.presets or args.architectures or len(threads) > 1:
+        call("buildllm.measure.sweep:sweep", config, args.presets, args.architectures,
+             threads if len(threads) > 1 else None)
+    else:
+        call("buildllm.measure.benchmark:benchmark", config)
+
+
+def config_command(target: str):
+    return lambda args: call(target, config_from_args(args)) and None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,30 +91,77 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object instead of lines")
     p.set_defaults(handler=cmd_env)
 
-    commands: list[tuple[str, str, Callable]] = [
-        ("dry-run", "resolve device, precision and profile; count parameters; estimate memory", cmd_dry_run),
-        ("corpus", "write the corpus's train and validation documents to data/", cmd_corpus),
-        ("tokenize", "train the BPE tokenizer and encode train and validation tokens", cmd_tokenize),
-        ("train", "train a profile on the token tensors, with checkpoints and resume", cmd_train),
-    ]
-    for name, help_text, handler in commands:
+    for name, help_text, target in [
+        ("dry-run", "resolve device, precision and profile; count parameters; estimate memory",
+         "buildllm.measure.dry_run:dry_run"),
+        ("corpus", "write the corpus's train and validation documents to data/", "buildllm.data.corpus:build_corpus"),
+        ("tokenize", "train the BPE tokenizer and encode train and validation tokens",
+         "buildllm.data.tokenization:tokenize_corpus"),
+        ("estimate", "project the full run's time and storage from metrics/benchmark.json",
+         "buildllm.measure.estimate:estimate"),
+    ]:
         p = sub.add_parser(name, help=help_text)
         add_run_flags(p)
-        if name == "train":
-            p.add_argument("--dry-run", action="store_true", help="plan and estimate only; train nothing")
-        p.set_defaults(handler=handler)
-    # These commands define their own flags beside their code.
-    from buildllm import benchmark, compare, estimate, generate
+        p.set_defaults(handler=config_command(target))
 
-    for module in (benchmark, estimate, generate, compare):
-        module.register_cli(sub)
+    p = sub.add_parser("train", help="train a profile on the token tensors, with checkpoints and resume")
+    add_run_flags(p)
+    p.add_argument("--dry-run", action="store_true", help="plan and estimate only; train nothing")
+    p.set_defaults(handler=cmd_train)
+
+    p = sub.add_parser("benchmark", help="measure training speed, memory and MFU with the train code path")
+    add_run_flags(p, skip=("--threads",))
+    p.add_argument("--threads", type=int, nargs="+", metavar="N", help="torch threads; several values make a sweep")
+    p.add_argument("--presets", nargs="+", metavar="PRESET", help="sweep these presets (tiny student small ...)")
+    p.add_argument("--architectures", nargs="+", choices=("classic", "modern"), help="sweep these architectures")
+    p.add_argument("--find-batch-size", action="store_true",
+                   help="find the largest batch size that fits (doubling, then bisecting)")
+    p.set_defaults(handler=cmd_benchmark)
+
+    p = sub.add_parser("generate", help="print text from a trained checkpoint")
+    p.add_argument("--params", default="params.yaml", metavar="PATH",
+                   help="params file for defaults (default ./params.yaml)")
+    p.add_argument("--checkpoint-directory", metavar="DIR", help="a training run's directory or one checkpoint "
+                                                                 "file (default: params' train.checkpoint_directory)")
+    p.add_argument("--prompt", required=True, help="text to continue")
+    p.add_argument("--max-new-tokens", type=int, default=100, metavar="N")
+    p.add_argument("--temperature", type=float, default=0.8, metavar="T", help="below 1: safer text; above 1: wilder")
+    p.add_argument("--top-k", type=int, default=50, metavar="K", help="sample among the k likeliest tokens (0: all)")
+    p.add_argument("--greedy", action="store_true", help="always the likeliest token (temperature ignored)")
+    p.add_argument("--no-kv-cache", dest="kv_cache", action="store_false", help="recompute the whole context")
+    p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: params' device)")
+    p.add_argument("--seed", type=int, metavar="N", help="sampling seed (default: params' seed)")
+    p.add_argument("--tokenizer", metavar="PATH", help="tokenizer JSON, if not the one recorded in the checkpoint")
+    p.set_defaults(handler=lambda args: call("buildllm.train.generate:command", args))
+
+    p = sub.add_parser("compare", help="compare DVC experiments (device, precision) in a report, controls first")
+    p.add_argument("names", nargs="*", help="experiments, commits or branches (default: the workspace and every "
+                                            "experiment of the current baseline); the first is the speed-up reference")
+    p.add_argument("--out", default="reports/device_comparison", metavar="PATH",
+                   help="report path without suffix: writes .md, .csv, .png and .html (default %(default)s)")
+    p.add_argument("--allow-different", action="store_true",
+                   help="show speed-ups even when controls differ (the differences stay in the report)")
+    p.add_argument("--vary", action="append", default=[], metavar="KEY",
+                   help="a param that is meant to differ, like train.threads (repeatable)")
+    p.set_defaults(handler=lambda args: call("buildllm.report.compare:run_compare", args.names, args.out,
+                                             args.allow_different, args.vary) and None)
     return parser
+
+
+def run_stage(function) -> int:
+    """A DVC stage: the function on params.yaml alone, its errors reported as the CLI reports them.
+    Stage scripts import their function directly, so their imports are their DVC dependencies."""
+    return guarded(lambda: function(load_config("params.yaml")) and None)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    return guarded(lambda: args.handler(args))
+
+
+def guarded(work) -> int:
     try:
-        return args.handler(args) or 0
+        return work() or 0
     except UserError as exc:
         if os.environ.get("RANK", "0") == "0":  # under torchrun every rank fails alike; say it once
             print(f"error: {exc}", file=sys.stderr)

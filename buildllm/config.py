@@ -28,110 +28,158 @@ TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: 
 
 
 def knob(default: Any, *, choices: tuple | None = None, minimum: float | None = None,
-         maximum: float | None = None, doc: str = "") -> Any:
-    """A config field with its checks attached, so the declaration is the validation."""
+         maximum: float | None = None, help: str = "", flag: str | None = None, metavar: str | None = None,
+         control: bool = False, resume: bool = False) -> Any:
+    """A config field with everything said about it once: its checks (the declaration is the
+    validation), its command-line flag and help (the CLI is generated from these), whether a report
+    always shows it as a key control, and whether a resume must find it unchanged."""
+    meta = {"choices": choices, "minimum": minimum, "maximum": maximum, "help": help, "flag": flag,
+            "metavar": metavar, "control": control, "resume": resume}
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default),
-                     metadata={"choices": choices, "minimum": minimum, "maximum": maximum, "doc": doc})
-    return field(default=default,
-                 metadata={"choices": choices, "minimum": minimum, "maximum": maximum, "doc": doc})
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class CorpusConfig:
-    source: str = knob("wiki_vital", choices=CORPUS_SOURCES)
-    # Globs of plain-text files, used when source is `files`.
-    files: list = knob([])
-    # Names the corpus's output folders; defaults to the source.
-    name: Optional[str] = None
+    source: str = knob("wiki_vital", choices=CORPUS_SOURCES, control=True,
+                       help="where the documents come from")
+    files: list = knob([], help="globs of plain-text files, used when source is `files`")
+    name: Optional[str] = knob(None, help="names the corpus's output folders; default: the source")
     # Above 0: training needs validation documents to report a validation loss.
-    validation_percent: float = knob(5.0, minimum=0.1, maximum=50.0)
+    validation_percent: float = knob(5.0, minimum=0.1, maximum=50.0, help="share of documents held out")
 
 
 @dataclass(frozen=True)
 class TokenizeConfig:
-    # None: the vocabulary size the profile names.
-    vocab_size: Optional[int] = knob(None, minimum=257)
-    min_frequency: int = knob(2, minimum=1)
-    encode_chunk: int = knob(1000, minimum=1)
+    vocab_size: Optional[int] = knob(None, minimum=257, control=True,
+                                     help="BPE vocabulary size; default: the profile's")
+    min_frequency: int = knob(2, minimum=1, help="a pair must occur this often to be merged")
+    encode_chunk: int = knob(1000, minimum=1, help="documents per encode_batch call")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """Overrides of the profile's model shape; None keeps the profile's value."""
 
-    architecture: Optional[str] = knob(None, choices=ARCHITECTURES)
-    n_layer: Optional[int] = knob(None, minimum=1)
-    n_head: Optional[int] = knob(None, minimum=1)
-    n_embd: Optional[int] = knob(None, minimum=1)
-    sequence_length: Optional[int] = knob(None, minimum=2)
-    dropout: Optional[float] = knob(None, minimum=0.0, maximum=1.0)
+    architecture: Optional[str] = knob(None, choices=ARCHITECTURES, flag="--architecture",
+                                       help="classic (GPT-2) or modern (RMSNorm, rotary, SwiGLU)")
+    n_layer: Optional[int] = knob(None, minimum=1, help="transformer blocks")
+    n_head: Optional[int] = knob(None, minimum=1, help="attention heads")
+    n_embd: Optional[int] = knob(None, minimum=1, help="model width")
+    sequence_length: Optional[int] = knob(None, minimum=2, flag="--sequence-length", metavar="TOKENS",
+                                          help="context length in tokens")
+    dropout: Optional[float] = knob(None, minimum=0.0, maximum=1.0, help="dropout probability")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    # None: the profile's default for the resolved device.
-    batch_size: Optional[int] = knob(None, minimum=1)
-    grad_accum: int = knob(1, minimum=1)
-    epochs: int = knob(1, minimum=1)
-    # None: every example in the token file.
-    training_examples: Optional[int] = knob(500, minimum=1)
-    validation_examples: Optional[int] = knob(100, minimum=1)
-    learning_rate: Optional[float] = knob(None, minimum=0.0)
-    min_learning_rate_ratio: float = knob(0.1, minimum=0.0, maximum=1.0)
-    # None: 5% of the planned optimizer steps.
-    warmup_steps: Optional[int] = knob(None, minimum=0)
-    weight_decay: float = knob(0.1, minimum=0.0)
-    grad_clip: float = knob(1.0, minimum=0.0)
-    log_interval: int = knob(10, minimum=1)
-    # 0: only at the end of training.
-    eval_interval: int = knob(50, minimum=0)
-    checkpoint_interval: int = knob(100, minimum=0)
-    keep_checkpoints: int = knob(2, minimum=1)
-    checkpoint_directory: str = "checkpoints/run"
-    workers: Optional[int] = knob(None, minimum=0)
-    threads: Optional[int] = knob(None, minimum=1)
-    compile: bool = False
-    gradient_checkpointing: bool = False
-    # None: the files the tokenize stage writes for this corpus and vocabulary.
-    train_tokens: Optional[str] = None
-    validation_tokens: Optional[str] = None
-    tokenizer: Optional[str] = None
-    resume: bool = False
-    force: bool = False
+    batch_size: Optional[int] = knob(None, minimum=1, flag="--batch-size", metavar="N", control=True,
+                                     help="sequences per micro-batch; default: the profile's for the device")
+    grad_accum: int = knob(1, minimum=1, flag="--grad-accum", metavar="N", control=True, resume=True,
+                           help="micro-batches per optimizer step")
+    epochs: int = knob(1, minimum=1, flag="--epochs", metavar="N", control=True, resume=True,
+                       help="passes over the training examples")
+    training_examples: Optional[int] = knob(500, minimum=1, flag="--training-examples", metavar="N", control=True,
+                                            help="training windows used; null: every window in the token file")
+    validation_examples: Optional[int] = knob(100, minimum=1, flag="--validation-examples", metavar="N",
+                                              control=True, resume=True, help="validation windows used")
+    learning_rate: Optional[float] = knob(None, minimum=0.0, flag="--learning-rate", metavar="LR", resume=True,
+                                          help="peak learning rate; default: the profile's")
+    min_learning_rate_ratio: float = knob(0.1, minimum=0.0, maximum=1.0, resume=True,
+                                          help="the cosine schedule ends at this share of the peak")
+    warmup_steps: Optional[int] = knob(None, minimum=0, flag="--warmup-steps", metavar="N", resume=True,
+                                       help="linear warm-up steps; default: 5%% of the planned optimizer steps")
+    weight_decay: float = knob(0.1, minimum=0.0, resume=True, help="AdamW weight decay on matrices")
+    grad_clip: float = knob(1.0, minimum=0.0, resume=True, help="gradient norm clip (0: off)")
+    log_interval: int = knob(10, minimum=1, flag="--log-interval", metavar="STEPS", help="steps between log rows")
+    eval_interval: int = knob(50, minimum=0, flag="--eval-interval", metavar="STEPS",
+                              help="steps between validations (0: only at the end)")
+    checkpoint_interval: int = knob(100, minimum=0, flag="--checkpoint-interval", metavar="STEPS",
+                                    help="steps between checkpoints (0: only at the end)")
+    keep_checkpoints: int = knob(2, minimum=1, flag="--keep-checkpoints", metavar="N",
+                                 help="newest checkpoints kept on disk")
+    checkpoint_directory: str = knob("checkpoints/run", flag="--checkpoint-directory", metavar="DIR",
+                                     help="where this run's checkpoints live; one run per directory")
+    workers: Optional[int] = knob(None, minimum=0, flag="--workers", metavar="N",
+                                  help="data-loader worker processes; default: the profile's")
+    threads: Optional[int] = knob(None, minimum=1, flag="--threads", metavar="N", control=True,
+                                  help="torch CPU threads; default: torch's")
+    compile: bool = knob(False, flag="--compile", help="torch.compile the model")
+    gradient_checkpointing: bool = knob(False, flag="--gradient-checkpointing",
+                                        help="recompute activations in backward to save memory")
+    train_tokens: Optional[str] = knob(None, flag="--train-tokens", metavar="PATH", control=True,
+                                       help="training token file; default: the tokenize stage's")
+    validation_tokens: Optional[str] = knob(None, flag="--validation-tokens", metavar="PATH", control=True,
+                                            help="validation token file; default: the tokenize stage's")
+    tokenizer: Optional[str] = knob(None, flag="--tokenizer", metavar="PATH", control=True,
+                                    help="tokenizer JSON; default: the tokenize stage's")
+    resume: bool = knob(False, flag="--resume", help="continue the checkpoint directory's run")
+    force: bool = knob(False, flag="--force", help="resume even where the run's settings changed")
 
 
 @dataclass(frozen=True)
 class BenchmarkConfig:
-    warmup_steps: int = knob(3, minimum=1)
-    measured_steps: int = knob(20, minimum=2)
-    intervals: int = knob(4, minimum=1)
-    # The batch-size finder: a size such as "4GiB" (None: free host memory, or the GPU's memory).
-    memory_budget: Optional[str] = None
-    safety_margin: float = knob(0.1, minimum=0.0, maximum=0.9)
-    max_batch_size: int = knob(1024, minimum=1)
+    warmup_steps: int = knob(3, minimum=1, help="steps run before timing (compile lands here)")
+    measured_steps: int = knob(20, minimum=2, control=True, help="timed steps")
+    intervals: int = knob(4, minimum=1, help="the timed steps are split into this many intervals")
+    memory_budget: Optional[str] = knob(None, flag="--memory-budget", metavar="SIZE",
+                                        help="batch-size finder's budget, e.g. 4GiB; default: free memory")
+    safety_margin: float = knob(0.1, minimum=0.0, maximum=0.9, help="batch finder keeps this share free")
+    max_batch_size: int = knob(1024, minimum=1, help="batch finder's ceiling")
 
 
 @dataclass(frozen=True)
 class EstimateConfig:
-    # Seconds added once for process start, data loading and model build.
-    startup_seconds: Optional[float] = knob(None, minimum=0.0)
+    startup_seconds: Optional[float] = knob(None, minimum=0.0,
+                                            help="seconds added once for process start; default: measured")
 
 
 @dataclass(frozen=True)
 class Config:
-    device: str = "auto"
-    precision: str = knob("auto", choices=PRECISIONS)
-    iteration: int = knob(1, choices=(1, 2, 3))
-    # A preset replaces the iteration's profile.
-    preset: Optional[str] = knob(None, choices=PRESETS)
-    seed: int = knob(1337, minimum=0)
+    device: str = knob("auto", flag="--device", metavar=DEVICE_CHOICES.replace(", ", "|"),
+                       help=f"where to train; one of {DEVICE_CHOICES}")
+    precision: str = knob("auto", choices=PRECISIONS, flag="--precision", help="compute precision")
+    iteration: int = knob(1, choices=(1, 2, 3), flag="--iteration", control=True,
+                          help="the course's iteration: 1 gpt_first_cpu, 2 gpt_42m, 3 gpt_100m")
+    preset: Optional[str] = knob(None, choices=PRESETS, flag="--preset", control=True,
+                                 help="a preset replaces the iteration's profile")
+    seed: int = knob(1337, minimum=0, flag="--seed", metavar="N", resume=True, help="random seed")
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
+
+
+def knobs(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Every leaf knob as (dotted key, dataclass field, type hint), in declaration order."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in fields(cls):
+        if is_dataclass(hints[f.name]):
+            out += knobs(hints[f.name], prefix + f.name + ".")
+        else:
+            out.append((prefix + f.name, f, hints[f.name]))
+    return out
+
+
+def base_type(hint: Any) -> Any:
+    """int for Optional[int]: the type a value must have when it is given."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) and args else hint
+
+
+def value_at(config: Config, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def control_keys() -> tuple[str, ...]:
+    return tuple(key for key, f, _ in knobs() if f.metadata.get("control"))
 
 
 def load_config(path: str | Path | None = "params.yaml", overrides: Mapping[str, Any] | None = None) -> Config:
@@ -199,7 +247,7 @@ def _build(cls: type, data: Mapping, prefix: str) -> Any:
 
 def _check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
     optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
-    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint) if optional else hint
+    base = base_type(hint)
     if value is None:
         if optional:
             return None
@@ -256,4 +304,4 @@ def defaults_dict() -> dict:
 
 
 __all__ = ["Config", "CorpusConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "BenchmarkConfig",
-           "EstimateConfig", "load_config", "with_overrides", "config_to_dict", "defaults_dict", "replace"]
+           "EstimateConfig", "knobs", "base_type", "control_keys", "value_at", "load_config", "with_overrides", "config_to_dict", "defaults_dict", "replace"]

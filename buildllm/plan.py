@@ -15,11 +15,11 @@ import torch
 
 from buildllm.config import Config
 from buildllm.errors import ConfigError
-from buildllm.model import GPTConfig, build_model
-from buildllm.optimizer import fused_adamw_support
-from buildllm.precision import PrecisionDecision, apply_matmul_settings, resolve_precision
-from buildllm.profiles import Profile, profile_for
-from buildllm.runtime import DeviceDecision, resolve_device
+from buildllm.model.gpt import GPTConfig, build_model
+from buildllm.train.optimizer import fused_adamw_support
+from buildllm.device.precision import PrecisionDecision, apply_matmul_settings, resolve_precision
+from buildllm.model.profiles import Profile, profile_for
+from buildllm.device.resolve import DeviceDecision, resolve_device
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from buildllm.config import load_config
-from buildllm.corpus import SPLITS, build_corpus, read_texts, split_files
-from buildllm.tokenization import load_tokenizer, output_paths, tokenize_corpus, vocab_size_for
+from buildllm.data.corpus import SPLITS, build_corpus, read_texts, split_files
+from buildllm.data.tokenization import load_tokenizer, output_paths, tokenize_corpus, vocab_size_for
 
 
 def best_rate(characters: int, run, repeats: int) -> float:

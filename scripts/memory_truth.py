@@ -2,7 +2,7 @@
 
 For each profile and a few batch sizes, a fresh process (so one shape's memory cannot colour the
 next) builds the plan, loads the token files and runs the benchmark's own measurement (the Trainer's
-step, warm-up and measured steps) around buildllm.peak_memory.PeakMemory. It prints the estimate,
+step, warm-up and measured steps) around buildllm.device.peak_memory.PeakMemory. It prints the estimate,
 the measured peak and their ratio; the target is within ±15%. Shapes whose estimate exceeds
 --max-fraction of the memory available now are skipped, and so are vocabularies without token files.
 
@@ -48,7 +48,7 @@ def overrides(profile: str, batch_size: int, precision: str, device: str, archit
 
 def plan_and_estimate(settings: dict):
     from buildllm.config import load_config
-    from buildllm.memory import plan_memory
+    from buildllm.measure.memory_estimate import plan_memory
     from buildllm.plan import make_plan
 
     config = load_config(None, settings)
@@ -58,7 +58,7 @@ def plan_and_estimate(settings: dict):
 
 def measured_peak(settings: dict) -> int | None:
     """The peak of two training steps in a fresh process (the batch finder's own try); None if it did not fit."""
-    from buildllm.batch_finder import try_in_child
+    from buildllm.measure.batch_finder import try_in_child
     from buildllm.config import load_config
 
     result = try_in_child(load_config(None, settings))

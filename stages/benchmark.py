@@ -1,6 +1,7 @@
-"""DVC stage benchmark: see buildllm/benchmark.py."""
+"""DVC stage benchmark: a bounded measurement of speed, memory and MFU with the train step."""
 import sys
 
-from buildllm.cli import main
+from buildllm.cli import run_stage
+from buildllm.measure.benchmark import benchmark
 
-sys.exit(main(["benchmark"]))
+sys.exit(run_stage(benchmark))

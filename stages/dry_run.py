@@ -1,6 +1,7 @@
 """DVC stage dry_run: plan the run from params.yaml, count parameters, estimate memory."""
 import sys
 
-from buildllm.cli import main
+from buildllm.cli import run_stage
+from buildllm.measure.dry_run import dry_run
 
-sys.exit(main(["dry-run"]))
+sys.exit(run_stage(dry_run))

@@ -1,6 +1,7 @@
-"""DVC stage estimate: see buildllm/estimate.py."""
+"""DVC stage estimate: project the planned run's time and storage from the benchmark."""
 import sys
 
-from buildllm.cli import main
+from buildllm.cli import run_stage
+from buildllm.measure.estimate import estimate
 
-sys.exit(main(["estimate"]))
+sys.exit(run_stage(estimate))

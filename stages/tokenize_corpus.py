@@ -5,6 +5,7 @@ would shadow the standard library's tokenize module for every stage script.
 """
 import sys
 
-from buildllm.cli import main
+from buildllm.cli import run_stage
+from buildllm.data.tokenization import tokenize_corpus
 
-sys.exit(main(["tokenize"]))
+sys.exit(run_stage(tokenize_corpus))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from buildllm.batch_finder import parse_bytes
+from buildllm.measure.batch_finder import parse_bytes
 from buildllm.cli import main
 from buildllm.errors import ConfigError
 

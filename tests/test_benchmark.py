@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from buildllm.cli import main
-from buildllm.training import Trainer
+from buildllm.train.trainer import Trainer
 
 # The course's "what to record" list: every benchmark must carry these.
 RECORDED = ("device", "precision", "tf32_enabled", "tensor_cores_enabled", "fused_adamw", "grad_scaler", "parameters",

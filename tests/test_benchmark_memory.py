@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from buildllm.memory import FP32, estimate_training_memory, saved_floats_per_token_per_layer
-from buildllm.model import GPTConfig, build_model
-from buildllm.profiles import load_profile
+from buildllm.measure.memory_estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
+from buildllm.model.gpt import GPTConfig, build_model
+from buildllm.model.profiles import load_profile
 from train_fixtures import make_token_files
 
 
@@ -93,7 +93,7 @@ def test_accumulation_and_checkpointing_move_the_estimate_the_right_way():
 
 
 def _peak_in_fresh_process(settings: dict, queue) -> None:
-    from buildllm.benchmark import load_windows, measure
+    from buildllm.measure.benchmark import load_windows, measure
     from buildllm.config import load_config
     from buildllm.plan import apply_plan, make_plan
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from buildllm import checkpoint
+from buildllm.train import checkpoint
 from buildllm.errors import UserError
 from train_fixtures import make_token_files, train_args
 

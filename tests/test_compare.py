@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from buildllm.cli import main
-from buildllm.compare import compare
-from buildllm.report_experiments import select
+from buildllm.report.compare import compare
+from buildllm.report.experiments import select
 from buildllm.config import defaults_dict
 from buildllm.errors import UserError
-from buildllm.report import write_report
+from buildllm.report.render import write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "b" * 40

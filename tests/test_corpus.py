@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from pydoc_data.topics import topics
 
-from buildllm import corpus
+from buildllm.data import corpus
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.corpus import END_OF_TEXT, PASSAGE_CHARS, build_corpus, is_validation, passages
+from buildllm.data.corpus import END_OF_TEXT, PASSAGE_CHARS, build_corpus, is_validation, passages
 from buildllm.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,11 +12,11 @@ import yaml
 
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.data import Windows, load_tokens
-from buildllm.memory import estimate_training_memory
-from buildllm.peak import table_peak
+from buildllm.data.windows import Windows, load_tokens
+from buildllm.measure.memory_estimate import estimate_training_memory
+from buildllm.device.peak_flops import table_peak
 from buildllm.plan import apply_plan, make_plan
-from buildllm.training import Trainer
+from buildllm.train.trainer import Trainer
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from buildllm.data import (EpochBatches, Windows, epoch_batches, epoch_order, load_tokens, loader,
+from buildllm.data.windows import (EpochBatches, Windows, epoch_batches, epoch_order, load_tokens, loader,
                            sequential_batches, to_device, token_dtype)
 from buildllm.errors import UserError
 

@@ -9,7 +9,7 @@ import pytest
 
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.estimate import estimate
+from buildllm.measure.estimate import estimate
 from buildllm.units import duration as human_duration
 from buildllm.plan import make_plan, plan_metrics
 from train_fixtures import train_args

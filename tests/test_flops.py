@@ -3,9 +3,9 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from buildllm.flops import flops_per_token, matmul_parameters, mfu
-from buildllm.model import GPTConfig, build_model
-from buildllm.profiles import load_profile
+from buildllm.model.flops import flops_per_token, matmul_parameters, mfu
+from buildllm.model.gpt import GPTConfig, build_model
+from buildllm.model.profiles import load_profile
 
 
 @pytest.mark.parametrize("architecture", ["classic", "modern"])
@@ -38,7 +38,7 @@ def test_mfu_is_the_ratio():
 
 
 def test_peak_table_matches_whole_names_most_specific_first():
-    from buildllm.peak import table_peak
+    from buildllm.device.peak_flops import table_peak
 
     assert "L40 " in table_peak("NVIDIA L40", "bf16", True).source
     assert "L4 " in table_peak("NVIDIA L4", "bf16", True).source

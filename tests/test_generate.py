@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from buildllm import checkpoint
+from buildllm.train import checkpoint
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.data import Windows, load_tokens
-from buildllm.generate import generate_ids, load_model
-from buildllm.model import GPTConfig, KVCache, build_model
+from buildllm.data.windows import Windows, load_tokens
+from buildllm.train.generate import generate_ids, load_model
+from buildllm.model.gpt import GPTConfig, KVCache, build_model
 from buildllm.plan import apply_plan, make_plan
-from buildllm.training import Trainer
+from buildllm.train.trainer import Trainer
 from train_fixtures import make_token_files
 
 

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from buildllm.config import load_config
-from buildllm.model import GPTConfig, build_model
-from buildllm.profiles import available_profiles, load_profile, profile_for
+from buildllm.model.gpt import GPTConfig, build_model
+from buildllm.model.profiles import available_profiles, load_profile, profile_for
 
 
 @pytest.mark.parametrize("name, expected, tolerance", [
@@ -44,7 +44,7 @@ def test_model_trains_one_step_and_kv_cache_matches_full_forward(architecture):
     loss.backward()
     assert all(p.grad is not None for p in model.parameters())
     model.eval()
-    from buildllm.model import KVCache
+    from buildllm.model.gpt import KVCache
     with torch.no_grad():
         full, _ = model(idx[:, :10], idx[:, :10])
         cache = KVCache(config.n_layer)

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from buildllm import precision as precision_mod
-from buildllm import runtime
+from buildllm.device import precision as precision_mod
+from buildllm.device import resolve as runtime
 from buildllm.errors import DeviceUnavailable
-from buildllm.precision import resolve_precision
-from buildllm.runtime import DeviceDecision, resolve_device
+from buildllm.device.precision import resolve_precision
+from buildllm.device.resolve import DeviceDecision, resolve_device
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ from pydoc_data.topics import topics
 
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.corpus import END_OF_TEXT, build_corpus, read_texts
-from buildllm.data import load_tokens
+from buildllm.data.corpus import END_OF_TEXT, build_corpus, read_texts
+from buildllm.data.windows import load_tokens
 from buildllm.errors import UserError
-from buildllm.tokenization import (load_tokenizer, output_paths, tokenize_corpus, train_tokenizer,
+from buildllm.data.tokenization import (load_tokenizer, output_paths, tokenize_corpus, train_tokenizer,
                                    vocab_size_for)
 
 VOCAB = 512

@@ -7,8 +7,8 @@ import pytest
 import yaml
 from pydoc_data.topics import topics
 
-from buildllm.data import Windows, load_tokens
-from buildllm.tokenization import load_tokenizer
+from buildllm.data.windows import Windows, load_tokens
+from buildllm.data.tokenization import load_tokenizer
 from conftest import run
 
 COMMON_WORDS = {"the", "of", "and", "in", "is", "a", "to", "was"}

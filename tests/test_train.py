@@ -11,13 +11,13 @@ import signal
 import pytest
 import torch
 
-from buildllm import checkpoint
+from buildllm.train import checkpoint
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.data import Windows, load_tokens
+from buildllm.data.windows import Windows, load_tokens
 from buildllm.plan import apply_plan, make_plan
-from buildllm.schedule import make_schedule
-from buildllm.training import Trainer
+from buildllm.train.schedule import make_schedule
+from buildllm.train.trainer import Trainer
 from train_fixtures import make_token_files, same_tensors, train_args
 
 

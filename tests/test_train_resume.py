@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from buildllm import checkpoint
+from buildllm.train import checkpoint
 from train_fixtures import make_token_files, same_tensors, train_args
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def project_text() -> str:
-    files = [ROOT / "README.md", *sorted((ROOT / "buildllm").glob("*.py"))]
+    files = [ROOT / "README.md", *sorted((ROOT / "buildllm").rglob("*.py"))]
     return "\n\n".join(path.read_text() for path in files)
 
 

@@ -11,12 +11,12 @@ good as the match between benchmark and plan, so a benchmark with other controls
 from __future__ import annotations
 
 from buildllm.config import Config
-from buildllm.data import Windows, batches_per_epoch, load_tokens
+from buildllm.data.windows import Windows, batches_per_epoch, load_tokens
 from buildllm.errors import UserError
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path, token_paths
 from buildllm.plan import RunPlan, make_plan, plan_metrics
-from buildllm.schedule import planned_steps
+from buildllm.train.schedule import planned_steps
 from buildllm.units import duration
 
 # The controls a benchmark must share with the planned run for its speed to apply.
@@ -121,12 +121,3 @@ def summary(r: dict) -> str:
 
 def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n:,} {one if n == 1 else many or one + 's'}"
-
-
-def register_cli(sub) -> None:
-    from buildllm.cli import add_run_flags, config_from_args
-
-    p = sub.add_parser("estimate", help="project the full run's time and storage from metrics/benchmark.json")
-    add_run_flags(p)
-    p.set_defaults(handler=lambda args: estimate(config_from_args(args)) and 0)
-

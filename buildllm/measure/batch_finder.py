@@ -23,7 +23,7 @@ import torch
 from buildllm.config import Config, with_overrides
 from buildllm.errors import ConfigError, UserError
 from buildllm.metrics import write_metrics
-from buildllm.oom import out_of_memory
+from buildllm.device.oom import out_of_memory
 from buildllm.paths import metrics_path
 from buildllm.plan import announce, apply_plan, make_plan
 
@@ -46,7 +46,7 @@ class Try:
 
 
 def _measure_try(config: Config) -> dict:
-    from buildllm.benchmark import load_windows, measure
+    from buildllm.measure.benchmark import load_windows, measure
 
     plan = make_plan(config)
     apply_plan(plan)
@@ -99,7 +99,7 @@ def find_batch_size(config: Config, write: bool = True) -> dict:
     # Two measured steps are enough for the peak: memory is at its steady state after the first step.
     probe = replace(config, benchmark=replace(bench, warmup_steps=1, measured_steps=2, intervals=1),
                     train=replace(config.train, training_examples=None))
-    from buildllm.benchmark import load_windows
+    from buildllm.measure.benchmark import load_windows
 
     load_windows(make_plan(probe))  # missing or bad token files: one line now, not in every try
     announce("find_batch_size", plan, memory_budget_bytes=budget, usable_bytes=limit,

@@ -15,15 +15,15 @@ from pathlib import Path
 import pandas as pd
 
 from buildllm import units
+from buildllm.config import control_keys
 from buildllm.atomic import atomic_path, atomic_write_text
-from buildllm.compare import Comparison
-from buildllm.report_chart import write_chart
+from buildllm.report.compare import Comparison
+from buildllm.report.chart import write_chart
 
-# The course's controls, always shown; other controls are listed only when they differ.
-KEY_CONTROLS = ("iteration", "preset", "profile", "architecture", "parameters", "sequence_length", "vocab_size",
-                "train.batch_size", "batch_size", "train.grad_accum", "train.epochs", "train.training_examples",
-                "train.validation_examples", "train.train_tokens", "train.validation_tokens", "train.tokenizer",
-                "tokenize.vocab_size", "corpus.source", "train.threads", "measured_steps")
+# The course's controls, always shown (the config knobs declared as controls, and what the plan
+# resolved them to); other controls are listed only when they differ.
+KEY_CONTROLS = control_keys() + ("profile", "architecture", "parameters", "sequence_length", "vocab_size",
+                                 "batch_size", "measured_steps")
 NOT_RECORDED = "not recorded"
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from buildllm.model import GPTConfig
+from buildllm.model.gpt import GPTConfig
 
 FP32 = 4
 MiB = 2**20

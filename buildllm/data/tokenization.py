@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from buildllm.atomic import atomic_path
 from buildllm.config import Config
-from buildllm.corpus import END_OF_TEXT, SPLITS, count_documents, read_texts, split_files
-from buildllm.data import token_dtype
+from buildllm.data.corpus import END_OF_TEXT, SPLITS, count_documents, read_texts, split_files
+from buildllm.data.windows import token_dtype
 from buildllm.errors import UserError
 from buildllm.metrics import write_metrics
 from buildllm.paths import corpus_dir, metrics_path, token_paths, token_set_name, tokenizer_path
@@ -39,7 +39,7 @@ NUMPY_DTYPES = {torch.uint8: np.uint8, torch.uint16: np.uint16, torch.int32: np.
 
 def vocab_size_for(config: Config) -> int:
     """The vocabulary the tokenizer is trained for: the model's (tokenize.vocab_size, else the profile's)."""
-    from buildllm.profiles import profile_for  # imports the model
+    from buildllm.model.profiles import profile_for  # imports the model
 
     return profile_for(config).model.vocab_size
 

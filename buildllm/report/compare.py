@@ -7,7 +7,7 @@ experiments. Device and precision are the variables (plus whatever `--vary` name
 difference makes it "not an equal-budget comparison", and speed-ups are withheld unless
 `--allow-different` is given.
 
-Experiments come from `dvc exp show --json` (buildllm/report_experiments.py). A run that failed,
+Experiments come from `dvc exp show --json` (buildllm/report/experiments.py). A run that failed,
 or whose metrics contradict its own params (a failed queued run carries its baseline's metrics),
 is excluded with one line; its numbers are never reported.
 """
@@ -24,7 +24,7 @@ import pandas as pd
 
 from buildllm.errors import UserError
 from buildllm.paths import metrics_path
-from buildllm.report_experiments import PIPELINE, STAGES, Experiment, exp_show, select
+from buildllm.report.experiments import PIPELINE, STAGES, Experiment, exp_show, select
 
 VARIABLES = ("device", "precision")
 # Settings each stage resolves (a null param becomes a profile's or device's default); two runs
@@ -259,7 +259,7 @@ def compare(names: list, allow_different: bool = False, vary: list | None = None
 
 
 def run_compare(names: list, out: str, allow_different: bool = False, vary: list | None = None) -> Comparison:
-    from buildllm.report import write_report
+    from buildllm.report.render import write_report
 
     print(json.dumps({"action": "compare", "experiments": names or "workspace and the current baseline's experiments",
                       "out": out, "vary": vary or [], "allow_different": allow_different}), flush=True)
@@ -270,16 +270,3 @@ def run_compare(names: list, out: str, allow_different: bool = False, vary: list
     print(comparison.verdict)
     print("report written: " + ", ".join(str(p) for p in paths))
     return comparison
-
-
-def register_cli(sub) -> None:
-    p = sub.add_parser("compare", help="compare DVC experiments (device, precision) in a report, controls first")
-    p.add_argument("names", nargs="*", help="experiments, commits or branches (default: the workspace and every "
-                                            "experiment of the current baseline); the first is the speed-up reference")
-    p.add_argument("--out", default="reports/device_comparison",
-                   help="report path without suffix: writes .md, .csv, .png and .html (default %(default)s)")
-    p.add_argument("--allow-different", action="store_true",
-                   help="show speed-ups even when controls differ (the differences stay in the report)")
-    p.add_argument("--vary", action="append", default=[], metavar="KEY",
-                   help="a param that is meant to differ, like train.threads (repeatable)")
-    p.set_defaults(handler=lambda args: run_compare(args.names, args.out, args.allow_different, args.vary) and None)

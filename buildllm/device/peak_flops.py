@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from buildllm.atomic import atomic_write_text
-from buildllm.env import processor_name
-from buildllm.runtime import DeviceDecision, synchronize
+from buildllm.device.hardware import processor_name
+from buildllm.device.resolve import DeviceDecision, synchronize
 
 TERA = 1e12
 # name pattern -> {dtype: dense TFLOP/s}; "tf32" is the rate for fp32 matmuls with TF32 allowed.

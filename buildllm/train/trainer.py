@@ -26,23 +26,24 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from buildllm import checkpoint, distributed
-from buildllm.config import Config, config_to_dict
-from buildllm.data import Windows, batches_per_epoch, load_tokens, loader, sequential_batches, to_device
-from buildllm.distributed import World
+from buildllm.train import checkpoint
+from buildllm.train import distributed
+from buildllm.config import Config, config_to_dict, knobs, value_at
+from buildllm.data.windows import Windows, batches_per_epoch, load_tokens, loader, sequential_batches, to_device
+from buildllm.train.distributed import World
 from buildllm.errors import TrainingFailed, UserError
 from buildllm.metrics import write_metrics
-from buildllm.model import build_model
-from buildllm.oom import OutOfMemory, advice, describe_memory, memory_figures, out_of_memory
-from buildllm.optimizer import build_optimizer
+from buildllm.model.gpt import build_model
+from buildllm.device.oom import OutOfMemory, advice, describe_memory, memory_figures, out_of_memory
+from buildllm.train.optimizer import build_optimizer
 from buildllm.paths import metrics_path, token_paths, tokenizer_path
-from buildllm.peak_memory import PeakMemory
+from buildllm.device.peak_memory import PeakMemory
 from buildllm.plan import RunPlan, announce, apply_plan, make_plan
-from buildllm.plots import Session, record, train_metrics, write_log, write_png
-from buildllm.precision import autocast, grad_scaler
-from buildllm.runtime import timed
-from buildllm.schedule import make_schedule, planned_steps
-from buildllm.tokenization import load_tokenizer
+from buildllm.train.run_log import Session, record, train_metrics, write_log, write_png
+from buildllm.device.precision import autocast, grad_scaler
+from buildllm.device.resolve import timed
+from buildllm.train.schedule import make_schedule, planned_steps
+from buildllm.data.tokenization import load_tokenizer
 
 
 class NonFiniteLoss(TrainingFailed):
@@ -89,15 +90,12 @@ class DataCursor:
 
 
 def run_signature(plan: RunPlan, world_size: int, training_examples: int) -> dict:
-    """What must match for a resume to continue the same schedule (device and threads may change)."""
-    cfg = plan.config.train
-    return {"profile": plan.profile.name, **{f"model.{k}": v for k, v in asdict(plan.model).items()},
-            "batch_size": plan.batch_size, "grad_accum": cfg.grad_accum, "processes": world_size,
-            "epochs": cfg.epochs, "training_examples": training_examples,
-            "validation_examples": cfg.validation_examples, "precision": plan.precision.precision,
-            "seed": plan.config.seed, "learning_rate": plan.learning_rate, "warmup_steps": cfg.warmup_steps,
-            "min_learning_rate_ratio": cfg.min_learning_rate_ratio, "weight_decay": cfg.weight_decay,
-            "grad_clip": cfg.grad_clip}
+    """What must match for a resume to continue the same schedule (device and threads may change):
+    the knobs the config declares `resume=True`, and what the plan resolved."""
+    declared = {key.rsplit(".", 1)[-1]: value_at(plan.config, key) for key, f, _ in knobs() if f.metadata["resume"]}
+    return {**declared, "profile": plan.profile.name, **{f"model.{k}": v for k, v in asdict(plan.model).items()},
+            "batch_size": plan.batch_size, "processes": world_size, "training_examples": training_examples,
+            "precision": plan.precision.precision, "learning_rate": plan.learning_rate}
 
 
 class Trainer:

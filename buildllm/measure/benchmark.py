@@ -20,19 +20,19 @@ import psutil
 from tqdm import tqdm
 
 from buildllm.config import Config
-from buildllm.data import Windows, load_tokens
-from buildllm.env import environment
+from buildllm.data.windows import Windows, load_tokens
+from buildllm.device.hardware import environment
 from buildllm.errors import TrainingFailed
-from buildllm.flops import flops_per_token, matmul_parameters, mfu
-from buildllm.memory import plan_memory
+from buildllm.model.flops import flops_per_token, matmul_parameters, mfu
+from buildllm.measure.memory_estimate import plan_memory
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path, token_paths
-from buildllm.peak import peak_flops
+from buildllm.device.peak_flops import peak_flops
 from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
-from buildllm.plots import write_png
-from buildllm.runtime import timed
-from buildllm.oom import advice, memory_figures, out_of_memory
-from buildllm.training import Trainer
+from buildllm.train.run_log import write_png
+from buildllm.device.resolve import timed
+from buildllm.device.oom import advice, memory_figures, out_of_memory
+from buildllm.train.trainer import Trainer
 
 
 def load_windows(plan: RunPlan) -> tuple[Windows, Windows]:
@@ -154,38 +154,3 @@ def summary(m: dict) -> str:
             f"[{m['peak_flops_source']}], peak memory {m['peak_memory_bytes'] / 2**20:.0f} MiB "
             f"(estimate {m['memory_estimate_total_bytes'] / 2**20:.0f} MiB), warm-up {m['warmup_seconds']:.1f} s, "
             f"checkpoint {m['checkpoint_bytes'] / 2**20:.1f} MiB in {m['checkpoint_save_seconds']:.2f} s")
-
-
-def run_cli(args) -> int:
-    from buildllm.cli import config_from_args
-
-    threads = args.threads or []
-    extra = {"train.threads": threads[0]} if len(threads) == 1 else {}
-    if args.memory_budget is not None:
-        extra["benchmark.memory_budget"] = args.memory_budget
-    config = config_from_args(args, extra)
-    if args.find_batch_size:
-        from buildllm.batch_finder import find_batch_size
-
-        find_batch_size(config)
-    elif args.presets or args.architectures or len(threads) > 1:
-        from buildllm.sweep import sweep
-
-        sweep(config, args.presets, args.architectures, threads if len(threads) > 1 else None)
-    else:
-        benchmark(config)
-    return 0
-
-
-def register_cli(sub) -> None:
-    from buildllm.cli import add_run_flags
-
-    p = sub.add_parser("benchmark", help="measure training speed, memory and MFU with the train code path")
-    add_run_flags(p, skip=("--threads",))
-    p.add_argument("--threads", type=int, nargs="+", help="torch threads; several values make a sweep")
-    p.add_argument("--presets", nargs="+", help="sweep these presets (tiny student small ...)")
-    p.add_argument("--architectures", nargs="+", choices=("classic", "modern"), help="sweep these architectures")
-    p.add_argument("--find-batch-size", action="store_true",
-                   help="find the largest batch size that fits (doubling, then bisecting)")
-    p.add_argument("--memory-budget", help="for --find-batch-size: e.g. 4GiB (default: free memory / GPU memory)")
-    p.set_defaults(handler=run_cli)

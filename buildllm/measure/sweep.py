@@ -19,7 +19,7 @@ COLUMNS = ("preset", "architecture", "threads", "batch_size", "steps_per_second"
 
 def sweep(config: Config, presets: list[str] | None, architectures: list[str] | None,
           threads: list[int] | None, write: bool = True) -> list[dict]:
-    from buildllm.benchmark import load_windows, measure
+    from buildllm.measure.benchmark import load_windows, measure
 
     rows = []
     axes = (presets or [config.preset], architectures or [config.model.architecture], threads or [config.train.threads])

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from buildllm.errors import DeviceUnavailable
-from buildllm.runtime import DeviceDecision
+from buildllm.device.resolve import DeviceDecision
 
 
 @dataclass(frozen=True)

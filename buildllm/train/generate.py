@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from buildllm import checkpoint
+from buildllm.train import checkpoint
 from buildllm.config import load_config
 from buildllm.errors import UserError
-from buildllm.model import GPT, GPTConfig, KVCache, build_model
-from buildllm.runtime import resolve_device
-from buildllm.tokenization import load_tokenizer
+from buildllm.model.gpt import GPT, GPTConfig, KVCache, build_model
+from buildllm.device.resolve import resolve_device
+from buildllm.data.tokenization import load_tokenizer
 
 
 def checkpoint_file(location: str | Path) -> Path:
@@ -111,24 +111,7 @@ def generate_text(location: str | Path, prompt: str, max_new_tokens: int = 100, 
     return encoder.decode(ids)
 
 
-def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("generate", help="print text from a trained checkpoint")
-    p.add_argument("--params", default="params.yaml", help="params file for defaults (default ./params.yaml)")
-    p.add_argument("--checkpoint-directory", help="a training run's directory or one checkpoint file "
-                                                  "(default: params' train.checkpoint_directory)")
-    p.add_argument("--prompt", required=True, help="text to continue")
-    p.add_argument("--max-new-tokens", type=int, default=100)
-    p.add_argument("--temperature", type=float, default=0.8, help="below 1: safer text; above 1: wilder")
-    p.add_argument("--top-k", type=int, default=50, help="sample among the k likeliest tokens (0: all)")
-    p.add_argument("--greedy", action="store_true", help="always the likeliest token (temperature ignored)")
-    p.add_argument("--no-kv-cache", dest="kv_cache", action="store_false", help="recompute the whole context")
-    p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: params' device)")
-    p.add_argument("--seed", type=int, help="sampling seed (default: params' seed)")
-    p.add_argument("--tokenizer", help="tokenizer JSON, if not the one recorded in the checkpoint")
-    p.set_defaults(handler=_command)
-
-
-def _command(args: argparse.Namespace) -> None:
+def command(args: argparse.Namespace) -> None:
     if args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
         raise UserError("--max-new-tokens, --temperature and --top-k must not be negative")
     overrides = {key: value for key, value in (("train.checkpoint_directory", args.checkpoint_directory),

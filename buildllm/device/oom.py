@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from buildllm.errors import TrainingFailed
-from buildllm.runtime import DeviceDecision
+from buildllm.device.resolve import DeviceDecision
 
 
 class OutOfMemory(TrainingFailed):

@@ -12,7 +12,7 @@ from importlib import resources
 import yaml
 
 from buildllm.config import Config
-from buildllm.model import GPTConfig
+from buildllm.model.gpt import GPTConfig
 
 ITERATION_PROFILES = {1: "gpt_first_cpu", 2: "gpt_42m", 3: "gpt_100m"}
 
@@ -39,12 +39,12 @@ class Profile:
 
 
 def available_profiles() -> list[str]:
-    files = resources.files("buildllm") / "profiles"
+    files = resources.files("buildllm.model") / "profiles"
     return sorted(p.name.removesuffix(".yaml") for p in files.iterdir() if p.name.endswith(".yaml"))
 
 
 def load_profile(name: str) -> Profile:
-    path = resources.files("buildllm") / "profiles" / f"{name}.yaml"
+    path = resources.files("buildllm.model") / "profiles" / f"{name}.yaml"
     if not path.is_file():
         raise ValueError(f"no profile {name!r}; known: {', '.join(available_profiles())}")
     data = yaml.safe_load(path.read_text())

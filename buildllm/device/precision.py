@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from buildllm.errors import DeviceUnavailable
-from buildllm.runtime import DeviceDecision
+from buildllm.device.resolve import DeviceDecision
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

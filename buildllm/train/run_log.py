@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from buildllm import distributed
+from buildllm.train import distributed
 from buildllm.atomic import atomic_write, atomic_write_text
 from buildllm.plan import plan_metrics
 
 if TYPE_CHECKING:
-    from buildllm.training import Trainer
+    from buildllm.train.trainer import Trainer
 
 COLUMNS = ("step", "tokens_seen", "train_loss", "validation_loss", "learning_rate", "tokens_per_second")
 LOG_PATH = Path("metrics/train_log.csv")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from buildllm.config import Config
-from buildllm.memory import checkpoint_bytes, plan_memory
+from buildllm.measure.memory_estimate import checkpoint_bytes, plan_memory
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan import announce, make_plan, plan_metrics

@@ -17,7 +17,7 @@ import psutil
 import torch
 
 from buildllm import __version__
-from buildllm.runtime import mps_available, resolve_device, why_no_cuda, xla_available
+from buildllm.device.resolve import mps_available, resolve_device, why_no_cuda, xla_available
 
 
 def processor_name() -> str:

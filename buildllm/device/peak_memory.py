@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from buildllm.runtime import DeviceDecision
+from buildllm.device.resolve import DeviceDecision
 
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from buildllm.model import GPTConfig
+from buildllm.model.gpt import GPTConfig
 
 
 def matmul_parameters(model: nn.Module) -> int:
