@@ -3,7 +3,17 @@
 #   1. the environment (`buildllm env`) and the CUDA-marked tests (`pytest -m cuda`);
 #   2. token files for iterations 1-3 (vocabularies 4096 and 16384), made only if missing;
 #   3. a bounded `buildllm benchmark` of iterations 1, 2 and 3 in bf16, fp16 and fp32;
-#   4. time permitting, the memory-truth and estimate-truth scripts on the GPU.
+#   4. the batch-size finder on gpt_100m bf16, then gpt_100m bf16 at the batch it found, without and
+#      with torch.compile (tokens/s and MFU against the device's dense bf16 peak);
+#   5. time permitting, the memory-truth and estimate-truth scripts on the GPU.
+#
+# The device tool's call, from the repository root here, after `dvc repro tokenize` and
+# `dvc exp run --temp -S iteration=3 tokenize` (or `buildllm tokenize --iteration 3`) have written the
+# token files and tokenizers for vocabularies 4096 and 16384 (the GPU machine has no DVC, no corpus
+# package and no network; torch, tokenizers, pandas, pyyaml, psutil, tqdm, matplotlib and pytest are there):
+#   run(command="bash scripts/gpu_check.sh", carry=["data/tokens", "tokenizer"], timeout_s=540)
+# It writes at most 6 files under $OUT: env.json, pytest_cuda.log, gpu_check.log, combined.json,
+# summary.txt, runs.tar.gz.
 # Every result lands in one folder: $GPU_CHECK_OUT, else $OUT, else ./gpu_check_out. It holds
 # env.json, pytest_cuda.log, gpu_check.log, combined.json (every run's metrics, keyed by run) and
 # summary.txt; the runs' own JSON files are in runs/ (bundled as runs.tar.gz, and removed when
@@ -64,6 +74,8 @@ if [[ "$DEVICE" == cpu ]]; then
   TESTS="${GPU_CHECK_TESTS:-tests/test_cuda.py}"
   MEMORY_ARGS=(--profiles tiny --batch-sizes 8)
   ESTIMATE_ARGS=(--preset tiny --warmup-steps 1 --measured-steps 4 --intervals 2 --factor 3 --threads 1)
+  LARGE="--preset tiny"
+  FINDER_BOUNDS=$'benchmark: {warmup_steps: 1, measured_steps: 2, intervals: 1, max_batch_size: 16}\ntrain: {training_examples: 64, validation_examples: 16, threads: 1}'
 else
   MODELS=("--iteration 1" "--iteration 2" "--iteration 3")
   PRECISIONS=(bf16 fp16 fp32)
@@ -71,6 +83,8 @@ else
   TESTS="${GPU_CHECK_TESTS:-tests}"
   MEMORY_ARGS=(--profiles gpt_first_cpu small gpt_42m gpt_100m --batch-sizes 8 32)
   ESTIMATE_ARGS=(--iteration 1 --precision bf16 --factor 10)
+  LARGE="--iteration 3"
+  FINDER_BOUNDS=$'benchmark: {warmup_steps: 2, measured_steps: 4, intervals: 1, max_batch_size: 256}\ntrain: {training_examples: 2048, validation_examples: 64}'
 fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/buildllm-gpu-check.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
@@ -104,27 +118,51 @@ done
 
 # 3. Bounded benchmarks, each in a scratch folder so the project's metrics/ stays untouched.
 CRASHED=0
-for model in "${MODELS[@]}"; do
+bench() {  # bench NAME MODEL ARGS...: one benchmark, its metrics kept as runs/NAME.json
+  local name="$1" model="$2" rc=0 tokens
+  shift 2
   tokens="$(tokens_of "$(vocab_of "$model")")"
+  rm -f "$WORK/metrics/benchmark.json"
+  say "$name"
+  (cd "$WORK" && "$PY" -m buildllm benchmark $model --device "$DEVICE" "$@" \
+    --train-tokens "$tokens/train_tokens.pt" --validation-tokens "$tokens/validation_tokens.pt") \
+    >>"$LOG" 2>"$WORK/stderr" || rc=$?
+  grep -v $'\r' "$WORK/stderr" >>"$LOG" || true
+  [[ -f "$WORK/metrics/benchmark.json" ]] && cp "$WORK/metrics/benchmark.json" "$RESULTS/runs/$name.json"
+  case $rc in
+    0) ;;
+    2|3) say "$name: $(tail -n 1 "$WORK/stderr")" ;;  # refused or out of memory: reported, not a crash
+    *) say "$name crashed with exit code $rc"; CRASHED=1 ;;
+  esac
+  return 0
+}
+for model in "${MODELS[@]}"; do
   for precision in "${PRECISIONS[@]}"; do
-    name="benchmark_$(echo "$model" | tr -d ' -')_$precision"
-    rm -f "$WORK/metrics/benchmark.json"
-    say "$name"
-    rc=0
-    (cd "$WORK" && "$PY" -m buildllm benchmark $model --device "$DEVICE" --precision "$precision" \
-      --train-tokens "$tokens/train_tokens.pt" --validation-tokens "$tokens/validation_tokens.pt") \
-      >>"$LOG" 2>"$WORK/stderr" || rc=$?
-    grep -v $'\r' "$WORK/stderr" >>"$LOG" || true
-    [[ -f "$WORK/metrics/benchmark.json" ]] && cp "$WORK/metrics/benchmark.json" "$RESULTS/runs/$name.json"
-    case $rc in
-      0) ;;
-      2|3) say "$name: $(tail -n 1 "$WORK/stderr")" ;;  # refused or out of memory: reported, not a crash
-      *) say "$name crashed with exit code $rc"; CRASHED=1 ;;
-    esac
+    bench "benchmark_$(echo "$model" | tr -d ' -')_$precision" "$model" --precision "$precision"
   done
 done
 
-# 4. Memory truth and estimate truth, while time is left.
+# 4. The batch-size finder on the largest profile in bf16, then that batch without and with compile.
+large="$(echo "$LARGE" | tr -d ' -')"
+printf '%s\n' "$FINDER_BOUNDS" >"$WORK/params.yaml"
+tokens="$(tokens_of "$(vocab_of "$LARGE")")"
+say "batch-size finder $LARGE bf16"
+rm -f "$WORK/metrics/batch_size.json"
+(cd "$WORK" && "$PY" -m buildllm benchmark $LARGE --device "$DEVICE" --precision bf16 --find-batch-size \
+  --train-tokens "$tokens/train_tokens.pt" --validation-tokens "$tokens/validation_tokens.pt") >>"$LOG" 2>&1 \
+  || { say "batch-size finder failed"; CRASHED=1; }
+printf '%s\n' "$BOUNDS" >"$WORK/params.yaml"
+found=0
+if [[ -f "$WORK/metrics/batch_size.json" ]]; then
+  cp "$WORK/metrics/batch_size.json" "$RESULTS/runs/batch_size_${large}_bf16.json"
+  found="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["found_batch_size"])' "$WORK/metrics/batch_size.json")"
+fi
+if (( found > 0 )); then
+  bench "benchmark_${large}_bf16_b${found}" "$LARGE" --precision bf16 --batch-size "$found"
+  bench "benchmark_${large}_bf16_b${found}_compile" "$LARGE" --precision bf16 --batch-size "$found" --compile
+fi
+
+# 5. Memory truth and estimate truth, while time is left.
 if (( SECONDS - START_S < BUDGET_S )); then
   say "memory truth"
   "$PY" "$ROOT/scripts/memory_truth.py" --device "$DEVICE" --precision bf16 fp32 "${MEMORY_ARGS[@]}" \

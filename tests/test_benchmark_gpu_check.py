@@ -54,7 +54,7 @@ def test_the_whole_loop_runs_on_the_cpu(tmp_path):
     shutil.copy2(tokens["validation"], folder / "validation_tokens.pt")
     out = tmp_path / "out"
     result = gpu_check(project, GPU_CHECK_DEVICE="cpu", GPU_CHECK_OUT=str(out),
-                       BUILDLLM_CACHE=str(tmp_path / "cache"))
+                       BUILDLLM_CACHE=str(tmp_path / "cache"), GPU_CHECK_BUDGET_S="100000")
     assert result.returncode == 0, result.stdout + result.stderr
     combined = json.loads((out / "combined.json").read_text())
     # fp16 is refused on the CPU (reported in the log, not a crash); bf16 and fp32 ran.
@@ -64,6 +64,11 @@ def test_the_whole_loop_runs_on_the_cpu(tmp_path):
     for precision in ("bf16", "fp32"):
         m = combined[f"benchmark_presettiny_{precision}"]
         assert m["precision"] == precision and m["device"] == "cpu" and m["measured_steps"] == 4
+    found = combined["batch_size_presettiny_bf16"]["found_batch_size"]
+    assert 1 <= found <= 16  # the CPU mode caps the finder at 16
+    plain, compiled = (combined[f"benchmark_presettiny_bf16_b{found}{suffix}"] for suffix in ("", "_compile"))
+    assert plain["batch_size"] == compiled["batch_size"] == found
+    assert not plain["compile"] and compiled["compile"] and compiled["tokens_per_second"] > 0
     assert combined["memory_truth"]["tiny_fp32_b8_ratio"] > 0
     assert combined["estimate_truth"]["actual_seconds"] > 0
     assert json.loads((out / "env.json").read_text())["resolved_device"] == "cpu"
