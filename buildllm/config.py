@@ -17,8 +17,8 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from buildllm.errors import ConfigError
+from buildllm.model import catalog
 
-PRESETS = ("tiny", "student", "small")
 ARCHITECTURES = ("classic", "modern")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 CORPUS_SOURCES = ("wiki_vital", "shakespeare", "files")
@@ -140,9 +140,9 @@ class Config:
     device: str = knob("auto", flag="--device", metavar=DEVICE_CHOICES.replace(", ", "|"),
                        help=f"where to train; one of {DEVICE_CHOICES}")
     precision: str = knob("auto", choices=PRECISIONS, flag="--precision", help="compute precision")
-    iteration: int = knob(1, choices=(1, 2, 3), flag="--iteration", control=True,
-                          help="the course's iteration: 1 gpt_first_cpu, 2 gpt_42m, 3 gpt_100m")
-    preset: Optional[str] = knob(None, choices=PRESETS, flag="--preset", control=True,
+    iteration: int = knob(1, choices=tuple(catalog.iterations()), flag="--iteration", control=True,
+                          help="the course's iteration: " + ", ".join(f"{n} {p}" for n, p in catalog.iterations().items()))
+    preset: Optional[str] = knob(None, choices=catalog.presets(), flag="--preset", control=True,
                                  help="a preset replaces the iteration's profile")
     seed: int = knob(1337, minimum=0, flag="--seed", metavar="N", resume=True, help="random seed")
     corpus: CorpusConfig = field(default_factory=CorpusConfig)

@@ -7,14 +7,12 @@ instead. Explicit values (params.yaml `model:` / `train:` or CLI flags) override
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from importlib import resources
 
 import yaml
 
 from buildllm.config import Config
+from buildllm.model import catalog
 from buildllm.model.gpt import GPTConfig
-
-ITERATION_PROFILES = {1: "gpt_first_cpu", 2: "gpt_42m", 3: "gpt_100m"}
 
 
 @dataclass(frozen=True)
@@ -39,13 +37,12 @@ class Profile:
 
 
 def available_profiles() -> list[str]:
-    files = resources.files("buildllm.model") / "profiles"
-    return sorted(p.name.removesuffix(".yaml") for p in files.iterdir() if p.name.endswith(".yaml"))
+    return sorted(catalog.profile_files())
 
 
 def load_profile(name: str) -> Profile:
-    path = resources.files("buildllm.model") / "profiles" / f"{name}.yaml"
-    if not path.is_file():
+    path = catalog.profile_files().get(name)
+    if path is None:
         raise ValueError(f"no profile {name!r}; known: {', '.join(available_profiles())}")
     data = yaml.safe_load(path.read_text())
     first_line = path.read_text().splitlines()[0].lstrip("# ")
@@ -62,7 +59,7 @@ def profile_for(config: Config) -> Profile:
     """The profile the config selects, with its model shape overridden by `model:` values.
 
     tokenize.vocab_size, when set, is the model's vocabulary too: the two must always agree."""
-    profile = load_profile(config.preset or ITERATION_PROFILES[config.iteration])
+    profile = load_profile(config.preset or catalog.iterations()[config.iteration])
     overrides = {k: v for k, v in vars(config.model).items() if v is not None}
     if config.tokenize.vocab_size is not None:
         overrides["vocab_size"] = config.tokenize.vocab_size
