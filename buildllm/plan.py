@@ -19,7 +19,8 @@ from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.train.optimizer import fused_adamw_support
 from buildllm.device.precision import PrecisionDecision, apply_matmul_settings, resolve_precision
 from buildllm.model.profiles import Profile, profile_for
-from buildllm.device.resolve import DeviceDecision, resolve_device
+from buildllm.device.device import Device
+from buildllm.device.resolve import resolve_device
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class RunPlan:
     config: Config
     profile: Profile
     model: GPTConfig
-    device: DeviceDecision
+    device: Device
     precision: PrecisionDecision
     batch_size: int
     workers: int
@@ -52,14 +53,14 @@ def make_plan(config: Config) -> RunPlan:
         raise ConfigError(f"the modern architecture's rotary positions need an even head size, but n_embd "
                           f"{model.n_embd} / n_head {model.n_head} = {model.head_dim}; change model.n_head or model.n_embd")
     device = resolve_device(config.device)
-    defaults = profile.runtime(device.kind)
+    defaults = profile.runtime(device.runtime_defaults)
     precision = resolve_precision(config.precision, device, defaults.precision)
     decisions = {"device": device.reason, "precision": precision.reason}
 
     def pick(name: str, explicit, default):
         if explicit is not None:
             return explicit
-        decisions[name] = f"{default}: profile {profile.name}'s {'cpu' if device.kind == 'cpu' else 'gpu'} default"
+        decisions[name] = f"{default}: profile {profile.name}'s {device.runtime_defaults} default"
         return default
 
     batch_size = pick("batch_size", config.train.batch_size, defaults.batch_size)
@@ -74,11 +75,10 @@ def make_plan(config: Config) -> RunPlan:
 
 
 def apply_plan(plan: RunPlan) -> None:
-    """Process-wide settings the plan implies: thread count, matmul precision, seeds."""
-    if plan.device.kind == "cpu" or plan.config.train.threads is not None:
+    """Process-wide settings the plan implies: thread count and matmul precision (the Trainer seeds)."""
+    if plan.device.threads_apply or plan.config.train.threads is not None:
         torch.set_num_threads(plan.threads)
     apply_matmul_settings(plan.precision)
-    torch.manual_seed(plan.config.seed)
 
 
 def plan_metrics(plan: RunPlan, fused_adamw: tuple[bool, str] | None = None) -> dict:

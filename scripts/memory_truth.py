@@ -66,13 +66,9 @@ def measured_peak(settings: dict) -> int | None:
 
 
 def available_bytes(device: str) -> int:
-    import psutil
-    import torch
+    from buildllm.device.resolve import resolve_device
 
-    if device.startswith("cuda"):
-        free, _ = torch.cuda.mem_get_info()
-        return free
-    return psutil.virtual_memory().available
+    return resolve_device(device).memory_free()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,14 @@ from dataclasses import replace
 import pytest
 import torch
 
+from buildllm.device.device import Device
 from buildllm.measure.memory_estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.model.profiles import load_profile
 from train_fixtures import make_token_files
+
+CPU = Device("cpu", "cpu", "cpu", "test")
+CUDA = Device("cuda", "cuda:0", "cuda", "test")  # a description: nothing runs on it
 
 
 def saved_bytes_of_one_block(config: GPTConfig, autocast_dtype: torch.dtype | None, batch: int = 4) -> int:
@@ -61,7 +65,7 @@ def test_activation_formula_counts_what_autograd_saves(architecture, precision):
 def test_parts_sum_to_the_total_and_the_peak_moment_is_named():
     model = load_profile("gpt_first_cpu").model
     parameters = build_model(model, "meta").num_parameters()
-    estimate = estimate_training_memory(model, parameters, 16, 4, "cpu")
+    estimate = estimate_training_memory(model, parameters, 16, 4, CPU)
     parts = estimate.as_metrics()
     assert parts.pop("memory_estimate_total_bytes") == sum(parts.values()) == estimate.total
     # A small model at its default batch peaks at the start of backward: activations and logits,
@@ -69,13 +73,13 @@ def test_parts_sum_to_the_total_and_the_peak_moment_is_named():
     assert estimate.peak_moment == "start of backward" and estimate.gradients == 0
     assert estimate.logits == 16 * 128 * model.vocab_size * 16
     assert estimate.allocator > 0
-    assert estimate_training_memory(model, parameters, 16, 4, "cuda").allocator == 0
+    assert estimate_training_memory(model, parameters, 16, 4, CUDA).allocator == 0
 
 
 def test_large_model_at_small_batch_peaks_at_the_optimizer_step():
     model = replace(load_profile("gpt_100m").model, sequence_length=32)
     parameters = build_model(model, "meta").num_parameters()
-    estimate = estimate_training_memory(model, parameters, 1, 4, "cuda")
+    estimate = estimate_training_memory(model, parameters, 1, 4, CUDA)
     assert estimate.peak_moment == "optimizer step"
     assert estimate.total == 16 * parameters + 32 * model.vocab_size * 4
 
@@ -83,26 +87,27 @@ def test_large_model_at_small_batch_peaks_at_the_optimizer_step():
 def test_accumulation_and_checkpointing_move_the_estimate_the_right_way():
     model = load_profile("small").model
     parameters = build_model(model, "meta").num_parameters()
-    plain = estimate_training_memory(model, parameters, 8, 4, "cuda")
-    accumulating = estimate_training_memory(model, parameters, 8, 4, "cuda", grad_accum=4)
+    plain = estimate_training_memory(model, parameters, 8, 4, CUDA)
+    accumulating = estimate_training_memory(model, parameters, 8, 4, CUDA, grad_accum=4)
     assert accumulating.total - plain.total == 4 * parameters  # the gradients, alive during backward
-    checkpointed = estimate_training_memory(model, parameters, 8, 4, "cuda", gradient_checkpointing=True)
+    checkpointed = estimate_training_memory(model, parameters, 8, 4, CUDA, gradient_checkpointing=True)
     assert checkpointed.activations < plain.activations / 2
-    bf16 = estimate_training_memory(model, parameters, 8, 2, "cuda")
+    bf16 = estimate_training_memory(model, parameters, 8, 2, CUDA)
     assert bf16.activations < plain.activations and bf16.autocast_weights == 2 * parameters
 
 
 def _peak_in_fresh_process(settings: dict, queue) -> None:
-    from buildllm.measure.benchmark import load_windows, measure
+    from buildllm.measure.benchmark import measure
     from buildllm.config import load_config
+    from buildllm.data.windows import load_windows
     from buildllm.plan import apply_plan, make_plan
 
     plan = make_plan(load_config(None, settings))
     apply_plan(plan)
-    train, validation = load_windows(plan)
+    train, validation = load_windows(plan.config, plan.model)
     figures = measure(plan, train, validation, extras=False, progress=False)
     estimate = estimate_training_memory(plan.model, plan.parameters, plan.batch_size,
-                                        plan.precision.activation_bytes, plan.device.kind)
+                                        plan.precision.activation_bytes, plan.device)
     queue.put((estimate.total, figures["peak_memory_bytes"]))
 
 

@@ -96,6 +96,6 @@ def test_memory_estimate_is_within_15_percent_of_the_cuda_peak(tokens, workdir, 
     config = load_config(None, {"preset": "student", "device": "cuda", "precision": precision,
                                 "train.batch_size": 64})
     plan = make_plan(config)
-    estimate = estimate_training_memory(plan.model, plan.parameters, 64, plan.precision.activation_bytes, "cuda")
+    estimate = estimate_training_memory(plan.model, plan.parameters, 64, plan.precision.activation_bytes, plan.device)
     assert m["memory_estimate_total_bytes"] == estimate.total
     assert m["memory_estimate_ratio"] == pytest.approx(1.0, abs=0.15), m["peak_memory_bytes"]

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from buildllm.data.tokenization import token_dtype
 from buildllm.data.windows import (EpochBatches, Windows, epoch_batches, epoch_order, load_tokens, loader,
-                           sequential_batches, to_device, token_dtype)
+                                   sequential_batches)
 from buildllm.errors import UserError
 
 
@@ -108,8 +109,3 @@ def test_sequential_batches_cover_every_validation_example_once():
     seen = torch.cat([x for x, _ in sequential_batches(windows, batch_size=4)])
     assert seen.shape[0] == len(windows) == 11
     assert torch.equal(seen[:, 0], torch.arange(0, 99, 9))
-
-
-def test_to_device_on_cpu_ignores_pinning():
-    x, y = to_device(torch.ones(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long), "cpu", pin=True)
-    assert x.device.type == "cpu" and y.sum() == 0

@@ -1,4 +1,5 @@
-"""Device and precision resolution, with CUDA and MPS availability monkeypatched (this machine has neither)."""
+"""Device and precision resolution, and what a Device does for its kind, with CUDA and MPS
+monkeypatched (this machine has neither)."""
 
 import pytest
 import torch
@@ -7,7 +8,8 @@ from buildllm.device import precision as precision_mod
 from buildllm.device import resolve as runtime
 from buildllm.errors import DeviceUnavailable
 from buildllm.device.precision import resolve_precision
-from buildllm.device.resolve import DeviceDecision, resolve_device
+from buildllm.device.device import Device
+from buildllm.device.resolve import resolve_device
 
 
 @pytest.fixture
@@ -63,9 +65,9 @@ def test_no_cuda_reason_distinguishes_cpu_build_from_missing_driver(monkeypatch)
     assert "no usable NVIDIA GPU or driver" in runtime.why_no_cuda()
 
 
-CPU = DeviceDecision("cpu", "cpu", "cpu", "test")
-CUDA = DeviceDecision("cuda", "cuda:0", "cuda", "test")
-MPS = DeviceDecision("mps", "mps", "mps", "test")
+CPU = Device("cpu", "cpu", "cpu", "test")
+CUDA = Device("cuda", "cuda:0", "cuda", "test")
+MPS = Device("mps", "mps", "mps", "test")
 
 
 def test_auto_precision_on_ampere_is_bf16_with_tf32(fake_cuda):
@@ -118,3 +120,76 @@ def test_matmul_settings_follow_tf32(monkeypatch, fake_cuda):
     fake_cuda(capability=(7, 5))
     precision_mod.apply_matmul_settings(resolve_precision("fp32", CUDA))
     assert seen == ["high"]  # no TF32 before Ampere: nothing changed
+
+
+# What a Device does for its kind: the right GPU of several, and nothing CUDA-only elsewhere.
+
+def test_cuda_device_synchronizes_and_measures_its_own_index(fake_cuda, monkeypatch):
+    fake_cuda(count=2)
+    seen = []
+    for name in ("synchronize", "reset_peak_memory_stats", "memory_allocated", "max_memory_allocated",
+                 "max_memory_reserved", "memory_reserved"):
+        monkeypatch.setattr(torch.cuda, name, lambda index=None, name=name: seen.append((name, index)) or 2**20)
+    second = Device("cuda:1", "cuda:1", "cuda", "test")
+    probe = second.peak_memory()
+    figures = probe.read()
+    assert figures["peak_memory_allocated_bytes"] == 2**20 and figures["peak_memory_method"].startswith("cuda")
+    second.timed()
+    assert seen and {index for _, index in seen} == {1}, seen
+    assert ("synchronize", 1) in seen
+
+
+def test_oom_figures_come_from_the_devices_own_gpu(fake_cuda, monkeypatch):
+    fake_cuda(count=2)
+    asked = []
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated"):
+        monkeypatch.setattr(torch.cuda, name, lambda index=None: asked.append(index) or 7)
+
+    class Properties:
+        total_memory = 80 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=None: asked.append(index) or Properties)
+    figures = Device("cuda:1", "cuda:1", "cuda", "test").oom_figures()
+    assert figures == {"oom_allocated_bytes": 7, "oom_reserved_bytes": 7, "oom_peak_allocated_bytes": 7,
+                       "oom_device_total_bytes": 80 * 2**30}
+    assert set(asked) == {1}
+    assert CPU.oom_figures() == {} and MPS.oom_figures() == {}
+
+
+def test_peak_flops_reads_the_table_for_the_devices_own_gpu(monkeypatch):
+    names = {0: "NVIDIA A100-SXM4-80GB", 1: "NVIDIA H100 80GB HBM3"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: names[index])
+    peak = Device("cuda:1", "cuda:1", "cuda", "test").peak_flops("bf16", tf32=True, threads=1)
+    assert peak.flops == 989.4e12 and "H100" in peak.source
+
+
+def test_cpu_device_ignores_pinning_and_keeps_its_own_defaults():
+    x, y = CPU.put(torch.ones(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long), pin=True)
+    assert x.device.type == "cpu" and y.sum() == 0 and not x.is_pinned()
+    assert (CPU.runtime_defaults, CUDA.runtime_defaults, MPS.runtime_defaults) == ("cpu", "gpu", "gpu")
+    assert CPU.threads_apply and not CUDA.threads_apply and not MPS.threads_apply
+    assert CPU.host_memory and not CUDA.host_memory and not MPS.host_memory
+    assert CUDA.pin_memory and not CPU.pin_memory and not MPS.pin_memory
+    assert MPS.materialises_attention and not CUDA.materialises_attention and not CPU.materialises_attention
+    assert (CPU.autocast_type, CUDA.autocast_type) == ("cpu", "cuda")
+
+
+def test_each_rank_gets_its_own_gpu_and_mps_refuses_torchrun(fake_cuda, monkeypatch):
+    fake_cuda(count=2)
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    rank = CUDA.for_rank(1, rank=3, size=4)
+    assert rank.device == "cuda:1" and rank.index == 1 and chosen == [1] and "rank 3 of 4" in rank.reason
+    assert rank.collective_backend == "nccl" and rank.collective_device == "cuda:1" and rank.ddp_device_ids == [1]
+    with pytest.raises(DeviceUnavailable, match="has 2 CUDA device"):
+        CUDA.for_rank(2, rank=2, size=3, local_size="3")
+    assert CPU.for_rank(1, rank=1, size=2) is CPU and CPU.collective_backend == "gloo" and CPU.ddp_device_ids is None
+    with pytest.raises(DeviceUnavailable, match="supports cuda and cpu, not mps"):
+        MPS.for_rank(0, rank=0, size=2)
+
+
+def test_the_environment_record_describes_the_device_it_is_given():
+    from buildllm.device.hardware import environment
+
+    info = environment(Device("cpu", "cpu", "cpu", "chosen upstream"))
+    assert info["resolved_device"] == "cpu" and info["device_reason"] == "chosen upstream"

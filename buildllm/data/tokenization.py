@@ -29,12 +29,20 @@ from tqdm import tqdm
 from buildllm.atomic import atomic_path
 from buildllm.config import Config
 from buildllm.data.corpus import END_OF_TEXT, SPLITS, count_documents, read_texts, split_files
-from buildllm.data.windows import token_dtype
 from buildllm.errors import UserError
 from buildllm.metrics import write_metrics
 from buildllm.paths import corpus_dir, metrics_path, token_paths, token_set_name, tokenizer_path
 
 NUMPY_DTYPES = {torch.uint8: np.uint8, torch.uint16: np.uint16, torch.int32: np.int32}
+
+
+def token_dtype(vocab_size: int) -> torch.dtype:
+    """The smallest dtype that holds every token id: halves or quarters the file and its memory."""
+    if vocab_size <= 2**8:
+        return torch.uint8
+    if vocab_size <= 2**16:
+        return torch.uint16
+    return torch.int32
 
 
 def vocab_size_for(config: Config) -> int:

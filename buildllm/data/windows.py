@@ -11,22 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.utils.data
 
+from buildllm.config import Config
 from buildllm.errors import UserError
+from buildllm.paths import token_paths
+
+if TYPE_CHECKING:
+    from buildllm.model.gpt import GPTConfig
 
 INTEGER_DTYPES = (torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64)
-
-
-def token_dtype(vocab_size: int) -> torch.dtype:
-    """The smallest dtype that holds every token id: halves or quarters the file and its memory."""
-    if vocab_size <= 2**8:
-        return torch.uint8
-    if vocab_size <= 2**16:
-        return torch.uint16
-    return torch.int32
 
 
 def max_token(tokens: torch.Tensor, chunk: int = 1 << 24) -> int:
@@ -89,6 +86,22 @@ class Windows:
         return rows[:, :-1], rows[:, 1:]
 
 
+def split_windows(config: Config, model: GPTConfig, split: str) -> Windows:
+    """The examples of one split ("train" or "validation") of the config's token files, in the
+    model's sequence length, limited to the config's number of examples for that split."""
+    train_path, validation_path = token_paths(config, model.vocab_size)
+    path, limit, what = {
+        "train": (train_path, config.train.training_examples, "training token file"),
+        "validation": (validation_path, config.train.validation_examples, "validation token file"),
+    }[split]
+    return Windows(load_tokens(path, model.vocab_size, what), model.sequence_length, limit)
+
+
+def load_windows(config: Config, model: GPTConfig) -> tuple[Windows, Windows]:
+    """Training and validation examples: what train, benchmark, the batch finder and the sweep read."""
+    return split_windows(config, model, "train"), split_windows(config, model, "validation")
+
+
 def epoch_order(n_examples: int, seed: int, epoch: int) -> torch.Tensor:
     """A permutation of example indices, the same for a (seed, epoch) everywhere."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
@@ -143,7 +156,7 @@ def loader(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch
     """epoch_batches, built by `workers` background processes when workers > 0.
 
     Same batches, same order, same resumable start; with pin_memory (for a CUDA device) the
-    workers' batches arrive in page-locked memory, ready for to_device's non-blocking copy.
+    workers' batches arrive in page-locked memory, ready for a non-blocking copy (Device.put).
     workers=0 builds each batch in the training process: slicing windows out of one tensor is cheap,
     and workers cost a start-up per epoch and a copy between processes for every batch.
     """
@@ -163,10 +176,3 @@ def sequential_batches(windows: Windows, batch_size: int):
     for start in range(0, len(windows), batch_size):
         yield windows.batch(range(start, min(start + batch_size, len(windows))))
 
-
-def to_device(inputs: torch.Tensor, targets: torch.Tensor, device: str, pin: bool = False):
-    """Pinned host memory lets the copy to a CUDA device overlap with compute."""
-    if pin and device.startswith("cuda"):
-        inputs, targets = inputs.pin_memory(), targets.pin_memory()
-        return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-    return inputs.to(device), targets.to(device)

@@ -10,32 +10,13 @@ import importlib.metadata
 import json
 import os
 import platform
-import subprocess
-import sys
 
 import psutil
 import torch
 
 from buildllm import __version__
+from buildllm.device.device import Device, processor_name
 from buildllm.device.resolve import mps_available, resolve_device, why_no_cuda, xla_available
-
-
-def processor_name() -> str:
-    if sys.platform.startswith("linux"):
-        try:
-            with open("/proc/cpuinfo") as handle:
-                for line in handle:
-                    if line.startswith("model name"):
-                        return line.split(":", 1)[1].strip()
-        except OSError:
-            pass
-    if sys.platform == "darwin":
-        try:
-            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
-                                  text=True, timeout=5).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return platform.processor() or platform.machine()
 
 
 def _version(package: str) -> str:
@@ -45,8 +26,8 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def environment(requested_device: str = "auto") -> dict:
-    """One flat record of the machine; `requested_device` is resolved (and may fail) like a run's."""
+def environment(device: Device) -> dict:
+    """One flat record of the machine and the device a run resolved (the GPU described is that one)."""
     memory = psutil.virtual_memory()
     cuda = torch.cuda.is_available()
     info = {
@@ -75,7 +56,7 @@ def environment(requested_device: str = "auto") -> dict:
         "tokenizers_version": _version("tokenizers"),
     }
     if cuda:
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(device.index if device.kind == "cuda" else 0)
         info.update(gpu_name=props.name, gpu_memory_bytes=props.total_memory,
                     gpu_compute_capability=f"{props.major}.{props.minor}",
                     bf16_supported=(props.major, props.minor) >= (8, 0))
@@ -84,13 +65,12 @@ def environment(requested_device: str = "auto") -> dict:
         info["bf16_supported"] = True
     info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     info["cpu_bf16_native"] = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    decision = resolve_device(requested_device)
-    info.update(resolved_device=decision.device, device_reason=decision.reason)
+    info.update(resolved_device=device.device, device_reason=device.reason)
     return info
 
 
 def print_environment(requested_device: str = "auto", as_json: bool = False) -> dict:
-    info = environment(requested_device)
+    info = environment(resolve_device(requested_device))
     if as_json:
         print(json.dumps(info, indent=2))
         return info

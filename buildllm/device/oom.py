@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 from buildllm.errors import TrainingFailed
-from buildllm.device.resolve import DeviceDecision
 
 
 class OutOfMemory(TrainingFailed):
@@ -21,16 +20,8 @@ def out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
-def memory_figures(device: DeviceDecision) -> dict:
-    if device.kind != "cuda":
-        return {}
-    return {"oom_allocated_bytes": torch.cuda.memory_allocated(device.device),
-            "oom_reserved_bytes": torch.cuda.memory_reserved(device.device),
-            "oom_peak_allocated_bytes": torch.cuda.max_memory_allocated(device.device),
-            "oom_device_total_bytes": torch.cuda.get_device_properties(device.device).total_memory}
-
-
 def describe_memory(figures: dict) -> str:
+    """One phrase from Device.oom_figures()."""
     if not figures:
         return "no memory figures on this device"
     gib = {k: v / 2**30 for k, v in figures.items()}

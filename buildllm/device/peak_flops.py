@@ -4,6 +4,7 @@ Known NVIDIA GPUs: dense (no sparsity) tensor-core figures from NVIDIA's datashe
 dtype. Everything else (CPUs, Apple GPUs, GPUs not in the table): measured with a short large
 matmul in the run's dtype and thread count, and cached per machine. A table that knows only the
 A100 gets MFU wrong everywhere else; a measured peak is right for the machine in front of you.
+A Device answers with Device.peak_flops(); `device` below is that Device.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from pathlib import Path
 import torch
 
 from buildllm.atomic import atomic_write_text
-from buildllm.device.hardware import processor_name
-from buildllm.device.resolve import DeviceDecision, synchronize
 
 TERA = 1e12
 # name pattern -> {dtype: dense TFLOP/s}; "tf32" is the rate for fp32 matmuls with TF32 allowed.
@@ -61,30 +60,29 @@ def cache_file() -> Path:
     return Path(root) / "peak_flops.json"
 
 
-def measure_matmul_peak(device: DeviceDecision, dtype: torch.dtype, size: int, repeats: int = 5) -> float:
+def measure_matmul_peak(device, dtype: torch.dtype, size: int, repeats: int = 5) -> float:
     """Best FLOP/s of size^3 matmuls; the best of several runs is the least disturbed one."""
     a = torch.randn(size, size, device=device.device, dtype=dtype)
     b = torch.randn(size, size, device=device.device, dtype=dtype)
     torch.matmul(a, b)  # first call pays for kernel selection and allocation
-    synchronize(device)
+    device.synchronize()
     best = 0.0
     for _ in range(repeats):
         start = time.perf_counter()
         torch.matmul(a, b)
-        synchronize(device)
+        device.synchronize()
         best = max(best, 2 * size**3 / (time.perf_counter() - start))
     return best
 
 
-def measured_peak(device: DeviceDecision, precision: str, threads: int) -> Peak:
+def measured_peak(device, precision: str, threads: int) -> Peak:
     """Measure now, and keep the best figure this machine has ever shown for the same key.
 
     A busy machine can only make a matmul slower, never faster, so the best measurement is the
     closest to the true peak; measuring again each run (well under a second) lets the cache improve.
     """
     size = 2048 if device.kind == "cpu" else 8192
-    name = torch.cuda.get_device_name(device.index) if device.kind == "cuda" else processor_name()
-    key = f"{device.kind}|{name}|{precision}|{threads} threads|{size}|torch {torch.__version__}"
+    key = f"{device.kind}|{device.name}|{precision}|{threads} threads|{size}|torch {torch.__version__}"
     path = cache_file()
     cache = {}
     if path.exists():
@@ -106,9 +104,9 @@ def measured_peak(device: DeviceDecision, precision: str, threads: int) -> Peak:
                                f"this run {now / TERA:.3f}")
 
 
-def peak_flops(device: DeviceDecision, precision: str, tf32: bool, threads: int) -> Peak:
+def peak_flops(device, precision: str, tf32: bool, threads: int) -> Peak:
     if device.kind == "cuda":
-        known = table_peak(torch.cuda.get_device_name(device.index), precision, tf32)
+        known = table_peak(device.name, precision, tf32)
         if known is not None:
             return known
     return measured_peak(device, precision, threads)

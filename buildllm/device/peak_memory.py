@@ -4,6 +4,7 @@ CUDA: the allocator's own peak (allocated, and reserved by the caching allocator
 CPU: the growth of the process's peak resident set (RSS). On Linux the kernel's high-water mark
 (VmHWM) is reset at start(), so only the measured work counts; elsewhere a sampling thread watches RSS.
 MPS: the driver's allocated memory, sampled, since MPS keeps no peak of its own.
+A Device starts one with Device.peak_memory().
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from pathlib import Path
 
 import psutil
 import torch
-
-from buildllm.device.resolve import DeviceDecision
 
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")
@@ -39,8 +38,8 @@ def _reset_hwm() -> bool:
 
 
 class PeakMemory:
-    def __init__(self, device: DeviceDecision, interval: float = 0.005):
-        self.device = device
+    def __init__(self, device, interval: float = 0.005):
+        self.device = device  # a buildllm.device.Device
         self.interval = interval
         self.baseline = 0
         self._sampled_peak = 0
@@ -56,7 +55,7 @@ class PeakMemory:
     def start(self) -> "PeakMemory":
         kind = self.device.kind
         if kind == "cuda":
-            torch.cuda.synchronize()
+            self.device.synchronize()
             torch.cuda.reset_peak_memory_stats(self.device.index)
             self.baseline = torch.cuda.memory_allocated(self.device.index)
             self.method = "cuda: torch.cuda.max_memory_allocated growth (reserved reported beside it)"
@@ -80,7 +79,7 @@ class PeakMemory:
     def read(self) -> dict:
         """Peak bytes above the baseline; for CUDA also the caching allocator's reserved peak."""
         if self.device.kind == "cuda":
-            torch.cuda.synchronize()
+            self.device.synchronize()
             allocated = torch.cuda.max_memory_allocated(self.device.index)
             return {"peak_memory_bytes": allocated - self.baseline,
                     "peak_memory_allocated_bytes": allocated,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from buildllm.errors import DeviceUnavailable
-from buildllm.device.resolve import DeviceDecision
+from buildllm.device.device import Device
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -38,16 +38,16 @@ class PrecisionDecision:
         return torch.finfo(DTYPES[self.precision]).bits // 8
 
 
-def cuda_capability(device: DeviceDecision) -> tuple[int, int]:
+def cuda_capability(device: Device) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device.index)
 
 
-def cuda_has_bf16(device: DeviceDecision) -> bool:
+def cuda_has_bf16(device: Device) -> bool:
     # Ampere (8.0) and newer have bf16 tensor cores; older GPUs emulate it slowly or not at all.
     return cuda_capability(device) >= (8, 0)
 
 
-def resolve_precision(requested: str, device: DeviceDecision, profile_default: str = "auto") -> PrecisionDecision:
+def resolve_precision(requested: str, device: Device, profile_default: str = "auto") -> PrecisionDecision:
     """requested: the config's value; profile_default: what the profile says for this device kind."""
     chosen, origin = requested, "requested explicitly"
     if requested == "auto" and profile_default != "auto":
@@ -58,7 +58,7 @@ def resolve_precision(requested: str, device: DeviceDecision, profile_default: s
     return _decision(requested, chosen, device, origin)
 
 
-def _auto_rule(device: DeviceDecision) -> tuple[str, str]:
+def _auto_rule(device: Device) -> tuple[str, str]:
     if device.kind == "cuda":
         major, minor = cuda_capability(device)
         if cuda_has_bf16(device):
@@ -71,7 +71,7 @@ def _auto_rule(device: DeviceDecision) -> tuple[str, str]:
     return "fp32", "auto: CPU training defaults to fp32 (bf16 autocast only when asked for)"
 
 
-def _refuse_unsupported(precision: str, device: DeviceDecision) -> None:
+def _refuse_unsupported(precision: str, device: Device) -> None:
     if device.kind == "cuda" and precision == "bf16" and not cuda_has_bf16(device):
         major, minor = cuda_capability(device)
         name = torch.cuda.get_device_name(device.index)
@@ -84,7 +84,7 @@ def _refuse_unsupported(precision: str, device: DeviceDecision) -> None:
             "gradient scaling); use --precision bf16 (autocast) or fp32 on the CPU")
 
 
-def _decision(requested: str, precision: str, device: DeviceDecision, origin: str) -> PrecisionDecision:
+def _decision(requested: str, precision: str, device: Device, origin: str) -> PrecisionDecision:
     on_cuda = device.kind == "cuda"
     tf32 = on_cuda and cuda_capability(device) >= (8, 0)
     tensor_cores = on_cuda and (tf32 or (precision != "fp32" and cuda_capability(device) >= (7, 0)))
@@ -105,12 +105,12 @@ def apply_matmul_settings(decision: PrecisionDecision) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def autocast(decision: PrecisionDecision, device: DeviceDecision):
+def autocast(decision: PrecisionDecision, device: Device):
     if decision.autocast_dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device.kind, dtype=decision.autocast_dtype)
+    return torch.autocast(device_type=device.autocast_type, dtype=decision.autocast_dtype)
 
 
-def grad_scaler(decision: PrecisionDecision, device: DeviceDecision) -> torch.amp.GradScaler:
+def grad_scaler(decision: PrecisionDecision, device: Device) -> torch.amp.GradScaler:
     """fp16 gradients underflow without loss scaling; for bf16 and fp32 the scaler is a no-op."""
     return torch.amp.GradScaler(device.kind, enabled=decision.grad_scaler)

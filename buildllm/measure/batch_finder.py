@@ -17,10 +17,8 @@ import re
 import signal
 from dataclasses import dataclass, replace
 
-import psutil
-import torch
-
 from buildllm.config import Config, with_overrides
+from buildllm.data.windows import load_windows
 from buildllm.errors import ConfigError, UserError
 from buildllm.metrics import write_metrics
 from buildllm.device.oom import out_of_memory
@@ -46,18 +44,17 @@ class Try:
 
 
 def _measure_try(config: Config) -> dict:
-    from buildllm.measure.benchmark import load_windows, measure
+    from buildllm.measure.benchmark import measure  # the benchmark imports the Trainer: only a try needs it
 
     plan = make_plan(config)
     apply_plan(plan)
-    train, validation = load_windows(plan)
+    train, validation = load_windows(plan.config, plan.model)
     try:
         figures = measure(plan, train, validation, extras=False, progress=False)
     except Exception as exc:  # only an out-of-memory error is an answer; anything else is a bug
         if not out_of_memory(exc):
             raise
-        if plan.device.kind == "cuda":
-            torch.cuda.empty_cache()
+        plan.device.release_cached_memory()
         return {"oom": True, "peak_memory_bytes": 0}
     return {"oom": False, "peak_memory_bytes": figures.get("peak_memory_allocated_bytes", figures["peak_memory_bytes"])}
 
@@ -90,25 +87,19 @@ def try_in_child(config: Config) -> dict:
 def find_batch_size(config: Config, write: bool = True) -> dict:
     plan = make_plan(config)
     bench = config.benchmark
-    if plan.device.kind == "cuda":
-        budget = (parse_bytes(bench.memory_budget) if bench.memory_budget
-                  else torch.cuda.get_device_properties(plan.device.index).total_memory)
-    else:
-        budget = parse_bytes(bench.memory_budget) if bench.memory_budget else psutil.virtual_memory().available
+    budget = parse_bytes(bench.memory_budget) if bench.memory_budget else plan.device.memory_capacity()
     limit = int(budget * (1 - bench.safety_margin))
     # Two measured steps are enough for the peak: memory is at its steady state after the first step.
     probe = replace(config, benchmark=replace(bench, warmup_steps=1, measured_steps=2, intervals=1),
                     train=replace(config.train, training_examples=None))
-    from buildllm.measure.benchmark import load_windows
-
-    load_windows(make_plan(probe))  # missing or bad token files: one line now, not in every try
+    load_windows(probe, plan.model)  # missing or bad token files: one line now, not in every try
     announce("find_batch_size", plan, memory_budget_bytes=budget, usable_bytes=limit,
              safety_margin=bench.safety_margin)
     tries: list[Try] = []
 
     def attempt(batch_size: int) -> bool:
         trial = with_overrides(probe, {"train.batch_size": batch_size})
-        result = try_in_child(trial) if plan.device.kind == "cpu" else _measure_try(trial)
+        result = try_in_child(trial) if plan.device.host_memory else _measure_try(trial)
         fits = not result["oom"] and result["peak_memory_bytes"] <= limit
         note = ("out of memory" if result["oom"] else
                 f"peak {result['peak_memory_bytes'] / 2**20:.0f} MiB {'<=' if fits else '>'} "

@@ -20,29 +20,17 @@ import psutil
 from tqdm import tqdm
 
 from buildllm.config import Config
-from buildllm.data.windows import Windows, load_tokens
+from buildllm.data.windows import Windows, load_windows
 from buildllm.device.hardware import environment
 from buildllm.errors import TrainingFailed
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu
 from buildllm.measure.memory_estimate import plan_memory
 from buildllm.metrics import write_metrics
-from buildllm.paths import metrics_path, token_paths
-from buildllm.device.peak_flops import peak_flops
+from buildllm.paths import metrics_path
 from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
-from buildllm.train.run_log import write_png
-from buildllm.device.resolve import timed
-from buildllm.device.oom import advice, memory_figures, out_of_memory
+from buildllm.train.plots import write_png
+from buildllm.device.oom import advice, out_of_memory
 from buildllm.train.trainer import Trainer
-
-
-def load_windows(plan: RunPlan) -> tuple[Windows, Windows]:
-    config, model = plan.config, plan.model
-    train_path, validation_path = token_paths(config, model.vocab_size)
-    train = Windows(load_tokens(train_path, model.vocab_size, "training token file"), model.sequence_length,
-                    config.train.training_examples)
-    validation = Windows(load_tokens(validation_path, model.vocab_size, "validation token file"),
-                         model.sequence_length, config.train.validation_examples)
-    return train, validation
 
 
 def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool = True,
@@ -54,30 +42,30 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
     bench = plan.config.benchmark
     scratch = Path(tempfile.mkdtemp(prefix="buildllm-benchmark-"))
     try:
-        start = timed(plan.device)
+        start = plan.device.timed()
         trainer = Trainer(plan, train, validation, directory=scratch)
         trainer.step()
-        first_step = timed(plan.device)
+        first_step = plan.device.timed()
         for _ in range(bench.warmup_steps - 1):
             trainer.step()
-        warmed = timed(plan.device)
+        warmed = plan.device.timed()
         per_interval = [bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
                         for i in range(bench.intervals)]
         rates, losses = [], []
         with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not progress) as bar:
             for steps in (n for n in per_interval if n > 0):
-                begin = timed(plan.device)
+                begin = plan.device.timed()
                 for _ in range(steps):
                     losses.append(trainer.step())
                     bar.update()
-                rates.append(steps / (timed(plan.device) - begin))
-        measured_seconds = timed(plan.device) - warmed
+                rates.append(steps / (plan.device.timed() - begin))
+        measured_seconds = plan.device.timed() - warmed
         figures = trainer.memory.read()  # peak since the Trainer began building the model
         validation_seconds, save_seconds, save_bytes, plot_seconds = 0.0, 0.0, 0, 0.0
         if extras:
-            before = timed(plan.device)
+            before = plan.device.timed()
             trainer.evaluate()
-            validation_seconds = timed(plan.device) - before
+            validation_seconds = plan.device.timed() - before
             save_seconds, save_bytes = trainer.save_checkpoint()
             # A training run ends by drawing its loss curve (matplotlib's import is most of it).
             before = time.perf_counter()
@@ -114,12 +102,12 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
 def benchmark(config: Config, write: bool = True) -> dict:
     plan = make_plan(config)
     apply_plan(plan)
-    train, validation = load_windows(plan)
+    train, validation = load_windows(config, plan.model)
     bench = config.benchmark
     announce("benchmark", plan, warmup_steps=bench.warmup_steps, measured_steps=bench.measured_steps,
              training_examples=len(train), validation_examples=len(validation))
     estimate = plan_memory(plan)
-    base = {**plan_metrics(plan), **environment(config.device), "memory_estimate_total_bytes": estimate.total}
+    base = {**plan_metrics(plan), **environment(plan.device), "memory_estimate_total_bytes": estimate.total}
     # Interpreter start, imports, device initialisation and token loading: a run pays them too.
     process_startup = time.time() - psutil.Process().create_time()
     try:
@@ -127,13 +115,13 @@ def benchmark(config: Config, write: bool = True) -> dict:
     except Exception as exc:
         if not out_of_memory(exc):
             raise
-        oom = {**base, "oom": True, "oom_batch_size": plan.batch_size, **memory_figures(plan.device),
+        oom = {**base, "oom": True, "oom_batch_size": plan.batch_size, **plan.device.oom_figures(),
                "oom_advice": advice(plan.batch_size)}
         if write:
             write_metrics(metrics_path("benchmark"), oom)
         raise TrainingFailed(f"out of memory at batch size {plan.batch_size} on {plan.device.device}; "
                              + advice(plan.batch_size)) from None
-    peak = peak_flops(plan.device, plan.precision.precision, plan.precision.tf32_enabled, plan.threads)
+    peak = plan.device.peak_flops(plan.precision.precision, plan.precision.tf32_enabled, plan.threads)
     achieved = figures["flops_per_token"] * figures["tokens_per_second"]
     metrics = {
         **base, "oom": False, **figures, "process_startup_seconds": process_startup,

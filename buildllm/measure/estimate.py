@@ -11,12 +11,12 @@ good as the match between benchmark and plan, so a benchmark with other controls
 from __future__ import annotations
 
 from buildllm.config import Config
-from buildllm.data.windows import Windows, batches_per_epoch, load_tokens
+from buildllm.data.windows import split_windows
 from buildllm.errors import UserError
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path, token_paths
 from buildllm.plan import RunPlan, make_plan, plan_metrics
-from buildllm.train.schedule import planned_steps
+from buildllm.train.schedule import optimizer_steps
 from buildllm.units import duration
 
 # The controls a benchmark must share with the planned run for its speed to apply.
@@ -29,19 +29,7 @@ def planned_examples(plan: RunPlan) -> int:
     train_path, _ = token_paths(plan.config, plan.model.vocab_size)
     if limit is not None and not train_path.exists():
         return limit
-    windows = Windows(load_tokens(train_path, plan.model.vocab_size, "training token file"),
-                      plan.model.sequence_length, limit)
-    return len(windows)
-
-
-def planned_optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int) -> int:
-    """The Trainer's own count: partial batches are dropped, so every step sees the same tokens."""
-    steps = planned_steps(batches_per_epoch(examples, batch_size), epochs, grad_accum)
-    if steps < 1:
-        raise UserError(f"{examples} examples in batches of {batch_size} x {grad_accum} accumulation steps over "
-                        f"{epochs} epoch(s) make no optimizer step; raise --training-examples or --epochs, "
-                        "or lower --batch-size or --grad-accum")
-    return steps
+    return len(split_windows(plan.config, plan.model, "train"))
 
 
 def control_differences(benchmark: dict, plan_controls: dict) -> list[str]:
@@ -57,7 +45,7 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
     plan = make_plan(config)
     resolved = plan_metrics(plan)
     # On the CPU the thread count sets the speed as much as the batch size does.
-    keys = CONTROLS + (("threads",) if plan.device.kind == "cpu" else ())
+    keys = CONTROLS + (("threads",) if plan.device.threads_apply else ())
     plan_controls = {key: resolved[key] for key in keys}
     differences = control_differences(benchmark, plan_controls)
     if differences:
@@ -65,7 +53,7 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
                         + "); rerun the benchmark with the planned settings (`dvc repro benchmark`)")
     t = config.train
     examples = planned_examples(plan)
-    steps = planned_optimizer_steps(examples, plan.batch_size, t.grad_accum, t.epochs)
+    steps = optimizer_steps(examples, plan.batch_size, t.grad_accum, t.epochs)
     tokens = steps * plan.tokens_per_step
     by_steps = steps / benchmark["steps_per_second"]
     by_tokens = tokens / benchmark["tokens_per_second"]

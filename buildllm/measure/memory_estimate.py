@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from buildllm.device.device import Device
 from buildllm.model.gpt import GPTConfig
 
 FP32 = 4
@@ -83,14 +84,13 @@ def saved_floats_per_token_per_layer(model: GPTConfig, autocast: bool = False) -
     return 4 * d, casts + 3 * d + 2 * d + 2 * d + 4 * hidden
 
 
-def attention_scores_materialised(device_kind: str, dropout: float) -> bool:
-    # Flash and memory-efficient kernels (CUDA, CPU) never store the T x T matrix; the math path
-    # used on MPS, and with attention dropout, does.
-    return device_kind in ("mps", "xla") or dropout > 0
+def attention_scores_materialised(device: Device, dropout: float) -> bool:
+    # With attention dropout even the fused kernels fall back to the math path, which stores T x T.
+    return device.materialises_attention or dropout > 0
 
 
 def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int, precision_bytes: int,
-                             device_kind: str, gradient_checkpointing: bool = False,
+                             device: Device, gradient_checkpointing: bool = False,
                              grad_accum: int = 1) -> MemoryEstimate:
     tokens = batch_size * model.sequence_length
     fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast=precision_bytes != FP32)
@@ -108,7 +108,7 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
     held_logits = tokens * model.vocab_size * precision_bytes
     logits = held_logits + tokens * model.vocab_size * 3 * FP32
     scores = 0
-    if attention_scores_materialised(device_kind, model.dropout):
+    if attention_scores_materialised(device, model.dropout):
         scores = 2 * batch_size * model.n_head * model.sequence_length ** 2 * precision_bytes
     # Autocast caches one low-precision copy of each weight for the forward; backward keeps them.
     autocast_weights = parameters * precision_bytes if precision_bytes != FP32 else 0
@@ -123,7 +123,7 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
         parts = dict(gradients=gradients, autocast_weights=0, activations=0, logits=held_logits, attention_scores=0)
     live = weights + optimizer + sum(parts.values())
     allocator = 0
-    if device_kind == "cpu":
+    if device.host_memory:
         runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if precision_bytes != FP32 else 0)
         allocator = int(live * CPU_ALLOCATOR_OVERHEAD) + runtime
     return MemoryEstimate(weights=weights, optimizer=optimizer, allocator=allocator, **parts)
@@ -138,4 +138,4 @@ def plan_memory(plan) -> MemoryEstimate:
     """The estimate for a RunPlan (buildllm.plan): its model, batch, precision, device and options."""
     train = plan.config.train
     return estimate_training_memory(plan.model, plan.parameters, plan.batch_size, plan.precision.activation_bytes,
-                                    plan.device.kind, train.gradient_checkpointing, train.grad_accum)
+                                    plan.device, train.gradient_checkpointing, train.grad_accum)

@@ -10,6 +10,7 @@ import itertools
 import json
 
 from buildllm.config import Config, with_overrides
+from buildllm.data.windows import load_windows
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan import announce, apply_plan, make_plan
@@ -19,7 +20,7 @@ COLUMNS = ("preset", "architecture", "threads", "batch_size", "steps_per_second"
 
 def sweep(config: Config, presets: list[str] | None, architectures: list[str] | None,
           threads: list[int] | None, write: bool = True) -> list[dict]:
-    from buildllm.measure.benchmark import load_windows, measure
+    from buildllm.measure.benchmark import measure
 
     rows = []
     axes = (presets or [config.preset], architectures or [config.model.architecture], threads or [config.train.threads])
@@ -30,7 +31,7 @@ def sweep(config: Config, presets: list[str] | None, architectures: list[str] | 
                                         "train.threads": thread_count})
         plan = make_plan(trial)
         apply_plan(plan)
-        train, validation = load_windows(plan)
+        train, validation = load_windows(plan.config, plan.model)
         figures = measure(plan, train, validation, extras=False, progress=False)
         row = {"preset": plan.profile.name, "architecture": plan.model.architecture, "threads": plan.threads,
                "batch_size": plan.batch_size, "steps_per_second": figures["steps_per_second"],

@@ -31,9 +31,9 @@ class Profile:
     cpu: RuntimeDefaults
     gpu: RuntimeDefaults
 
-    def runtime(self, device_kind: str) -> RuntimeDefaults:
-        # Apple and XLA accelerators start from the GPU defaults; their memory is the GPU-like constraint.
-        return self.cpu if device_kind == "cpu" else self.gpu
+    def runtime(self, defaults: str) -> RuntimeDefaults:
+        """`defaults`: "cpu" or "gpu", as the device says (Device.runtime_defaults)."""
+        return {"cpu": self.cpu, "gpu": self.gpu}[defaults]
 
 
 def available_profiles() -> list[str]:

@@ -9,7 +9,6 @@ temp file, which the next run removes. Only the newest `keep` checkpoints stay.
 from __future__ import annotations
 
 import os
-import random
 import re
 import socket
 import sys
@@ -94,22 +93,6 @@ def load_latest(directory: str | Path) -> tuple[Path, dict] | None:
         except UserError as exc:
             print(f"warning: {exc}; trying the previous checkpoint", file=sys.stderr)
     return None
-
-
-def rng_state() -> dict:
-    """Every random generator a step may draw from (dropout, sampling), so a resume draws the same."""
-    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def differences(saved: dict, current: dict) -> list[str]:

@@ -13,13 +13,12 @@ torchrun the same code runs as a world of one and no collective is ever called.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from buildllm.errors import DeviceUnavailable
-from buildllm.device.resolve import DeviceDecision
+from buildllm.device.device import Device
 
 
 @dataclass(frozen=True)
@@ -28,6 +27,7 @@ class World:
     local_rank: int = 0
     size: int = 1
     backend: str = ""
+    tensors: str = "cpu"  # where collectives' tensors live (NCCL moves only CUDA tensors, gloo only CPU ones)
 
     @property
     def is_main(self) -> bool:
@@ -42,29 +42,16 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def start(device: DeviceDecision) -> tuple[World, DeviceDecision]:
-    """Join the process group torchrun prepared; return this rank's world and its own device.
-
-    NCCL on CUDA (GPU-to-GPU transfers), gloo elsewhere: the CPU path, and what CI can test.
-    """
+def start(device: Device) -> tuple[World, Device]:
+    """Join the process group torchrun prepared; return this rank's world and its own device."""
     if not launched_by_torchrun():
         return World(), device
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     size = int(os.environ["WORLD_SIZE"])
-    if device.kind == "cuda":
-        if local_rank >= torch.cuda.device_count():
-            raise DeviceUnavailable(
-                f"torchrun started {os.environ.get('LOCAL_WORLD_SIZE', '?')} processes on this machine but it has "
-                f"{torch.cuda.device_count()} CUDA device(s); set --nproc_per_node to at most that")
-        torch.cuda.set_device(local_rank)
-        device = replace(device, device=f"cuda:{local_rank}", reason=f"{device.reason}; rank {rank} of {size}")
-    elif device.kind not in ("cpu",):
-        raise DeviceUnavailable(f"torchrun training supports cuda and cpu, not {device.kind}; "
-                                "run a single process on this device")
-    backend = "nccl" if device.kind == "cuda" else "gloo"
+    device = device.for_rank(local_rank, rank, size, os.environ.get("LOCAL_WORLD_SIZE", "?"))
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend)
-    return World(rank, local_rank, size, backend), device
+        dist.init_process_group(backend=device.collective_backend)
+    return World(rank, local_rank, size, device.collective_backend, device.collective_device), device
 
 
 def stop(world: World, clean: bool = True) -> None:
@@ -81,9 +68,7 @@ def all_sum(world: World, values: list[float]) -> list[float]:
     """Element-wise sum over ranks (float64, so token counts stay exact)."""
     if not world.distributed:
         return list(values)
-    # NCCL moves only CUDA tensors; gloo only CPU ones.
-    device = f"cuda:{torch.cuda.current_device()}" if world.backend == "nccl" else "cpu"
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    tensor = torch.tensor(values, dtype=torch.float64, device=world.tensors)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor.tolist()
 

@@ -13,11 +13,9 @@ loss or out-of-memory stops with the last good checkpoint kept; Ctrl-C (or SIGTE
 from __future__ import annotations
 
 import math
-import random
 import signal
 import sys
 import threading
-import time
 from contextlib import nullcontext
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -29,20 +27,18 @@ from tqdm import tqdm
 from buildllm.train import checkpoint
 from buildllm.train import distributed
 from buildllm.config import Config, config_to_dict, knobs, value_at
-from buildllm.data.windows import Windows, batches_per_epoch, load_tokens, loader, sequential_batches, to_device
+from buildllm.data.windows import Windows, batches_per_epoch, load_windows, loader, sequential_batches
 from buildllm.train.distributed import World
 from buildllm.errors import TrainingFailed, UserError
-from buildllm.metrics import write_metrics
 from buildllm.model.gpt import build_model
-from buildllm.device.oom import OutOfMemory, advice, describe_memory, memory_figures, out_of_memory
+from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
+from buildllm.device.rng import rng_state, seed_all, set_rng_state
 from buildllm.train.optimizer import build_optimizer
-from buildllm.paths import metrics_path, token_paths, tokenizer_path
-from buildllm.device.peak_memory import PeakMemory
-from buildllm.plan import RunPlan, announce, apply_plan, make_plan
-from buildllm.train.run_log import Session, record, train_metrics, write_log, write_png
+from buildllm.paths import tokenizer_path
+from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
+from buildllm.train.run_log import RunLog
 from buildllm.device.precision import autocast, grad_scaler
-from buildllm.device.resolve import timed
-from buildllm.train.schedule import make_schedule, planned_steps
+from buildllm.train.schedule import make_schedule, optimizer_steps
 from buildllm.data.tokenization import load_tokenizer
 
 
@@ -104,22 +100,18 @@ class Trainer:
         cfg = plan.config.train
         self.plan, self.config, self.device = plan, plan.config, plan.device
         # Peak memory from here on: weights, optimizer state and activations, not the Python runtime.
-        self.memory = PeakMemory(plan.device).start()
+        self.memory = plan.device.peak_memory()
         self.world = world or World()
         self.directory = Path(directory or cfg.checkpoint_directory)
         self.tokenizer = str(tokenizer or "")
         self.train_windows, self.validation_windows = train_windows, validation_windows
         self.cursor = DataCursor(train_windows, plan.batch_size, plan.config.seed, self.world, plan.workers,
-                                 pin_memory=self.device.kind == "cuda")
-        self.planned_steps = planned_steps(self.cursor.batches_per_epoch, cfg.epochs, cfg.grad_accum)
-        if self.planned_steps < 1:
-            raise UserError(f"{cfg.epochs} epoch(s) of {self.cursor.batches_per_epoch} batches make no optimizer step "
-                            f"with grad_accum {cfg.grad_accum}; lower --grad-accum or raise --epochs")
+                                 pin_memory=self.device.pin_memory)
+        self.planned_steps = optimizer_steps(len(train_windows), self.cursor.global_batch, cfg.grad_accum, cfg.epochs)
         self.schedule = make_schedule(plan.learning_rate, self.planned_steps, cfg.warmup_steps,
                                       cfg.min_learning_rate_ratio)
         # The same initial weights and random draws whoever builds the trainer, and in every process.
-        torch.manual_seed(plan.config.seed)
-        random.seed(plan.config.seed)
+        seed_all(plan.config.seed)
         self.model = build_model(plan.model, self.device.device)
         self.model.gradient_checkpointing = cfg.gradient_checkpointing
         self.optimizer, self.fused_adamw, self.fused_adamw_reason = build_optimizer(
@@ -127,8 +119,7 @@ class Trainer:
         self.scaler = grad_scaler(plan.precision, self.device)
         self.ddp = None
         if self.world.distributed:
-            ids = [self.device.index] if self.device.kind == "cuda" else None
-            self.ddp = DistributedDataParallel(self.model, device_ids=ids)
+            self.ddp = DistributedDataParallel(self.model, device_ids=self.device.ddp_device_ids)
         module = self.ddp or self.model
         # The compiled wrapper is used for steps only; checkpoints come from the raw module.
         self.forward = torch.compile(module) if cfg.compile else module
@@ -136,9 +127,14 @@ class Trainer:
         self.tokens_per_step = plan.tokens_per_step * self.world.size
         self.step_count, self.tokens_seen, self.train_seconds = 0, 0, 0.0
         self.learning_rate = self.schedule.rate(0)
-        self.log_rows: list[dict] = []
-        self.saves: list[tuple[float, int]] = []
         self.resumed_from: int | None = None
+        self.log = RunLog(self.world, plan.tokens_per_step, {
+            **plan_metrics(plan, (self.fused_adamw, self.fused_adamw_reason)), "processes": self.world.size,
+            "global_batch_size": plan.batch_size * cfg.grad_accum * self.world.size,
+            "tokens_per_step": self.tokens_per_step, "planned_steps": self.planned_steps,
+            "warmup_steps": self.schedule.warmup_steps, "epochs": cfg.epochs, "training_examples": len(train_windows),
+            "validation_examples": len(validation_windows or ()), "checkpoint_directory": str(self.directory),
+            "tokenizer": self.tokenizer})
 
     def step(self) -> float:
         """One optimizer step; returns the mean loss of its micro-batches (over all processes)."""
@@ -148,7 +144,7 @@ class Trainer:
         accum = self.config.train.grad_accum
         total = torch.zeros((), device=self.device.device)
         for micro in range(accum):
-            inputs, targets = to_device(*self.cursor.next(), self.device.device, pin=self.device.kind == "cuda")
+            inputs, targets = self.device.put(*self.cursor.next(), pin=True)
             # Gradients are averaged across processes once per step, on the last micro-batch.
             sync = self.ddp is None or micro == accum - 1
             with nullcontext() if sync else self.ddp.no_sync():
@@ -181,7 +177,7 @@ class Trainer:
             for index, batch in enumerate(sequential_batches(self.validation_windows, self.plan.batch_size)):
                 if index % self.world.size != self.world.rank:
                     continue
-                inputs, targets = to_device(*batch, self.device.device)
+                inputs, targets = self.device.put(*batch)
                 with autocast(self.plan.precision, self.device):
                     _, loss = self.model(inputs, targets)
                 total += loss.item() * inputs.shape[0]
@@ -196,9 +192,9 @@ class Trainer:
             "format": 1, "step": self.step_count, "tokens_seen": self.tokens_seen, "train_seconds": self.train_seconds,
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(), "schedule": asdict(self.schedule), "cursor": self.cursor.state(),
-            "rng": checkpoint.rng_state(), "signature": self.signature, "model_config": asdict(self.plan.model),
+            "rng": rng_state(), "signature": self.signature, "model_config": asdict(self.plan.model),
             "config": config_to_dict(self.config), "tokenizer": self.tokenizer, "device": self.device.device,
-            "precision": self.plan.precision.precision, "log": list(self.log_rows),
+            "precision": self.plan.precision.precision, "log": list(self.log.rows),
         }
 
     def load_state(self, state: dict) -> None:
@@ -209,16 +205,16 @@ class Trainer:
         self.step_count, self.tokens_seen = state["step"], state["tokens_seen"]
         self.train_seconds = state["train_seconds"]
         self.cursor.load(state["cursor"])
-        self.log_rows = [row for row in state.get("log", []) if row["step"] <= self.step_count]
+        self.log.restore(state.get("log", []), self.step_count)
         self.learning_rate = self.schedule.rate(max(0, self.step_count - 1))
-        checkpoint.set_rng_state(state["rng"])
+        set_rng_state(state["rng"])
 
     def save_checkpoint(self) -> tuple[float, int]:
         """Write a checkpoint atomically (rank 0 only); returns (seconds, bytes)."""
         if not self.world.is_main:
             return 0.0, 0
         seconds, size, _ = checkpoint.save(self.directory, self.state(), self.config.train.keep_checkpoints)
-        self.saves.append((seconds, size))
+        self.log.add_save(seconds, size)
         return seconds, size
 
 
@@ -230,15 +226,10 @@ def train(config: Config) -> dict:
     together = False
     try:
         apply_plan(plan)
-        vocab, length = plan.model.vocab_size, plan.model.sequence_length
-        train_path, validation_path = token_paths(config, vocab)
-        train_windows = Windows(load_tokens(train_path, vocab, "training token file"), length,
-                                config.train.training_examples)
-        validation_windows = Windows(load_tokens(validation_path, vocab, "validation token file"), length,
-                                     config.train.validation_examples)
-        tokenizer = tokenizer_path(config, vocab)
+        train_windows, validation_windows = load_windows(config, plan.model)
+        tokenizer = tokenizer_path(config, plan.model.vocab_size)
         if tokenizer.exists() or config.train.tokenizer:
-            load_tokenizer(tokenizer, vocab)  # refuses a tokenizer made for another vocabulary
+            load_tokenizer(tokenizer, plan.model.vocab_size)  # refuses a tokenizer made for another vocabulary
         directory = Path(config.train.checkpoint_directory)
         trainer = Trainer(plan, train_windows, validation_windows, world=world,
                           tokenizer=tokenizer, directory=directory)
@@ -306,23 +297,23 @@ def run(trainer: Trainer) -> dict:
                  epochs=cfg.epochs, training_examples=len(trainer.train_windows),
                  validation_examples=len(trainer.validation_windows), processes=world.size,
                  tokens_per_step=trainer.tokens_per_step, checkpoint_directory=str(trainer.directory))
-        write_log(trainer.log_rows)
-    session = Session(time.perf_counter())
+    trainer.log.begin()
     bar = tqdm(total=trainer.planned_steps, initial=trainer.step_count, unit="step", file=sys.stderr,
                disable=not world.is_main, dynamic_ncols=True)
     with StopRequest() as stop, bar:
         try:
             if trainer.step_count == 0:
-                record(trainer, session, trainer.evaluate())  # the untrained model's loss: where the curve starts
+                record(trainer, trainer.evaluate())  # the untrained model's loss: where the curve starts
             while trainer.step_count < trainer.planned_steps:
-                begin = timed(device)
+                begin = device.timed()
                 loss = trainer.step()
-                session.add(loss, timed(device) - begin)
-                trainer.train_seconds += session.interval_seconds[-1]
+                seconds = device.timed() - begin
+                trainer.log.add_step(loss, seconds)
+                trainer.train_seconds += seconds
                 step, last = trainer.step_count, trainer.step_count == trainer.planned_steps
                 evaluate = last or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0)
                 if evaluate or step % cfg.log_interval == 0:
-                    row = record(trainer, session, trainer.evaluate() if evaluate else None)
+                    row = record(trainer, trainer.evaluate() if evaluate else None)
                     bar.set_postfix(loss=f"{row['train_loss']:.3f}", lr=f"{row['learning_rate']:.2e}",
                                     tok_s=f"{row['tokens_per_second']:.0f}")
                 bar.update(1)
@@ -330,44 +321,41 @@ def run(trainer: Trainer) -> dict:
                     break
                 if not last and cfg.checkpoint_interval > 0 and step % cfg.checkpoint_interval == 0:
                     trainer.save_checkpoint()
-            if trainer.log_rows[-1]["validation_loss"] is None and trainer.step_count == trainer.planned_steps:
-                record(trainer, session, trainer.evaluate())  # resumed at the very end: validate once more
+            if trainer.log.rows[-1]["validation_loss"] is None and trainer.step_count == trainer.planned_steps:
+                record(trainer, trainer.evaluate())  # resumed at the very end: validate once more
         except NonFiniteLoss as exc:
-            finish(trainer, session, "non_finite_loss", {"non_finite_step": exc.step})
+            finish(trainer, "non_finite_loss", {"non_finite_step": exc.step})
             raise TrainingFailed(f"{exc}; {kept(trainer)}; lower --learning-rate (or train in bf16 or fp32 instead "
                                  "of fp16) and rerun into a fresh --checkpoint-directory") from None
         except RuntimeError as exc:  # torch.cuda.OutOfMemoryError is one
             if not out_of_memory(exc):
                 raise
-            figures = memory_figures(device)
-            finish(trainer, session, "out_of_memory", {"oom": True, "oom_batch_size": trainer.plan.batch_size,
-                                                       "oom_step": trainer.step_count + 1, **figures})
+            figures = device.oom_figures()
+            finish(trainer, "out_of_memory", {"oom": True, "oom_batch_size": trainer.plan.batch_size,
+                                              "oom_step": trainer.step_count + 1, **figures})
             raise OutOfMemory(
                 f"{device.device} ran out of memory at step {trainer.step_count + 1} with batch size "
                 f"{trainer.plan.batch_size} ({describe_memory(figures)}); {advice(trainer.plan.batch_size)}; "
                 f"{kept(trainer)}") from None
     trainer.save_checkpoint()
     if trainer.step_count < trainer.planned_steps:
-        finish(trainer, session, "interrupted", {})
+        finish(trainer, "interrupted", {})
         raise TrainingInterrupted(f"stopped at step {trainer.step_count} of {trainer.planned_steps}; checkpoint "
                                   f"saved in {trainer.directory}; run the same command again to resume")
-    return finish(trainer, session, "completed", {})
+    return finish(trainer, "completed", {})
 
 
-def finish(trainer: Trainer, session: Session, status: str, extra: dict) -> dict:
+def record(trainer: Trainer, validation: float | None) -> dict:
+    """A log row for the steps since the last one, with `validation` loss if one was measured."""
+    return trainer.log.record(trainer.step_count, trainer.tokens_seen, trainer.learning_rate, validation)
+
+
+def finish(trainer: Trainer, status: str, extra: dict) -> dict:
     """Write metrics/train.json, the plot file and the PNG (rank 0); print the summary."""
-    metrics = train_metrics(trainer, session, status, {**trainer.memory.read(), **extra})
-    if trainer.world.is_main:
-        write_log(trainer.log_rows)
-        write_png(trainer.log_rows, f"{trainer.plan.profile.name} on {trainer.device.device} "
-                                    f"({trainer.plan.precision.precision}), {trainer.step_count} steps")
-        path = write_metrics(metrics_path("train"), metrics)
-        if status == "completed":
-            speed = f"at {metrics['tokens_per_second']:,.0f} tokens/s" if session.steps else "(nothing left to train)"
-            print(f"trained {trainer.step_count} steps ({metrics['tokens_processed']:,} tokens) {speed}; "
-                  f"validation loss {metrics['final_validation_loss']:.4f} (perplexity {metrics['validation_perplexity']:.1f}); "
-                  f"checkpoint in {trainer.directory}; metrics in {path}")
-    return metrics
+    progress = {"optimizer_steps": trainer.step_count, "tokens_processed": trainer.tokens_seen,
+                "train_seconds": trainer.train_seconds, "resumed": trainer.resumed_from is not None,
+                "resumed_from_step": trainer.resumed_from or 0}
+    return trainer.log.finish(status, progress, {**trainer.memory.read(), **extra})
 
 
 def kept(trainer: Trainer) -> str:

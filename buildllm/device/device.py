@@ -1,0 +1,180 @@
+"""The device a run computes on, as one object: everything that depends on the kind of device is
+asked of it, so no code outside buildllm/device/ compares kind names.
+
+Which device, and why, is decided in resolve.py; this is what the decision implies: how to wait
+for it, how to time it, how batches reach it, what its memory and peak FLOP/s are, which profile
+defaults and which process-wide knobs apply, and how it joins a multi-process run.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+
+import psutil
+import torch
+
+from buildllm.device.peak_flops import Peak, peak_flops
+from buildllm.device.peak_memory import PeakMemory
+from buildllm.errors import DeviceUnavailable
+
+
+def processor_name() -> str:
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/cpuinfo") as handle:
+                for line in handle:
+                    if line.startswith("model name"):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+    if sys.platform == "darwin":
+        try:
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                                  text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine()
+
+
+@dataclass(frozen=True)
+class Device:
+    requested: str
+    device: str  # what torch is given: "cpu", "cuda:0", "mps", "xla"
+    kind: str  # cpu | cuda | mps | xla
+    reason: str
+
+    def __str__(self) -> str:
+        return self.device
+
+    @property
+    def index(self) -> int:
+        return int(self.device.split(":")[1]) if ":" in self.device else 0
+
+    @property
+    def name(self) -> str:
+        """The hardware: the GPU's name on CUDA, else the processor's (an Apple GPU is part of it)."""
+        return torch.cuda.get_device_name(self.index) if self.kind == "cuda" else processor_name()
+
+    # --- time ---------------------------------------------------------------------------------
+    def synchronize(self) -> None:
+        """Wait for this device's queued work, so a timer measures the work and not its dispatch."""
+        if self.kind == "cuda":
+            torch.cuda.synchronize(self.index)
+        elif self.kind == "mps":
+            torch.mps.synchronize()
+        elif self.kind == "xla":
+            import torch_xla.core.xla_model as xm  # only present on XLA machines
+
+            xm.mark_step()
+            xm.wait_device_ops()
+
+    def timed(self) -> float:
+        """A timestamp taken after the device has finished its queued work."""
+        self.synchronize()
+        return time.perf_counter()
+
+    # --- what the kind implies for a run ------------------------------------------------------
+    @property
+    def runtime_defaults(self) -> str:
+        """Which of a profile's runtime defaults apply: "cpu", or "gpu" for every accelerator
+        (Apple and XLA ones too: their memory is the GPU-like constraint)."""
+        return "cpu" if self.kind == "cpu" else "gpu"
+
+    @property
+    def threads_apply(self) -> bool:
+        """The CPU computes with torch's threads: their count sets its speed as much as the batch does."""
+        return self.kind == "cpu"
+
+    @property
+    def autocast_type(self) -> str:
+        return self.kind
+
+    @property
+    def pin_memory(self) -> bool:
+        """Page-locked host batches let the copy to a CUDA device run beside compute (non-blocking)."""
+        return self.kind == "cuda"
+
+    def put(self, *tensors: torch.Tensor, pin: bool = False) -> tuple[torch.Tensor, ...]:
+        """Move tensors here; with `pin`, through pinned memory and a non-blocking copy where that helps."""
+        if pin and self.pin_memory:
+            return tuple(t.pin_memory().to(self.device, non_blocking=True) for t in tensors)
+        return tuple(t.to(self.device) for t in tensors)
+
+    @property
+    def materialises_attention(self) -> bool:
+        # Flash and memory-efficient kernels (CUDA, CPU) never store the T x T matrix; the math path
+        # used on MPS and XLA does.
+        return self.kind in ("mps", "xla")
+
+    @property
+    def host_memory(self) -> bool:
+        """The device's memory is the process's own: its peak is resident memory, allocator and
+        runtime included, and running out of it ends the process instead of raising an error."""
+        return self.kind == "cpu"
+
+    # --- memory --------------------------------------------------------------------------------
+    def peak_memory(self) -> PeakMemory:
+        """A started probe: the peak memory of the work from now until its read()."""
+        return PeakMemory(self).start()
+
+    def memory_capacity(self) -> int:
+        """Bytes a run may fill: a CUDA device's whole memory, else the host's memory available now."""
+        if self.kind == "cuda":
+            return torch.cuda.get_device_properties(self.index).total_memory
+        return psutil.virtual_memory().available
+
+    def memory_free(self) -> int:
+        """Bytes free now: the GPU's free memory on CUDA, else the host's available memory."""
+        if self.kind == "cuda":
+            return torch.cuda.mem_get_info(self.index)[0]
+        return psutil.virtual_memory().available
+
+    def oom_figures(self) -> dict:
+        """What the allocator held when memory ran out (CUDA keeps these; elsewhere nothing)."""
+        if self.kind != "cuda":
+            return {}
+        return {"oom_allocated_bytes": torch.cuda.memory_allocated(self.index),
+                "oom_reserved_bytes": torch.cuda.memory_reserved(self.index),
+                "oom_peak_allocated_bytes": torch.cuda.max_memory_allocated(self.index),
+                "oom_device_total_bytes": torch.cuda.get_device_properties(self.index).total_memory}
+
+    def release_cached_memory(self) -> None:
+        """Hand the caching allocator's free blocks back, so the next try starts from a clean device."""
+        if self.kind == "cuda":
+            torch.cuda.empty_cache()
+
+    def peak_flops(self, precision: str, tf32: bool, threads: int) -> Peak:
+        return peak_flops(self, precision, tf32, threads)
+
+    # --- several processes -----------------------------------------------------------------------
+    def for_rank(self, local_rank: int, rank: int, size: int, local_size: str = "?") -> Device:
+        """This process's own device in a torchrun world: GPU `local_rank` on CUDA, the CPU as it is."""
+        if self.kind == "cuda":
+            if local_rank >= torch.cuda.device_count():
+                raise DeviceUnavailable(
+                    f"torchrun started {local_size} processes on this machine but it has "
+                    f"{torch.cuda.device_count()} CUDA device(s); set --nproc_per_node to at most that")
+            torch.cuda.set_device(local_rank)
+            return replace(self, device=f"cuda:{local_rank}", reason=f"{self.reason}; rank {rank} of {size}")
+        if self.kind != "cpu":
+            raise DeviceUnavailable(f"torchrun training supports cuda and cpu, not {self.kind}; "
+                                    "run a single process on this device")
+        return self
+
+    @property
+    def collective_backend(self) -> str:
+        """NCCL between GPUs (GPU-to-GPU transfers), gloo on the CPU (the path CI can test)."""
+        return "nccl" if self.kind == "cuda" else "gloo"
+
+    @property
+    def collective_device(self) -> str:
+        """Where collectives' tensors live: NCCL moves only CUDA tensors, gloo only CPU ones."""
+        return self.device if self.kind == "cuda" else "cpu"
+
+    @property
+    def ddp_device_ids(self) -> list[int] | None:
+        return [self.index] if self.kind == "cuda" else None
