@@ -47,9 +47,6 @@ class Device:
     kind: str  # cpu | cuda | mps | xla
     reason: str
 
-    def __str__(self) -> str:
-        return self.device
-
     @property
     def index(self) -> int:
         return int(self.device.split(":")[1]) if ":" in self.device else 0
