@@ -135,16 +135,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=lambda args: call("buildllm.train.generate:command", args))
 
     p = sub.add_parser("compare", help="compare DVC experiments (device, precision) in a report, controls first")
-    p.add_argument("names", nargs="*", help="experiments, commits or branches (default: the workspace and every "
-                                            "experiment of the current baseline); the first is the speed-up reference")
+    p.add_argument("names", nargs="*", help="experiments, commits, branches or metrics folders from another machine "
+                                            "(default: the workspace and every experiment of the current baseline); "
+                                            "the first is the speed-up reference")
     p.add_argument("--out", default="reports/device_comparison", metavar="PATH",
                    help="report path without suffix: writes .md, .csv, .png and .html (default %(default)s)")
     p.add_argument("--allow-different", action="store_true",
                    help="show speed-ups even when controls differ (the differences stay in the report)")
     p.add_argument("--vary", action="append", default=[], metavar="KEY",
                    help="a param that is meant to differ, like train.threads (repeatable)")
+    p.add_argument("--paired", action="store_true",
+                   help="re-measure the experiments' benchmarks here, interleaved in fresh processes, and report "
+                        "the median speed-up with its 95%% interval (survives a busy machine)")
+    p.add_argument("--rounds", type=int, default=6, metavar="N",
+                   help="--paired: rounds of one run per experiment (default %(default)s, the fewest for a 95%% "
+                        "interval)")
     p.set_defaults(handler=lambda args: call("buildllm.report.compare:run_compare", args.names, args.out,
-                                             args.allow_different, args.vary) and None)
+                                             args.allow_different, args.vary, args.paired, args.rounds) and None)
     return parser
 
 

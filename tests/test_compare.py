@@ -9,31 +9,43 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import math
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from buildllm.cli import main
 from buildllm.report.compare import compare
 from buildllm.report.experiments import select
 from buildllm.config import defaults_dict
 from buildllm.errors import UserError
-from buildllm.report.render import write_report
+from buildllm.measure.noise import interval_metrics, interval_rates, noise_warning
+from buildllm.report.chart import panels
+from buildllm.report.render import markdown, write_report
+from buildllm.report.uncertainty import from_intervals, sign_interval, t975
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "b" * 40
 
 
-def benchmark(device="cpu", precision="fp32", tokens_per_second=10000.0, batch_size=32, threads=2, **extra):
+def benchmark(device="cpu", precision="fp32", tokens_per_second=10000.0, batch_size=32, threads=2,
+              spread=(-0.06, -0.02, 0.02, 0.06), **extra):
+    steps = tokens_per_second / (batch_size * 64)
+    rates = [steps * (1 + d) for d in spread]  # the measured intervals, as the benchmark records them
     return {"device": device, "precision": precision, "profile": "tiny", "architecture": "classic",
             "parameters": 400000, "batch_size": batch_size, "grad_accum": 1, "sequence_length": 64,
-            "measured_steps": 20, "warmup_steps": 3, "threads": threads,
-            "tokens_per_second": tokens_per_second, "steps_per_second": tokens_per_second / (batch_size * 64),
+            "measured_steps": 20, "warmup_steps": 3, "threads": threads, "intervals": len(rates),
+            "tokens_per_second": tokens_per_second, "steps_per_second": steps,
+            **{f"interval_{i}_steps_per_second": r for i, r in enumerate(rates, start=1)},
+            "interval_steps_per_second_min": min(rates), "interval_steps_per_second_max": max(rates),
             "throughput_cv": 0.05, "peak_memory_bytes": 123 * 2**20, "checkpoint_save_seconds": 0.25,
             "checkpoint_bytes": 5 * 2**20, "time_to_first_step_seconds": 1.5, "mfu": 0.01,
+            "peak_flops": 2.0e11, "peak_flops_source": "measured: 2048^3 fp32 matmul",
+            "peak_memory_method": "cpu: peak RSS growth",
             "processor": "Test CPU 9000", "gpu_name": "", "gpu_memory_bytes": 0, "memory_total_bytes": 16 * 2**30,
             "torch_version": "2.13.0+cpu", "torch_cuda_version": "none (CPU-only build)", "python_version": "3.11.2",
             **extra}
@@ -256,7 +268,7 @@ def test_an_experiment_of_another_commit_is_found_in_all_commits():
 
 
 def test_unknown_names_and_too_few_runs_are_one_line_errors():
-    with pytest.raises(UserError, match="no experiment, commit or branch named 'nope'"):
+    with pytest.raises(UserError, match="no experiment, commit, branch or metrics folder named 'nope'"):
         compare(["cpu-fp32", "nope"], rows=rows(FP32, BF16))
     with pytest.raises(UserError, match="nothing to compare: 1 usable"):
         compare(["cpu-fp32", "cuda-bf16"], rows=rows(FP32, FAILED))
@@ -287,3 +299,129 @@ def test_html_renders_offline_in_chromium(tmp_path):
     broken.write_text(html_path.read_text().replace("data:image/png;base64,", "https://example.com/chart.png#"))
     done = subprocess.run(check + [str(broken)], capture_output=True, text=True, timeout=180)
     assert done.returncode == 1 and "the chart image did not decode" in json.loads(done.stdout)["problems"]
+
+
+# Speed-ups with their uncertainty (issue 10), controls polish, metrics folders (issue 14).
+
+def test_a_quiet_speedup_carries_its_interval_and_is_a_result(tmp_path):
+    c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, BF16))
+    s = c.speedups["cpu-bf16"]
+    assert s.low < 1.5 < s.high and s.low > 1.0 and s.coverage == 0.95
+    assert c.tone == "ok" and c.inconclusive("cpu-bf16") is None
+    assert "cpu-bf16 vs cpu-fp32: 1.50× (95% interval" in c.verdict
+    f = c.frame.set_index("experiment")
+    assert f.loc["cpu-bf16", "speedup_low"] == pytest.approx(s.low) and f.loc["cpu-bf16", "speedup_high"] == pytest.approx(s.high)
+    md, _, _, page = (Path(p) for p in write_report(c, tmp_path / "r"))
+    assert f"1.50× (95% interval {s.low:.2f}–{s.high:.2f}×; result)" in md.read_text()
+    assert "class='verdict ok'" in page.read_text()
+
+
+def test_an_interval_including_one_is_inconclusive_and_not_green(tmp_path):
+    close = experiment("cpu-bf16", "2" * 40, {"device": "cpu", "precision": "bf16"},
+                       {"benchmark": benchmark(precision="bf16", tokens_per_second=10300.0),
+                        "estimate": estimate(3500.0, precision="bf16")}, 2)
+    c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, close))
+    assert c.speedups["cpu-bf16"].low < 1.0 < c.speedups["cpu-bf16"].high
+    assert c.equal_budget and c.tone == "caution"
+    assert "cpu-bf16 vs cpu-fp32: inconclusive, 1.03× (95% interval" in c.verdict
+    assert "the interval includes 1.0 (no change)" in c.verdict
+    page = Path(write_report(c, tmp_path / "r")[3]).read_text()
+    assert "class='verdict caution'" in page and "verdict ok" not in page
+
+
+def test_a_noisy_run_makes_even_a_large_speedup_inconclusive(tmp_path):
+    # Issue 10's busy machine: a 4.64x "speed-up" from runs whose intervals varied 31-44%.
+    noisy = experiment("cpu-bf16", "2" * 40, {"device": "cpu", "precision": "bf16"},
+                       {"benchmark": benchmark(precision="bf16", tokens_per_second=46400.0,
+                                               spread=(-0.01, 0.0, 0.0, 0.01), throughput_cv=0.44),
+                        "estimate": estimate(800.0, precision="bf16")}, 2)
+    c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, noisy))
+    assert c.speedups["cpu-bf16"].low > 1.0  # the intervals alone would call it a result
+    assert c.tone == "caution" and c.noisy == [("cpu-bf16", 0.44)]
+    assert "inconclusive, 4.64×" in c.verdict and "varied 44% between intervals, over the 10% noise threshold" in c.verdict
+    md = Path(write_report(c, tmp_path / "r")[0]).read_text()
+    assert "| throughput variation (CV) | 5.0% | 44.0% (noisy: over 10%) |" in md
+    assert "inconclusive)" in md.split("## Results")[1]
+
+
+def test_report_tables_show_peak_source_memory_method_and_same_device():
+    c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, BF16))
+    md = markdown(c, Path("r"))
+    assert "| device | resolved | cpu | cpu | same |" in md  # both on the CPU: not "variable"
+    assert "| precision | resolved | fp32 | bf16 | variable |" in md
+    assert "| MFU's peak FLOP/s (source) | 0.2 TFLOP/s (measured: 2048^3 fp32 matmul) |" in md
+    assert "| peak memory method | cpu: peak RSS growth | cpu: peak RSS growth |" in md
+
+
+def test_the_chart_draws_the_estimate_range_and_speedup_intervals():
+    c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, BF16))
+    found = {title.split(" (")[0].split(",")[0]: spread for title, _, _, spread in panels(c.frame)}
+    low, high = found["Estimated full run"]
+    assert list(low) == [54, 36] and list(high) == [72, 48]  # minutes: 3600 s and 2400 s, -10% +20%
+    low, high = found["Speed-up vs cpu-fp32"]
+    assert high[1] == pytest.approx(c.speedups["cpu-bf16"].high)
+
+
+def test_sign_interval_and_welch_interval():
+    assert sign_interval([1.1, 0.9, 1.0, 1.2, 0.95, 1.05]) == (0.9, 1.2, pytest.approx(1 - 2 / 64))
+    low, high, coverage = sign_interval([1.0, 1.1, 0.9])
+    assert (low, high) == (0.9, 1.1) and coverage == pytest.approx(0.75)
+    assert sign_interval(list(range(1, 21)))[:2] == (6, 15)  # 20 pairs: the 6th and 15th order statistics
+    same = benchmark()
+    s = from_intervals(same, same)
+    assert s.estimate == 1.0 and s.low < 1.0 < s.high
+    old = {"tokens_per_second": 100.0, "intervals": 4, "throughput_cv": 0.05}  # before per-interval rates
+    assert from_intervals(old, {**old, "tokens_per_second": 200.0}).low == pytest.approx(
+        2 * math.exp(-t975(6) * math.sqrt(2 * 0.05 ** 2 * 4 / 3 / 4)))
+
+
+def test_the_noise_warning_names_the_threshold():
+    assert noise_warning({"throughput_cv": 0.03}) is None
+    line = noise_warning({"throughput_cv": 0.445, "interval_1_steps_per_second": 2.0, "interval_2_steps_per_second": 5.0})
+    assert line.startswith("warning: noisy run: throughput varied 44%") and "2.00-5.00 steps/s" in line and "10%" in line
+    assert interval_rates(interval_metrics([1.0, 2.0, 3.0])) == [1.0, 2.0, 3.0]
+
+
+def write_folder(folder: Path, bench: dict, est: dict | None = None, params_data=None, lock_hash=None) -> str:
+    folder.mkdir(parents=True)
+    (folder / "benchmark.json").write_text(json.dumps(bench))
+    if est:
+        (folder / "estimate.json").write_text(json.dumps(est))
+    if params_data is not None:
+        (folder / "params.yaml").write_text(yaml.safe_dump(params_data))
+    if lock_hash:
+        (folder / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"tokenize": {
+            "outs": [{"path": "data/tokens", "hash": "md5", "md5": lock_hash}]}}}))
+    return str(folder)
+
+
+def test_a_metrics_folder_from_another_machine_is_compared_with_the_same_checks(tmp_path):
+    h200 = write_folder(tmp_path / "benchmarks" / "h200", benchmark("cuda", "bf16", 400000.0, gpu_name="NVIDIA H200"),
+                        estimate(60.0, "cuda", "bf16"))
+    c = compare(["cpu-fp32", h200], rows=rows(FP32))
+    assert [e.source for e in c.experiments] == ["dvc", "folder"] and c.equal_budget
+    assert c.speedups[h200].estimate == pytest.approx(40.0)
+    assert any("without params.yaml" in n for n in c.notes) and any("without dvc.lock" in n for n in c.notes)
+    md = Path(write_report(c, tmp_path / "r")[0]).read_text()
+    assert "| precision | params | fp32 | not recorded | same |" not in md
+    assert "| batch_size | resolved | 32 | 32 | same |" in md
+    assert "| data/tokens | data file | abc123.dir | not recorded | not checked (not recorded) |" in md
+    assert f"source: metrics folder `{h200}`, measured on another machine" in md
+    # Another batch size there is a difference, as for any experiment.
+    other = write_folder(tmp_path / "bs8", benchmark("cuda", "bf16", batch_size=8), params_data=params(**{
+        "device": "cuda", "precision": "bf16", "train.batch_size": 8}), lock_hash="fedcba987654.dir")
+    c = compare(["cpu-fp32", other], rows=rows(FP32))
+    assert "batch_size 32 vs 8" in c.differences and "data file data/tokens abc123.dir vs fedcba987654" in c.differences
+
+
+def test_metrics_folders_alone_need_no_dvc(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # not a DVC project: `dvc exp show` would fail here
+    a = write_folder(tmp_path / "cpu", benchmark(), params_data=params(device="cpu", precision="fp32"))
+    b = write_folder(tmp_path / "gpu", benchmark("cuda", "bf16", 300000.0, spread=(0.0, 0.0, 0.0, 0.0)),
+                     params_data=params(device="cuda", precision="bf16"))
+    assert main(["compare", "cpu", "gpu", "--out", "reports/x"]) == 0
+    out = capsys.readouterr().out
+    assert "Equal-budget comparison" in out and "gpu vs cpu: 30.00× (95% interval" in out
+    assert (tmp_path / "reports" / "x.html").exists()
+    assert main(["compare", "cpu", "gpu", "--paired", "--out", "reports/x"]) == 2
+    assert "it cannot be rerun here" in capsys.readouterr().err

@@ -11,7 +11,7 @@ It runs the Trainer's own step (the same code path as `train`) on the real token
 from __future__ import annotations
 
 import shutil
-import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +25,7 @@ from buildllm.device.hardware import environment
 from buildllm.errors import TrainingFailed
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu
 from buildllm.measure.memory_estimate import plan_memory
+from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
@@ -88,7 +89,8 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "tokens_per_second": tokens_per_second,
         "interval_steps_per_second_min": min(rates),
         "interval_steps_per_second_max": max(rates),
-        "throughput_cv": statistics.pstdev(rates) / statistics.fmean(rates) if len(rates) > 1 else 0.0,
+        "throughput_cv": coefficient_of_variation(rates),
+        **interval_metrics(rates),
         "validation_examples": len(validation),
         "validation_seconds": validation_seconds,
         "checkpoint_save_seconds": save_seconds,
@@ -132,6 +134,9 @@ def benchmark(config: Config, write: bool = True) -> dict:
     if write:
         write_metrics(metrics_path("benchmark"), metrics)
     print(summary(metrics))
+    warning = noise_warning(metrics)
+    if warning:
+        print(warning, file=sys.stderr)
     return metrics
 
 

@@ -1,7 +1,10 @@
 """The comparison's bar chart: one panel per figure a reader compares, one bar per experiment.
 
 A figure an experiment did not record gets no bar and says so; a withheld speed-up panel says
-why, so the picture never shows a number the report does not stand behind.
+why, so the picture never shows a number the report does not stand behind. Error bars show what
+the figure's own record allows: throughput from the slowest to the fastest measured interval,
+the estimate's low-high range, and each speed-up's 95% interval (an inconclusive one is hatched
+and labelled so).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from buildllm.atomic import atomic_path  # noqa: E402
+from buildllm.report.compare import Comparison  # noqa: E402
 
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 
@@ -27,43 +31,65 @@ def _duration_unit(values: pd.Series) -> tuple[float, str]:
     return (60.0, "min") if top < 2 * 3600 else (3600.0, "h")
 
 
+def _col(frame: pd.DataFrame, name: str) -> pd.Series:
+    return pd.to_numeric(frame[name], errors="coerce") if name in frame else pd.Series([float("nan")] * len(frame))
+
+
 def panels(frame: pd.DataFrame) -> list:
-    """(title, values, label format) for each panel, in reading order."""
+    """(title, values, label format, (low, high) or None) for each panel, in reading order."""
     unit, name = _duration_unit(frame["estimated_seconds"])
+    steps = _col(frame, "steps_per_second")
+    slow, fast = _col(frame, "benchmark:interval_steps_per_second_min"), _col(frame, "benchmark:interval_steps_per_second_max")
+    per_step = _col(frame, "tokens_per_second") / steps
     return [
-        ("Training throughput (tokens/s)", frame["tokens_per_second"], "{:,.0f}"),
-        ("Optimizer steps/s", frame["steps_per_second"], "{:.2f}"),
-        ("Peak memory (MiB)", frame["peak_memory_bytes"] / 2**20, "{:,.0f}"),
-        ("Checkpoint save (s)", frame["checkpoint_save_seconds"], "{:.2f}"),
-        (f"Estimated full run ({name})", frame["estimated_seconds"] / unit, "{:,.1f}"),
-        (f"Speed-up vs {frame['experiment'].iloc[0]} (tokens/s)", frame["speedup_vs_first"], "{:.2f}×"),
+        ("Training throughput (tokens/s)", frame["tokens_per_second"], "{:,.0f}", (slow * per_step, fast * per_step)),
+        ("Optimizer steps/s", frame["steps_per_second"], "{:.2f}", (slow, fast)),
+        ("Peak memory (MiB)", frame["peak_memory_bytes"] / 2**20, "{:,.0f}", None),
+        ("Checkpoint save (s)", frame["checkpoint_save_seconds"], "{:.2f}", None),
+        (f"Estimated full run ({name}), low-high range", frame["estimated_seconds"] / unit, "{:,.1f}",
+         (_col(frame, "estimated_seconds_low") / unit, _col(frame, "estimated_seconds_high") / unit)),
+        (f"Speed-up vs {frame['experiment'].iloc[0]}, 95% interval", frame["speedup_vs_first"], "{:.2f}×",
+         (_col(frame, "speedup_low"), _col(frame, "speedup_high"))),
     ]
 
 
-def write_chart(frame: pd.DataFrame, path: Path, speedups_shown: bool, why_withheld: str = "") -> Path:
+def write_chart(c: Comparison, path: Path) -> Path:
+    frame = c.frame
     names = list(frame["experiment"])
     colors = [COLORS[i % len(COLORS)] for i in range(len(names))]
     fig, axes = plt.subplots(2, 3, figsize=(13, 7.5), constrained_layout=True)
-    for ax, (title, values, fmt) in zip(axes.flat, panels(frame)):
+    for ax, (title, values, fmt, spread) in zip(axes.flat, panels(frame)):
         ax.set_title(title, fontsize=11)
         ax.spines[["top", "right"]].set_visible(False)
         values = pd.to_numeric(values, errors="coerce").reset_index(drop=True)
-        if title.startswith("Speed-up") and not speedups_shown:
-            ax.text(0.5, 0.5, "withheld:\n" + why_withheld, ha="center", va="center", wrap=True,
+        speedup = title.startswith("Speed-up")
+        if speedup and not c.speedups_shown:
+            ax.text(0.5, 0.5, "withheld:\nnot an equal-budget comparison", ha="center", va="center", wrap=True,
                     transform=ax.transAxes, fontsize=10, color="#9C2A00")
             ax.set_xticks([])
             ax.set_yticks([])
             continue
         heights = [0.0 if pd.isna(v) else float(v) for v in values]
-        bars = ax.bar(range(len(names)), heights, color=colors)
-        top = max(heights) if any(heights) else 1.0
+        hatches = ["//" if speedup and i > 0 and n in c.speedups and c.inconclusive(n) else "" for i, n in enumerate(names)]
+        bars = ax.bar(range(len(names)), heights, color=colors, hatch=hatches, edgecolor="white")
+        tops = list(heights)
+        if spread is not None:
+            low, high = (pd.Series(s).reset_index(drop=True) for s in spread)
+            for i, v in enumerate(heights):
+                if not (pd.isna(low[i]) or pd.isna(high[i])):
+                    ax.errorbar(i, v, yerr=[[max(v - low[i], 0)], [max(high[i] - v, 0)]], color="#222", capsize=5,
+                                linewidth=1.2)
+                    tops[i] = max(v, float(high[i]))
+        top = max(tops) if any(tops) else 1.0
         for i, (bar, v) in enumerate(zip(bars, values)):
             label = "not recorded" if pd.isna(v) or not math.isfinite(v) else fmt.format(v)
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + top * 0.02, label,
+            if hatches[i]:
+                label += "\ninconclusive"
+            ax.text(bar.get_x() + bar.get_width() / 2, tops[i] + top * 0.02, label,
                     ha="center", va="bottom", fontsize=9, color="#555" if pd.isna(v) else "#111")
-        if title.startswith("Speed-up"):
+        if speedup:
             ax.axhline(1.0, color="#888", linewidth=0.8, linestyle="--")
-        ax.set_ylim(0, top * 1.18)
+        ax.set_ylim(0, top * 1.25)
         ax.set_xticks(range(len(names)), names, rotation=15 if len(names) > 3 else 0, fontsize=9)
     fig.suptitle("Device comparison: " + " vs ".join(names), fontsize=13)
     with atomic_path(path) as tmp:

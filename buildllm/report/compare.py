@@ -7,15 +7,22 @@ experiments. Device and precision are the variables (plus whatever `--vary` name
 difference makes it "not an equal-budget comparison", and speed-ups are withheld unless
 `--allow-different` is given.
 
-Experiments come from `dvc exp show --json` (buildllm/report/experiments.py). A run that failed,
-or whose metrics contradict its own params (a failed queued run carries its baseline's metrics),
-is excluded with one line; its numbers are never reported.
+Experiments come from `dvc exp show --json` or from metrics folders brought from another machine
+(buildllm/report/experiments.py). A run that failed, or whose metrics contradict its own params
+(a failed queued run carries its baseline's metrics), is excluded with one line; its numbers are
+never reported.
+
+Each speed-up carries its 95% interval (buildllm/report/uncertainty.py): from the runs' measured
+intervals, or, with --paired, from re-measuring the benchmarks interleaved on this machine
+(buildllm/report/paired.py). A speed-up whose interval includes 1.0, or that rests on a run
+noisier than NOISY_CV, is called inconclusive.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,8 +30,11 @@ from typing import Any
 import pandas as pd
 
 from buildllm.errors import UserError
+from buildllm.measure.noise import NOISY_CV, is_noisy
 from buildllm.paths import metrics_path
 from buildllm.report.experiments import PIPELINE, STAGES, Experiment, exp_show, select
+from buildllm.report.paired import Paired, remeasure
+from buildllm.report.uncertainty import from_intervals
 
 VARIABLES = ("device", "precision")
 # Settings each stage resolves (a null param becomes a profile's or device's default); two runs
@@ -69,6 +79,8 @@ class Comparison:
     frame: pd.DataFrame           # one row per experiment: summary, environment, every param and metric
     notes: list                   # what is missing and therefore not reported
     created: str
+    speedups: dict = field(default_factory=dict)  # name -> Speedup vs the first experiment
+    paired: Paired | None = None  # the interleaved re-measurements, with --paired
 
     @property
     def equal_budget(self) -> bool:
@@ -79,17 +91,71 @@ class Comparison:
         return self.equal_budget or self.allow_different
 
     @property
+    def reference(self) -> str:
+        return self.experiments[0].name
+
+    def noise(self, name: str) -> float | None:
+        """The interval CV a speed-up involving `name` rests on (with --paired: the median of its rounds')."""
+        if self.paired is not None:
+            return self.paired.median_cv(name)
+        exp = next(e for e in self.experiments if e.name == name)
+        return exp.metric("throughput_cv", ("benchmark",))
+
+    @property
+    def noisy(self) -> list:
+        return [(e.name, self.noise(e.name)) for e in self.experiments if is_noisy(self.noise(e.name))]
+
+    def inconclusive(self, name: str) -> str | None:
+        """Why the speed-up of `name` is not a result, or None when it is one."""
+        s = self.speedups[name]
+        if not s.has_interval:
+            return f"it has no interval ({s.method})"
+        if s.coverage < 0.95:
+            return f"{s.pairs} rounds give only a {s.coverage:.0%} interval; use --rounds 6 or more for 95%"
+        if self.paired is None:
+            loud = [(n, self.noise(n)) for n in dict.fromkeys((self.reference, name)) if is_noisy(self.noise(n))]
+            if loud:
+                return ("; ".join(f"{n}'s throughput varied {cv:.0%} between intervals" for n, cv in loud)
+                        + f", over the {NOISY_CV:.0%} noise threshold (rerun on an idle machine, or compare with "
+                        "--paired)")
+        if s.includes_one:
+            return "the interval includes 1.0 (no change)"
+        return None
+
+    def speedup_line(self, name: str) -> str:
+        s, why = self.speedups[name], self.inconclusive(name)
+        if why:
+            return f"{name} vs {self.reference}: inconclusive, {s.text()}: {why}."
+        busy = ""
+        if self.paired is not None and is_noisy(self.noise(name)):
+            busy = (f" The machine was busy (median interval CV {self.noise(name):.0%}); the pairing cancels drift "
+                    "between runs, not within them.")
+        return f"{name} vs {self.reference}: {s.text()}.{busy}"
+
+    @property
+    def tone(self) -> str:
+        """ok (green) only for an equal budget with quiet runs and conclusive speed-ups."""
+        if not self.equal_budget:
+            return "warn"
+        if self.noisy or any(self.inconclusive(n) for n in self.speedups):
+            return "caution"
+        return "ok"
+
+    @property
     def verdict(self) -> str:
         variables = ", ".join(VARIABLES + tuple(self.vary))
         if self.equal_budget:
-            return (f"Equal-budget comparison: every control matches across {len(self.experiments)} experiments; "
+            line = (f"Equal-budget comparison: every control matches across {len(self.experiments)} experiments; "
                     f"the variables are {variables}.")
-        line = "Not an equal-budget comparison: " + "; ".join(self.differences) + "."
-        if self.allow_different:
-            return line + (" Speed-ups are shown because --allow-different was given; read them with these "
-                           "differences in mind.")
-        return line + (" Speed-ups are withheld: rerun with equal controls, name an intended difference with "
-                       "--vary KEY, or pass --allow-different.")
+        else:
+            line = "Not an equal-budget comparison: " + "; ".join(self.differences) + "."
+            if self.allow_different:
+                line += (" Speed-ups are shown because --allow-different was given; read them with these "
+                         "differences in mind.")
+            else:
+                return line + (" Speed-ups are withheld: rerun with equal controls, name an intended difference "
+                               "with --vary KEY, or pass --allow-different.")
+        return " ".join([line] + [self.speedup_line(n) for n in self.speedups])
 
 
 def check_runs(experiments: list) -> tuple[list, list]:
@@ -152,27 +218,36 @@ def controls_table(experiments: list, vary: list) -> tuple[pd.DataFrame, list]:
     """One row per param, resolved setting and data file; which differ, and how, for the verdict."""
     rows = []
 
-    def add(control: str, source: str, values: list) -> None:
+    # A metrics folder without params.yaml (or without dvc.lock) records no params (or data hashes):
+    # those cells say so and the row is checked across the experiments that record them.
+    params_known = [e.params_recorded for e in experiments]
+    data_known = [e.source != "folder" or bool(e.data) for e in experiments]
+
+    def add(control: str, source: str, values: list, known: list | None = None) -> None:
         kind = "variable" if control in VARIABLES else "varied" if _varied(control, vary) else "control"
-        shown = ["not recorded" if v is None and source != "params" else v for v in values]
-        same = all(_same(v, shown[0]) for v in shown[1:])
-        rows.append({"control": control, "source": source, "kind": kind, "same": same,
+        known = known or [True] * len(values)
+        shown = [v if k else "not recorded" for v, k in zip(values, known)]
+        shown = ["not recorded" if v is None and source != "params" else v for v in shown]
+        compared = [v for v, k in zip(shown, known) if k]
+        same = all(_same(v, compared[0]) for v in compared[1:])
+        rows.append({"control": control, "source": source, "kind": kind, "same": same, "checked": sum(known),
                      **{exp.name: _display(v) for exp, v in zip(experiments, shown)}})
 
     for key in VARIABLES:
-        add(key, "params", [e.params.get(key) for e in experiments])
+        add(key, "params", [e.params.get(key) for e in experiments], params_known)
         add(key, "resolved", [e.metric(key) for e in experiments])
     keys = list(dict.fromkeys(k for e in experiments for k in e.params))
     for key in keys:
         if key not in VARIABLES:
-            add(key, "params", [e.params.get(key) for e in experiments])
+            add(key, "params", [e.params.get(key) for e in experiments], params_known)
     for key in RESOLVED:
         # warmup_steps means the benchmark's warm-up only in benchmark.json.
         values = [e.metric(key, ("benchmark",) if key == "warmup_steps" else STAGES) for e in experiments]
         if any(v is not None for v in values):
             add(key, "resolved", values)
     for path in sorted({p for e in experiments for p in e.data}):
-        add(path, "data file", [e.data[path][:12] if path in e.data else "not recorded" for e in experiments])
+        add(path, "data file", [e.data[path][:12] if path in e.data else "not recorded" for e in experiments],
+            data_known)
     for v in vary:
         if not any(_varied(r["control"], [v]) for r in rows):
             raise UserError(f"--vary {v}: no param or resolved setting of these experiments is called that; "
@@ -200,12 +275,13 @@ def _display(value: Any) -> Any:
     return json.dumps(value) if isinstance(value, list) else value
 
 
-def summary_frame(experiments: list, show_speedups: bool) -> pd.DataFrame:
+def summary_frame(experiments: list, show_speedups: bool, speedups: dict | None = None,
+                  paired: Paired | None = None) -> pd.DataFrame:
     records = []
     for exp in experiments:
         record = {"experiment": exp.name, "rev": exp.rev, "baseline": exp.baseline,
                   "baseline_name": exp.baseline_name or "", "date": exp.timestamp or "", "command": exp.command,
-                  "device": exp.metric("device"), "precision": exp.metric("precision")}
+                  "source": exp.source, "device": exp.metric("device"), "precision": exp.metric("precision")}
         record.update({col: exp.metric(key, (stage,)) for col, stage, key in SUMMARY})
         record.update({key: exp.metric(key) for key in ENVIRONMENT})
         record.update({f"param:{k}": _display(v) for k, v in exp.params.items()})
@@ -213,24 +289,43 @@ def summary_frame(experiments: list, show_speedups: bool) -> pd.DataFrame:
             record.update({f"{stage}:{k}": v for k, v in metrics.items()})
         records.append(record)
     frame = pd.DataFrame.from_records(records)
-    first = frame["tokens_per_second"].iloc[0] if len(frame) else None
-    speedup = frame["tokens_per_second"] / first if show_speedups and pd.notna(first) and first else float("nan")
-    frame.insert(frame.columns.get_loc("tokens_per_second") + 1, "speedup_vs_first", speedup)
+    column = frame.columns.get_loc("tokens_per_second") + 1
+    speedups = speedups or {}
+    estimates = [1.0 if i == 0 and speedups else speedups[n].estimate if n in speedups else float("nan")
+                 for i, n in enumerate(frame["experiment"])]
+    if not show_speedups:
+        estimates = [float("nan")] * len(frame)
+    bounds = {"speedup_low": "low", "speedup_high": "high"}
+    frame.insert(column, "speedup_vs_first", estimates)
+    for offset, (name, attr) in enumerate(bounds.items(), start=1):
+        frame.insert(column + offset, name, [getattr(speedups[n], attr) if show_speedups and n in speedups
+                                             and speedups[n].has_interval else float("nan")
+                                             for n in frame["experiment"]])
+    frame.insert(column + 3, "speedup_interval", [speedups[n].method if show_speedups and n in speedups else ""
+                                                  for n in frame["experiment"]])
+    if paired is not None:
+        frame["paired_tokens_per_second"] = [statistics.median(paired.tokens_per_second(n)) for n in frame["experiment"]]
+        frame["paired_throughput_cv"] = [paired.median_cv(n) for n in frame["experiment"]]
+        frame["paired_rounds"] = len(paired.rounds)
     return frame
-
-
-NOISY_CV = 0.10  # intervals' throughput varying more than this: the machine was busy or throttling
 
 
 def caveats(experiments: list) -> list:
     """What the reader must know: noisy measurements, figures a run did not record."""
     notes = [f"{e.name}: throughput varied {e.metric('throughput_cv', ('benchmark',)):.0%} between measured "
-             "intervals (the machine was busy or throttling); rerun it on an idle machine before trusting its speed"
-             for e in experiments if (e.metric("throughput_cv", ("benchmark",)) or 0) > NOISY_CV]
+             f"intervals, over the {NOISY_CV:.0%} noise threshold (the machine was busy or throttling); rerun it on "
+             "an idle machine, or compare on one machine with --paired, before trusting its speed"
+             for e in experiments if is_noisy(e.metric("throughput_cv", ("benchmark",)))]
     for e in experiments:
         if e.carried:
             notes.append(f"{e.name}: " + ", ".join(metrics_path(s).as_posix() for s in e.carried) + " unchanged from "
                          "its baseline (those stages did not run in this experiment), so not reported as its own")
+        if e.source == "folder" and not e.params_recorded:
+            notes.append(f"{e.name}: a metrics folder without params.yaml, so its params are not recorded; its "
+                         "controls were checked on the settings its metrics record (profile, shapes, batch, steps)")
+        if e.source == "folder" and not e.data:
+            notes.append(f"{e.name}: a metrics folder without dvc.lock, so its token files could not be checked "
+                         "against the others' (copy the lock file of the commit whose data it used into the folder)")
     for stage in ("benchmark", "estimate"):
         lacking = [e.name for e in experiments if stage not in e.metrics]
         if lacking:
@@ -240,30 +335,47 @@ def caveats(experiments: list) -> list:
 
 
 def compare(names: list, allow_different: bool = False, vary: list | None = None,
-            rows: list | None = None) -> Comparison:
+            rows: list | None = None, rounds: int | None = None) -> Comparison:
+    """The comparison of the named experiments (or metrics folders); `rounds` re-measures them paired."""
     vary = list(vary or [])
-    default_rows = rows if rows is not None else exp_show()
+    default_rows = rows if rows is not None else exp_show
     chosen, notes = select(names, default_rows, rows if rows is not None else (lambda: exp_show(all_commits=True)))
     kept, excluded = check_runs(chosen)
     if len(kept) < 2:
         why = "; ".join(f"{n}: {w}" for n, w in excluded) or "fewer than two experiments were found"
         raise UserError(f"nothing to compare: {len(kept)} usable experiment(s) ({why}); run at least two, e.g. "
                         "`dvc exp run -n cpu-fp32 -S device=cpu -S precision=fp32`")
+    if len({e.name for e in kept}) < len(kept):
+        raise UserError("the same experiment is named twice; to compare a run with itself, run it twice under two "
+                        "names (`dvc exp run -n a ...`, `dvc exp run -n b ...`)")
     table, differences = controls_table(kept, vary)
     created = datetime.now().astimezone().isoformat(timespec="seconds")
     comparison = Comparison(experiments=kept, excluded=excluded, controls=table, differences=differences,
                             vary=vary, allow_different=allow_different, frame=pd.DataFrame(),
                             notes=notes + caveats(kept), created=created)
-    comparison.frame = summary_frame(kept, comparison.speedups_shown)
+    if rounds is not None:
+        if not comparison.speedups_shown:
+            raise UserError(f"{comparison.verdict} --paired measures speed-ups only where they would be shown")
+        comparison.paired = remeasure(kept, rounds)
+        comparison.speedups = comparison.paired.speedups()
+    else:
+        reference = kept[0].metrics.get("benchmark", {})
+        found = {e.name: from_intervals(reference, e.metrics.get("benchmark", {})) for e in kept[1:]}
+        comparison.speedups = {n: s for n, s in found.items() if s is not None}
+    if not comparison.speedups_shown:
+        comparison.speedups = {}
+    comparison.frame = summary_frame(kept, comparison.speedups_shown, comparison.speedups, comparison.paired)
     return comparison
 
 
-def run_compare(names: list, out: str, allow_different: bool = False, vary: list | None = None) -> Comparison:
+def run_compare(names: list, out: str, allow_different: bool = False, vary: list | None = None,
+                paired: bool = False, rounds: int = 6) -> Comparison:
     from buildllm.report.render import write_report
 
     print(json.dumps({"action": "compare", "experiments": names or "workspace and the current baseline's experiments",
-                      "out": out, "vary": vary or [], "allow_different": allow_different}), flush=True)
-    comparison = compare(names, allow_different, vary)
+                      "out": out, "vary": vary or [], "allow_different": allow_different,
+                      "paired_rounds": rounds if paired else None}), flush=True)
+    comparison = compare(names, allow_different, vary, rounds=rounds if paired else None)
     for name, why in comparison.excluded:
         print(f"excluded {name}: {why}")
     paths = write_report(comparison, Path(out))

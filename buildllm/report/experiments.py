@@ -3,16 +3,23 @@
 The source is `dvc exp show --json`: typed params and metrics per commit, each experiment's run
 state (a failed queued run still lists metrics: its baseline's), and the content hashes of the
 data each stage read. Nothing is parsed from a printed table.
+
+Or a metrics folder brought from another machine: the same record, read from the files a run
+left (see read_folder).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
+from buildllm.config import config_to_dict, load_config
 from buildllm.errors import UserError
 from buildllm.paths import DATA, TOKENIZERS, metrics_path
 
@@ -36,6 +43,8 @@ class Experiment:
     overrides: list = field(default_factory=list)  # `-S key=value` against the baseline's params
     stages: list = field(default_factory=list)     # stages whose metrics differ from the baseline's
     carried: list = field(default_factory=list)    # stages whose metrics file is the baseline's, unchanged
+    source: str = "dvc"           # "dvc": an experiment or commit; "folder": a metrics folder
+    params_recorded: bool = True  # False: a metrics folder without params.yaml
 
     def metric(self, key: str, stages: tuple = STAGES) -> Any:
         for stage in stages:
@@ -45,6 +54,8 @@ class Experiment:
 
     @property
     def command(self) -> str:
+        if self.source == "folder":
+            return f"measured elsewhere: metrics folder {self.rev}"
         parts = ["dvc exp run"]
         if self.rev != "workspace" and self.rev != self.baseline:
             parts.append(f"-n {self.name}")
@@ -146,10 +157,13 @@ def read_experiments(rows: list) -> tuple[list, list]:
     return baselines, experiments
 
 
-def select(names: list, rows_default: list, rows_all=None) -> tuple[list, list]:
-    """The experiments to compare: the named ones (experiment names, commits, branches, `workspace`)
-    in the order given, or the workspace and every experiment of the current baseline."""
-    baselines, experiments = read_experiments(rows_default)
+def select(names: list, rows_default, rows_all=None) -> tuple[list, list]:
+    """The experiments to compare: the named ones (experiment names, commits, branches, `workspace`,
+    metrics folders) in the order given, or the workspace and every experiment of the current
+    baseline. The rows may be a callable: `dvc exp show` then runs only if a name needs it."""
+    if names and all(is_metrics_folder(n) for n in names):
+        return [read_folder(n) for n in names], []
+    baselines, experiments = read_experiments(rows_default() if callable(rows_default) else rows_default)
     notes = []
     if not names:
         workspace = next((e for e in experiments if e.rev == "workspace"), None)
@@ -162,14 +176,18 @@ def select(names: list, rows_default: list, rows_all=None) -> tuple[list, list]:
     pool, more = baselines + experiments, rows_all
     chosen = []
     for name in names:
+        if is_metrics_folder(name):
+            chosen.append(read_folder(name))
+            continue
         found = _find(name, pool)
         if found is None and more is not None:  # another baseline's experiment, e.g. one pulled from elsewhere
             pool = [e for group in read_experiments(more() if callable(more) else more) for e in group]
             more = None
             found = _find(name, pool)
         if found is None:
-            raise UserError(f"no experiment, commit or branch named {name!r}; `dvc exp show -A` lists them "
-                            "(fetch another machine's with `dvc exp pull origin NAME`)")
+            raise UserError(f"no experiment, commit, branch or metrics folder named {name!r}; `dvc exp show -A` "
+                            "lists experiments (fetch another machine's with `dvc exp pull origin NAME`); a metrics "
+                            "folder holds benchmark.json, estimate.json, ...")
         chosen.append(found)
     return chosen, notes
 
@@ -179,3 +197,69 @@ def _find(name: str, candidates: list):
         if name == exp.name or (len(name) >= 7 and exp.rev.startswith(name)):
             return exp
     return None
+
+
+# A metrics folder from another machine. A GPU box without DVC (or a run kept outside git) leaves
+# its results as files: a folder holding the stages' metrics files (benchmark.json, estimate.json,
+# train.json, dry_run.json, directly or in a metrics/ subfolder). Two optional files make its control checks as complete as a DVC
+# experiment's:
+# - params.yaml: the params the run used (a partial file is completed with the defaults, as the
+#   run itself did). Without it the params are "not recorded" and the controls are checked on the
+#   settings the metrics themselves record (profile, shapes, batch size, steps, precision...).
+# - dvc.lock: the lock file of the commit whose token files the run used; the content hashes of
+#   data/ and tokenizer/ in it identify the data as `dvc exp show` does. Without it the data files
+#   are "not recorded", and the report says the data could not be checked.
+
+
+def _metrics_dir(path: Path) -> Path | None:
+    for folder in (path, path / "metrics"):
+        if folder.is_dir() and any((folder / f"{stage}.json").is_file() for stage in STAGES):
+            return folder
+    return None
+
+
+def is_metrics_folder(name: str) -> bool:
+    return _metrics_dir(Path(name)) is not None
+
+
+def _data_hashes(lock: Path) -> dict:
+    try:
+        stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"{lock} is not valid YAML ({str(exc).splitlines()[0]}); copy the lock file again") from None
+    roots = (DATA.as_posix(), TOKENIZERS.as_posix())
+    hashes = {}
+    for stage in stages.values():
+        for entry in (stage.get("outs") or []) + (stage.get("deps") or []):
+            path, digest = entry.get("path", ""), entry.get("md5") or entry.get("hash")
+            inside = any(path == root or path.startswith(root + "/") for root in roots)
+            if inside and isinstance(digest, str) and digest != "md5" and path not in hashes:
+                hashes[path] = digest
+    return hashes
+
+
+def read_folder(name: str) -> Experiment:
+    path = Path(name)
+    folder = _metrics_dir(path)
+    if folder is None:
+        raise UserError(f"{name} holds no metrics file ({', '.join(s + '.json' for s in STAGES)}); "
+                        "point buildllm compare at the folder a run's metrics were copied to")
+    metrics = {}
+    for stage in STAGES:
+        file = folder / f"{stage}.json"
+        if not file.is_file():
+            continue
+        try:
+            data = json.loads(file.read_text())
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{file} is not valid JSON ({exc}); copy it again from the machine that ran it") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{file} must hold a JSON object of metrics; copy it again from the machine that ran it")
+        metrics[stage] = data
+    params_file = path / "params.yaml"
+    params = flatten(config_to_dict(load_config(params_file))) if params_file.is_file() else {}
+    lock = path / "dvc.lock"
+    label = name.rstrip("/") or name
+    return Experiment(name=label, rev=label, baseline="", baseline_name=None, timestamp=None, params=params,
+                      metrics=metrics, data=_data_hashes(lock) if lock.is_file() else {}, source="folder",
+                      params_recorded=params_file.is_file())

@@ -1,24 +1,26 @@
 """Write a Comparison as <out>.md, <out>.csv, <out>.png and one self-contained <out>.html.
 
 Every file leads with the verdict and the controls, as the course asks: a speed-up means nothing
-until the controls are confirmed. The HTML inlines its chart and its styles, so it opens the same
-with no network, mailed or archived. All four files are written atomically.
+until the controls are confirmed. The sections are built once, as blocks (buildllm/report/
+document.py), and written both as Markdown and as HTML; the HTML inlines its chart and its
+styles, so it opens the same with no network, mailed or archived. All four files are written
+atomically.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from buildllm import units
-from buildllm.config import control_keys
 from buildllm.atomic import atomic_path, atomic_write_text
-from buildllm.report.compare import Comparison
+from buildllm.config import control_keys
+from buildllm.measure.noise import NOISY_CV, is_noisy
 from buildllm.report.chart import write_chart
+from buildllm.report.compare import Comparison
+from buildllm.report.document import Bullets, Code, Details, Heading, Image, Paragraph, Table, Verdict, to_html, to_markdown
 
 # The course's controls, always shown (the config knobs declared as controls, and what the plan
 # resolved them to); other controls are listed only when they differ.
@@ -43,32 +45,111 @@ def _missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
 
 
+def _column(f: pd.DataFrame, name: str) -> list:
+    return list(f[name]) if name in f else [None] * len(f)
+
+
+def speedup_cells(c: Comparison) -> list:
+    """The speed-up of each experiment with its interval, and whether it is a result."""
+    if not c.speedups_shown:
+        return ["withheld"] * len(c.experiments)
+    cells = []
+    for i, exp in enumerate(c.experiments):
+        s = c.speedups.get(exp.name)
+        if i == 0:
+            cells.append("1.00× (reference)" if c.speedups else NOT_RECORDED)
+        elif s is None:
+            cells.append(NOT_RECORDED)
+        else:
+            interval = (f"{s.coverage:.0%} interval {s.low:.2f}–{s.high:.2f}×" if s.has_interval
+                        else "no interval")
+            cells.append(f"{s.estimate:.2f}× ({interval}; {'inconclusive' if c.inconclusive(exp.name) else 'result'})")
+    return cells
+
+
+def _noise(cv) -> str:
+    if _missing(cv):
+        return NOT_RECORDED
+    return f"{cv:.1%}" + (f" (noisy: over {NOISY_CV:.0%})" if is_noisy(cv) else "")
+
+
+def _rate_range(low, high, steps, tokens) -> str:
+    if any(_missing(v) for v in (low, high, steps, tokens)) or not steps:
+        return NOT_RECORDED
+    per_step = tokens / steps
+    return f"{low * per_step:,.0f} – {high * per_step:,.0f}"
+
+
+def _peak(flops, source) -> str:
+    if _missing(flops):
+        return NOT_RECORDED
+    return f"{flops / 1e12:.3g} TFLOP/s ({source if not _missing(source) and source else 'source not recorded'})"
+
+
 def results_rows(c: Comparison) -> list:
     """(figure, one formatted value per experiment) for the results table."""
     f = c.frame
-    reference = f["experiment"].iloc[0]
-    speedups = (list(map(number("{:.2f}×"), f["speedup_vs_first"])) if c.speedups_shown
-                else ["withheld"] * len(f))
     spans = [NOT_RECORDED if _missing(e) else f"{duration(e)} (range {duration(lo)} – {duration(hi)})"
              for e, lo, hi in zip(f["estimated_seconds"], f["estimated_seconds_low"], f["estimated_seconds_high"])]
-    return [
+    rows = [
         ("device (resolved)", [str(v) if not _missing(v) else NOT_RECORDED for v in f["device"]]),
         ("precision (resolved)", [str(v) if not _missing(v) else NOT_RECORDED for v in f["precision"]]),
         ("tokens/s (benchmark)", list(map(number("{:,.0f}"), f["tokens_per_second"]))),
-        (f"speed-up vs {reference}", speedups),
+        ("tokens/s per interval (slowest – fastest)",
+         list(map(_rate_range, _column(f, "benchmark:interval_steps_per_second_min"),
+                  _column(f, "benchmark:interval_steps_per_second_max"), f["steps_per_second"], f["tokens_per_second"]))),
+        ("throughput variation (CV)", list(map(_noise, f["throughput_cv"]))),
+    ]
+    if c.paired is not None:
+        rows += [(f"tokens/s, paired re-runs (median of {len(c.paired.rounds)})",
+                  list(map(number("{:,.0f}"), f["paired_tokens_per_second"]))),
+                 ("throughput variation, paired re-runs (median CV)", list(map(_noise, f["paired_throughput_cv"])))]
+    rows += [
+        (f"speed-up vs {c.reference}" + (" (paired)" if c.paired is not None else ""), speedup_cells(c)),
         ("optimizer steps/s", list(map(number("{:.3f}"), f["steps_per_second"]))),
-        ("throughput variation (CV)", list(map(number("{:.1%}"), f["throughput_cv"]))),
         ("peak memory", list(map(size, f["peak_memory_bytes"]))),
+        ("peak memory method", [NOT_RECORDED if _missing(v) or not v else str(v)
+                                for v in _column(f, "benchmark:peak_memory_method")]),
         ("checkpoint save", list(map(duration, f["checkpoint_save_seconds"]))),
         ("checkpoint size", list(map(size, f["checkpoint_bytes"]))),
         ("time to first step", list(map(duration, f["time_to_first_step_seconds"]))),
         ("model FLOPs utilisation", list(map(number("{:.1%}"), f["mfu"]))),
+        ("MFU's peak FLOP/s (source)", list(map(_peak, _column(f, "benchmark:peak_flops"),
+                                                _column(f, "benchmark:peak_flops_source")))),
         ("estimated full run", spans),
         ("planned tokens", list(map(number("{:,.0f}"), f["planned_tokens"]))),
         ("training tokens/s (train stage)", list(map(number("{:,.0f}"), f["train_tokens_per_second"]))),
         ("training time (train stage)", list(map(duration, f["train_elapsed_seconds"]))),
         ("final validation loss (train stage)", list(map(number("{:.3f}"), f["final_validation_loss"]))),
     ]
+    return rows
+
+
+def interval_note(c: Comparison) -> str:
+    """How the speed-ups' intervals were formed, in words a reader can check."""
+    if c.paired is not None:
+        p = c.paired
+        return (f"Speed-ups (paired): each experiment's benchmark was rerun {len(p.rounds)} times on this machine, "
+                "interleaved (the order alternating each round), each run in a fresh `python -m buildllm benchmark` "
+                "process with its warm-up excluded; each round's tokens/s ratio to "
+                f"{c.reference} is one pair; the speed-up is the median ratio and its interval the distribution-free "
+                "interval for a median (order statistics by the sign test; 6 rounds are the fewest for 95%).")
+    return ("Speed-ups: the ratio of each run's tokens/s to "
+            f"{c.reference}'s; the 95% interval comes from the spread of each run's measured intervals (Welch's t on "
+            "log rates). It sees noise within each run, not a machine that was slower for a whole run; a run whose "
+            f"intervals vary over {NOISY_CV:.0%} makes its speed-up inconclusive. For a comparison on one busy "
+            "machine, use `buildllm compare A B --paired`.")
+
+
+def paired_table(c: Comparison) -> Table:
+    names = [e.name for e in c.experiments]
+    rows = []
+    for i, (measured, order) in enumerate(zip(c.paired.rounds, c.paired.orders), start=1):
+        ref = measured[names[0]]["tokens_per_second"]
+        rows.append([i, " → ".join(order), *[f"{measured[n]['tokens_per_second']:,.0f}" for n in names],
+                     *[f"{measured[n]['tokens_per_second'] / ref:.3f}" for n in names[1:]]])
+    return Table(["round", "order", *[f"{n} tokens/s" for n in names], *[f"{n} ÷ {names[0]}" for n in names[1:]]],
+                 rows, "paired")
 
 
 def environment_line(row: pd.Series) -> str:
@@ -96,12 +177,14 @@ def controls_shown(c: Comparison) -> tuple[pd.DataFrame, list]:
     return t[keep], list(t.loc[~keep, "control"])
 
 
-def status(row: pd.Series) -> str:
-    if row["kind"] == "variable":
-        return "variable"
-    if row["kind"] == "varied":
-        return "varied (--vary)"
-    return "same" if row["same"] else "DIFFERENT"
+def status(row: pd.Series, experiments: int) -> str:
+    if row["kind"] in ("variable", "varied") and not row["same"]:
+        return "variable" if row["kind"] == "variable" else "varied (--vary)"
+    if not row["same"]:
+        return "DIFFERENT"
+    if row["checked"] < 2:
+        return "not checked (not recorded)"
+    return "same where recorded" if row["checked"] < experiments else "same"
 
 
 def rerun_block(c: Comparison, out: Path) -> str:
@@ -111,122 +194,81 @@ def rerun_block(c: Comparison, out: Path) -> str:
         lines.append(f"git checkout {base}        # the code and params.yaml these runs started from")
         lines.append("dvc pull corpus tokenize  # the same corpus and token files, if the project has a DVC remote")
         lines += [e.command for e in c.experiments if e.baseline == base]
+    lines += [f"# {e.name}: measured on another machine; its folder keeps the metrics" for e in c.experiments
+              if e.source == "folder"]
     flags = "".join(f" --vary {v}" for v in c.vary) + (" --allow-different" if c.allow_different else "")
+    flags += f" --paired --rounds {len(c.paired.rounds)}" if c.paired is not None else ""
     names = " ".join(e.name for e in c.experiments)
     lines.append(f"buildllm compare {names} --out {out.as_posix()}{flags}")
     return "\n".join(lines)
 
 
-def markdown(c: Comparison, out: Path) -> str:
+def _sources(c: Comparison) -> str:
+    kinds = {e.source for e in c.experiments}
+    return " and ".join(s for k, s in (("dvc", "`dvc exp show`"), ("folder", "metrics folders")) if k in kinds)
+
+
+def sections(c: Comparison, out: Path, png: bytes) -> list:
+    """The report, once: verdict, controls, results, chart, paired rounds, how to reproduce."""
     names = [e.name for e in c.experiments]
     shown, others = controls_shown(c)
-    md = [f"# Device comparison: {' vs '.join(names)}", "",
-          f"Generated {c.created} by `buildllm compare` from `dvc exp show`.", "",
-          f"> **{c.verdict}**", ""]
-    md += [f"- Excluded **{name}**: {why}." for name, why in c.excluded] + ([""] if c.excluded else [])
-    md += ["## Controls", "", _md_table(["control", "source", *names, "status"],
-                                        [[r["control"], r["source"], *[r[n] for n in names], status(r)]
-                                         for _, r in shown.iterrows()])]
+    blocks = [Heading(1, f"Device comparison: {' vs '.join(names)}"),
+              Paragraph(f"Generated {c.created} by `buildllm compare` from {_sources(c)}.", muted=True),
+              Verdict(c.verdict, c.tone),
+              Bullets([f"Excluded **{name}**: {why}." for name, why in c.excluded], "excluded"),
+              Heading(2, "Controls")]
+    statuses = [status(r, len(names)) for _, r in shown.iterrows()]
+    blocks.append(Table(["control", "source", *names, "status"],
+                        [[r["control"], r["source"], *[r[n] for n in names], st]
+                         for (_, r), st in zip(shown.iterrows(), statuses)],
+                        "controls", [st.split()[0] for st in statuses]))
     if others:
-        md += ["", f"Also the same in every experiment: {len(others)} other params ({', '.join(others)})."]
-    results = [[label, *values] for label, values in results_rows(c)]
-    md += ["", "## Results", "", _md_table(["figure", *names], results), ""]
-    md += [f"- {note}" for note in c.notes] + ([""] if c.notes else [])
-    md += [f"![Device comparison chart]({out.name}.png)", ""]
-    md += ["## Reproduce", ""]
+        blocks.append(Details(f"Also the same in every experiment: {len(others)} other params", ", ".join(others)))
+    blocks += [Heading(2, "Results"),
+               Table(["figure", *names], [[label, *values] for label, values in results_rows(c)], "results")]
+    if c.speedups_shown and c.speedups:
+        blocks.append(Paragraph(interval_note(c)))
+    blocks += [Bullets(list(c.notes), "notes"), Image("Device comparison chart", f"{out.name}.png", png)]
+    if c.paired is not None:
+        blocks += [Heading(2, "Paired re-measurements"), paired_table(c)]
+    blocks.append(Heading(2, "Reproduce"))
     for exp, (_, row) in zip(c.experiments, c.frame.iterrows()):
-        branch = f" ({exp.baseline_name})" if exp.baseline_name else ""
-        md += [f"### {exp.name}", "",
-               f"- git revision: `{exp.rev}` (baseline `{exp.baseline}`{branch})",
-               f"- date: {exp.timestamp or 'uncommitted workspace, reported ' + c.created}",
-               f"- command: `{exp.command}`",
-               f"- environment: {environment_line(row)}", ""]
-    md += ["### How to rerun", "", "```bash", rerun_block(c, out), "```", "",
-           "Or fetch these very runs instead of rerunning them: "
-           f"`dvc exp pull origin {' '.join(e.name for e in c.experiments if e.rev != 'workspace')}`.",
-           "The stage names at the end of each command are the stages whose metrics changed in that experiment.", ""]
-    return "\n".join(md)
+        if exp.source == "folder":
+            origin = [f"source: metrics folder `{exp.rev}`, measured on another machine"]
+            date = "not recorded in the folder"
+        else:
+            branch = f" ({exp.baseline_name})" if exp.baseline_name else ""
+            origin = [f"git revision: `{exp.rev}` (baseline `{exp.baseline}`{branch})"]
+            date = exp.timestamp or "uncommitted workspace, reported " + c.created
+        blocks += [Heading(3, exp.name),
+                   Bullets(origin + [f"date: {date}", f"command: `{exp.command}`",
+                                     f"environment: {environment_line(row)}"])]
+    blocks += [Heading(3, "How to rerun"), Code(rerun_block(c, out), "bash")]
+    dvc_runs = [e.name for e in c.experiments if e.source == "dvc" and e.rev != "workspace"]
+    if dvc_runs:
+        blocks.append(Paragraph("Or fetch these very runs instead of rerunning them: "
+                                f"`dvc exp pull origin {' '.join(dvc_runs)}`. The stage names at the end of each "
+                                "command are the stages whose metrics changed in that experiment."))
+    return blocks
 
 
-def _md_table(header: list, rows: list) -> str:
-    def cell(v):
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(cell, row)) + " |" for row in rows])
-
-
-STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;color:#1d1d1f;line-height:1.45}
-h1{font-size:1.6em}h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
-.verdict{padding:.8em 1em;border-radius:6px;font-weight:600}
-.ok{background:#e7f5ea;border-left:6px solid #2e8540}.warn{background:#fdecea;border-left:6px solid #c0392b}
-table{border-collapse:collapse;margin:.6em 0;font-size:.92em}th,td{border:1px solid #d0d0d0;padding:.3em .6em;text-align:left}
-th{background:#f3f4f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
-tr.DIFFERENT td{background:#fdecea}tr.variable td,tr.varied td{background:#eef4fb}
-img{max-width:100%;border:1px solid #eee}pre{background:#f6f8fa;padding:.8em;overflow-x:auto}
-code{background:#f6f8fa;padding:0 .2em}.muted{color:#666}
-"""
+def markdown(c: Comparison, out: Path) -> str:
+    return to_markdown(sections(c, out, b""))
 
 
 def html_page(c: Comparison, out: Path, png: bytes) -> str:
-    e = html.escape
-    names = [x.name for x in c.experiments]
-    shown, others = controls_shown(c)
-    verdict_class = "ok" if c.equal_budget else "warn"
-    title = e("Device comparison: " + " vs ".join(names))
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>",
-             f"<style>{STYLE}</style></head><body>", f"<h1>{title}</h1>",
-             f"<p class='muted'>Generated {e(c.created)} by <code>buildllm compare</code> from <code>dvc exp show</code>.</p>",
-             f"<p class='verdict {verdict_class}' id='verdict'>{e(c.verdict)}</p>"]
-    if c.excluded:
-        items = "".join(f"<li>Excluded <b>{e(n)}</b>: {e(w)}.</li>" for n, w in c.excluded)
-        parts.append(f"<ul id='excluded'>{items}</ul>")
-    parts.append("<h2>Controls</h2>")
-    rows = [([r["control"], r["source"], *[r[n] for n in names], status(r)], status(r).split()[0])
-            for _, r in shown.iterrows()]
-    parts.append(_html_table(["control", "source", *names, "status"], rows, "controls"))
-    if others:
-        parts.append(f"<details><summary>Also the same in every experiment: {len(others)} other params</summary>"
-                     f"<p>{e(', '.join(others))}</p></details>")
-    parts.append("<h2>Results</h2>")
-    results = [([label, *values], "") for label, values in results_rows(c)]
-    parts.append(_html_table(["figure", *names], results, "results"))
-    if c.notes:
-        parts.append("<ul id='notes'>" + "".join(f"<li>{e(n)}</li>" for n in c.notes) + "</ul>")
-    encoded = base64.b64encode(png).decode("ascii")
-    parts.append(f"<p><img id='chart' alt='Device comparison chart' src='data:image/png;base64,{encoded}'></p>")
-    parts.append("<h2>Reproduce</h2>")
-    for exp, (_, row) in zip(c.experiments, c.frame.iterrows()):
-        branch = f" ({exp.baseline_name})" if exp.baseline_name else ""
-        parts.append(f"<h3>{e(exp.name)}</h3><ul>"
-                     f"<li>git revision: <code>{e(exp.rev)}</code> (baseline <code>{e(exp.baseline)}</code>{e(branch)})</li>"
-                     f"<li>date: {e(exp.timestamp or 'uncommitted workspace, reported ' + c.created)}</li>"
-                     f"<li>command: <code>{e(exp.command)}</code></li>"
-                     f"<li>environment: {e(environment_line(row))}</li></ul>")
-    parts.append(f"<h3>How to rerun</h3><pre>{e(rerun_block(c, out))}</pre></body></html>")
-    return "\n".join(parts)
-
-
-def _html_table(header: list, rows: list, ident: str) -> str:
-    def cell(v):
-        text = html.escape(str(v))
-        return f"<td class='num'>{text}</td>" if text[:1].isdigit() else f"<td>{text}</td>"
-
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join(f"<tr class='{cls}'>" + "".join(map(cell, row)) + "</tr>" for row, cls in rows)
-    return f"<table id='{ident}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return to_html(sections(c, out, png), "Device comparison: " + " vs ".join(e.name for e in c.experiments))
 
 
 def write_report(c: Comparison, out: Path) -> list:
     """Write the four files next to each other; return their paths."""
     out = out.with_suffix("") if out.suffix in (".md", ".csv", ".png", ".html") else out
     base = out.parent / out.name
-    png_path = write_chart(c.frame, base.with_name(base.name + ".png"), c.speedups_shown,
-                           "not an equal-budget comparison" if not c.speedups_shown else "")
+    png_path = write_chart(c, base.with_name(base.name + ".png"))
     md_path, csv_path, html_path = (base.with_name(base.name + s) for s in (".md", ".csv", ".html"))
-    atomic_write_text(md_path, markdown(c, out))
+    blocks = sections(c, out, png_path.read_bytes())
+    atomic_write_text(md_path, to_markdown(blocks))
     with atomic_path(csv_path) as tmp:
         c.frame.to_csv(tmp, index=False)
-    atomic_write_text(html_path, html_page(c, out, png_path.read_bytes()))
+    atomic_write_text(html_path, to_html(blocks, "Device comparison: " + " vs ".join(e.name for e in c.experiments)))
     return [md_path, csv_path, png_path, html_path]

@@ -1,0 +1,54 @@
+"""How noisy was a benchmark? Its measured intervals say, and a comparison reads them back.
+
+The benchmark times its measured steps in equal intervals. A quiet machine runs each interval at
+nearly the same rate; a competing job or thermal throttling makes them differ. The benchmark
+records every interval's rate as a flat number (`interval_1_steps_per_second`, ...) so that a
+later comparison can put an interval around a speed-up, and it warns on the console at once when
+the run was noisy.
+
+Why 10%: on a quiet machine the intervals' coefficient of variation is well under 3% (the
+committed baseline on 2 EPYC cores: 0.3%); with other jobs on the same cores it was 31-44%
+(issue 10). With the default 4 intervals a CV of c puts a 95% interval of about +/- 1.6 c around
+the run's mean rate (t(3) = 3.18 over sqrt(4)), so above 10% one run alone cannot resolve a
+difference smaller than about 1.3x: a speed-up read from it is not a result.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+NOISY_CV = 0.10
+
+
+def interval_metrics(rates: list) -> dict:
+    """Each measured interval's optimizer steps/s, numbered from 1, as flat metrics."""
+    return {f"interval_{i}_steps_per_second": float(rate) for i, rate in enumerate(rates, start=1)}
+
+
+def interval_rates(metrics: dict) -> list:
+    """The per-interval rates a benchmark recorded, in order; [] for a benchmark older than them."""
+    rates, i = [], 1
+    while isinstance(metrics.get(f"interval_{i}_steps_per_second"), (int, float)):
+        rates.append(float(metrics[f"interval_{i}_steps_per_second"]))
+        i += 1
+    return rates
+
+
+def coefficient_of_variation(rates: list) -> float:
+    return statistics.pstdev(rates) / statistics.fmean(rates) if len(rates) > 1 else 0.0
+
+
+def is_noisy(cv) -> bool:
+    return isinstance(cv, (int, float)) and cv > NOISY_CV
+
+
+def noise_warning(metrics: dict) -> str | None:
+    """One console line when the run's intervals varied more than NOISY_CV, else None."""
+    cv = metrics.get("throughput_cv")
+    if not is_noisy(cv):
+        return None
+    rates = interval_rates(metrics)
+    spread = f" (intervals {min(rates):.2f}-{max(rates):.2f} steps/s)" if rates else ""
+    return (f"warning: noisy run: throughput varied {cv:.0%} between measured intervals{spread}, over the "
+            f"{NOISY_CV:.0%} threshold; another job or throttling was slowing this machine. Rerun it on an idle "
+            "machine, or compare on this one with `buildllm compare A B --paired`.")
