@@ -425,3 +425,11 @@ def test_metrics_folders_alone_need_no_dvc(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "reports" / "x.html").exists()
     assert main(["compare", "cpu", "gpu", "--paired", "--out", "reports/x"]) == 2
     assert "it cannot be rerun here" in capsys.readouterr().err
+
+
+def test_two_names_with_one_cached_measurement_are_said_to_be_one():
+    twin = copy.deepcopy(FP32)
+    twin["name"] = twin["revs"][0]["name"] = "cpu-fp32-again"
+    twin["revs"][0]["rev"] = "6" * 40
+    c = compare(["cpu-fp32", "cpu-fp32-again"], rows=rows(FP32, twin))
+    assert any(n.startswith("cpu-fp32-again: its benchmark metrics are identical to cpu-fp32's") for n in c.notes)

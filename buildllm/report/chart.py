@@ -42,7 +42,7 @@ def panels(frame: pd.DataFrame) -> list:
     slow, fast = _col(frame, "benchmark:interval_steps_per_second_min"), _col(frame, "benchmark:interval_steps_per_second_max")
     per_step = _col(frame, "tokens_per_second") / steps
     return [
-        ("Training throughput (tokens/s)", frame["tokens_per_second"], "{:,.0f}", (slow * per_step, fast * per_step)),
+        ("Training throughput (tokens/s), interval range", frame["tokens_per_second"], "{:,.0f}", (slow * per_step, fast * per_step)),
         ("Optimizer steps/s", frame["steps_per_second"], "{:.2f}", (slow, fast)),
         ("Peak memory (MiB)", frame["peak_memory_bytes"] / 2**20, "{:,.0f}", None),
         ("Checkpoint save (s)", frame["checkpoint_save_seconds"], "{:.2f}", None),

@@ -111,7 +111,7 @@ class Comparison:
         if not s.has_interval:
             return f"it has no interval ({s.method})"
         if s.coverage < 0.95:
-            return f"{s.pairs} rounds give only a {s.coverage:.0%} interval; use --rounds 6 or more for 95%"
+            return f"{s.pairs} rounds give only a {s.level} interval; use --rounds 6 or more for 95%"
         if self.paired is None:
             loud = [(n, self.noise(n)) for n in dict.fromkeys((self.reference, name)) if is_noisy(self.noise(n))]
             if loud:
@@ -326,6 +326,13 @@ def caveats(experiments: list) -> list:
         if e.source == "folder" and not e.data:
             notes.append(f"{e.name}: a metrics folder without dvc.lock, so its token files could not be checked "
                          "against the others' (copy the lock file of the commit whose data it used into the folder)")
+    for i, e in enumerate(experiments):
+        twin = next((o for o in experiments[:i] if e.metrics.get("benchmark") and o.metrics.get("benchmark") ==
+                     e.metrics["benchmark"]), None)
+        if twin is not None:
+            notes.append(f"{e.name}: its benchmark metrics are identical to {twin.name}'s, timings included: one "
+                         "measurement, not two (DVC restores a cached result for unchanged params and data; "
+                         "`dvc exp run -f` measures again)")
     for stage in ("benchmark", "estimate"):
         lacking = [e.name for e in experiments if stage not in e.metrics]
         if lacking:

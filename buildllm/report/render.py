@@ -61,7 +61,7 @@ def speedup_cells(c: Comparison) -> list:
         elif s is None:
             cells.append(NOT_RECORDED)
         else:
-            interval = (f"{s.coverage:.0%} interval {s.low:.2f}–{s.high:.2f}×" if s.has_interval
+            interval = (f"{s.level} interval {s.low:.2f}–{s.high:.2f}×" if s.has_interval
                         else "no interval")
             cells.append(f"{s.estimate:.2f}× ({interval}; {'inconclusive' if c.inconclusive(exp.name) else 'result'})")
     return cells

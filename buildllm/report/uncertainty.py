@@ -50,10 +50,15 @@ class Speedup:
     def includes_one(self) -> bool:
         return not self.has_interval or self.low <= 1.0 <= self.high
 
+    @property
+    def level(self) -> str:
+        """The interval's confidence as a reader sees it: 95%, or 96.9% for 6 pairs."""
+        return f"{self.coverage:.0%}" if abs(self.coverage * 100 - round(self.coverage * 100)) < 1e-9 else f"{self.coverage:.1%}"
+
     def text(self) -> str:
         if not self.has_interval:
             return f"{self.estimate:.2f}× (no interval)"
-        return f"{self.estimate:.2f}× ({self.coverage:.0%} interval {self.low:.2f}–{self.high:.2f}×, {self.method})"
+        return f"{self.estimate:.2f}× ({self.level} interval {self.low:.2f}–{self.high:.2f}×, {self.method})"
 
 
 def _log_mean_spread(metrics: dict) -> tuple[float, int] | None:
