@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import html
 import json
 import math
 import shutil
@@ -25,7 +26,8 @@ from buildllm.config import defaults_dict
 from buildllm.errors import UserError
 from buildllm.measure.noise import interval_metrics, interval_rates, noise_warning
 from buildllm.report.chart import panels
-from buildllm.report.render import markdown, write_report
+from buildllm.report.document import Heading, Table, to_html, to_markdown
+from buildllm.report.render import markdown, sections, write_report
 from buildllm.report.uncertainty import from_intervals, sign_interval, t975
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -433,3 +435,19 @@ def test_two_names_with_one_cached_measurement_are_said_to_be_one():
     twin["revs"][0]["rev"] = "6" * 40
     c = compare(["cpu-fp32", "cpu-fp32-again"], rows=rows(FP32, twin))
     assert any(n.startswith("cpu-fp32-again: its benchmark metrics are identical to cpu-fp32's") for n in c.notes)
+
+
+def test_markdown_and_html_come_from_the_same_sections(tmp_path):
+    c = compare(["cpu-fp32", "cpu-bs8"], rows=rows(FP32, BS8), allow_different=True)
+    blocks = sections(c, tmp_path / "r", b"\x89PNG")
+    md, page = to_markdown(blocks), to_html(blocks, "t")
+    headings = [b.text for b in blocks if isinstance(b, Heading)]
+    assert headings[:3] == ["Device comparison: cpu-fp32 vs cpu-bs8", "Controls", "Results"]
+    for text in headings:
+        assert text in md and text in page
+    for table in (b for b in blocks if isinstance(b, Table)):
+        assert page.count(f"<table id='{table.ident}'>") == 1
+        for row in table.rows:
+            assert "| " + " | ".join(str(v) for v in row) + " |" in md
+            assert "".join(f">{html.escape(str(v))}</td>" for v in row[:1]) in page
+    assert "<code>dvc exp pull origin cpu-fp32 cpu-bs8</code>" in page and "`dvc exp pull origin cpu-fp32 cpu-bs8`" in md

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 import buildllm
 from buildllm.errors import UserError
-from buildllm.report.uncertainty import Speedup, from_pairs
+from buildllm.report.uncertainty import from_pairs
 
 KEEP_OUT = {"metrics", "params.yaml"}  # each run's own, never the workspace's
 
@@ -121,7 +121,3 @@ def remeasure(experiments: list, rounds: int, root: Path | None = None, progress
                 paired.rounds.append(measured)
                 paired.orders.append([e.name for e in order])
     return paired
-
-
-def speedup_of(paired: Paired | None, name: str) -> Speedup | None:
-    return paired.speedups().get(name) if paired else None
