@@ -451,3 +451,15 @@ def test_markdown_and_html_come_from_the_same_sections(tmp_path):
             assert "| " + " | ".join(str(v) for v in row) + " |" in md
             assert "".join(f">{html.escape(str(v))}</td>" for v in row[:1]) in page
     assert "<code>dvc exp pull origin cpu-fp32 cpu-bs8</code>" in page and "`dvc exp pull origin cpu-fp32 cpu-bs8`" in md
+
+
+def test_one_run_s_metrics_file_alone_is_compared_too(tmp_path):
+    runs = tmp_path / "h200" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "iter1_bf16.json").write_text(json.dumps(benchmark("cuda", "bf16", 250000.0)))
+    (runs / "iter1_bf16.params.yaml").write_text(yaml.safe_dump({"device": "cuda", "precision": "bf16", "preset": "tiny"}))
+    c = compare(["cpu-fp32", str(runs / "iter1_bf16.json")], rows=rows(FP32), allow_different=True)
+    folder = c.experiments[1]
+    assert folder.params_recorded and folder.params["device"] == "cuda" and "benchmark" in folder.metrics
+    assert c.speedups[folder.name].estimate == pytest.approx(25.0)
+    assert "planned_tokens 1000000 vs not recorded" in c.differences  # no estimate.json beside it

@@ -201,8 +201,9 @@ def _find(name: str, candidates: list):
 
 # A metrics folder from another machine. A GPU box without DVC (or a run kept outside git) leaves
 # its results as files: a folder holding the stages' metrics files (benchmark.json, estimate.json,
-# train.json, dry_run.json, directly or in a metrics/ subfolder). Two optional files make its control checks as complete as a DVC
-# experiment's:
+# train.json, dry_run.json, directly or in a metrics/ subfolder), or one run's metrics file alone
+# (runs/iter1_bf16.json: a benchmark's; its params in runs/iter1_bf16.params.yaml if kept). Two
+# optional files make its control checks as complete as a DVC experiment's:
 # - params.yaml: the params the run used (a partial file is completed with the defaults, as the
 #   run itself did). Without it the params are "not recorded" and the controls are checked on the
 #   settings the metrics themselves record (profile, shapes, batch size, steps, precision...).
@@ -218,8 +219,13 @@ def _metrics_dir(path: Path) -> Path | None:
     return None
 
 
+def _metrics_file(path: Path) -> bool:
+    """One run's metrics file on its own, e.g. benchmarks/h200/runs/iter1_bf16.json."""
+    return path.is_file() and path.suffix == ".json"
+
+
 def is_metrics_folder(name: str) -> bool:
-    return _metrics_dir(Path(name)) is not None
+    return _metrics_file(Path(name)) or _metrics_dir(Path(name)) is not None
 
 
 def _data_hashes(lock: Path) -> dict:
@@ -240,13 +246,17 @@ def _data_hashes(lock: Path) -> dict:
 
 def read_folder(name: str) -> Experiment:
     path = Path(name)
-    folder = _metrics_dir(path)
-    if folder is None:
+    if _metrics_file(path):  # a lone file: that stage's metrics (benchmark's unless named after a stage)
+        stage = path.stem if path.stem in STAGES else "benchmark"
+        files, path = {stage: path}, path.parent
+    else:
+        folder = _metrics_dir(path)
+        files = {s: folder / f"{s}.json" for s in STAGES} if folder else {}
+    if not files:
         raise UserError(f"{name} holds no metrics file ({', '.join(s + '.json' for s in STAGES)}); "
                         "point buildllm compare at the folder a run's metrics were copied to")
     metrics = {}
-    for stage in STAGES:
-        file = folder / f"{stage}.json"
+    for stage, file in files.items():
         if not file.is_file():
             continue
         try:
@@ -256,7 +266,9 @@ def read_folder(name: str) -> Experiment:
         if not isinstance(data, dict):
             raise UserError(f"{file} must hold a JSON object of metrics; copy it again from the machine that ran it")
         metrics[stage] = data
-    params_file = path / "params.yaml"
+    # A lone file's params are its own (x.params.yaml beside x.json); a folder's are its params.yaml.
+    lone = _metrics_file(Path(name))
+    params_file = path / (f"{Path(name).stem}.params.yaml" if lone else "params.yaml")
     params = flatten(config_to_dict(load_config(params_file))) if params_file.is_file() else {}
     lock = path / "dvc.lock"
     label = name.rstrip("/") or name
