@@ -147,9 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paired", action="store_true",
                    help="re-measure the experiments' benchmarks here, interleaved in fresh processes, and report "
                         "the median speed-up with its 95%% interval (survives a busy machine)")
-    p.add_argument("--rounds", type=int, default=6, metavar="N",
-                   help="--paired: rounds of one run per experiment (default %(default)s, the fewest for a 95%% "
-                        "interval)")
+    p.add_argument("--rounds", type=int, metavar="N",
+                   help="--paired: rounds of one run per experiment (default 6, the fewest for a 95%% interval)")
     p.set_defaults(handler=lambda args: call("buildllm.report.compare:run_compare", args.names, args.out,
                                              args.allow_different, args.vary, args.paired, args.rounds) and None)
     return parser

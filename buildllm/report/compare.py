@@ -376,8 +376,12 @@ def compare(names: list, allow_different: bool = False, vary: list | None = None
 
 
 def run_compare(names: list, out: str, allow_different: bool = False, vary: list | None = None,
-                paired: bool = False, rounds: int = 6) -> Comparison:
+                paired: bool = False, rounds: int | None = None) -> Comparison:
     from buildllm.report.render import write_report
+
+    if rounds is not None and not paired:
+        raise UserError(f"--rounds {rounds} applies to --paired only; add --paired to re-measure the benchmarks here")
+    rounds = 6 if rounds is None else rounds
 
     print(json.dumps({"action": "compare", "experiments": names or "workspace and the current baseline's experiments",
                       "out": out, "vary": vary or [], "allow_different": allow_different,
