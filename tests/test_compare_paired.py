@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from buildllm.report.chart import panels
 from buildllm.report.compare import compare
 from buildllm.report.render import write_report
 from test_compare import benchmark, experiment, rows
@@ -45,3 +46,6 @@ def test_paired_reruns_interleave_fresh_processes_and_report_the_interval(tokens
     md = Path(write_report(c, tmp_path / "r")[0]).read_text()
     assert "## Paired re-measurements" in md and "| 2 | tiny-b → tiny-a |" in md
     assert "speed-up vs tiny-a (paired)" in md and "--paired --rounds 2" in md
+    title, values, _, (low, high) = panels(c.frame)[0]
+    assert title.startswith("Tokens/s, paired re-runs") and list(low) == [min(c.paired.tokens_per_second(n))
+                                                                         for n in ("tiny-a", "tiny-b")]

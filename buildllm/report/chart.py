@@ -41,14 +41,20 @@ def panels(frame: pd.DataFrame) -> list:
     steps = _col(frame, "steps_per_second")
     slow, fast = _col(frame, "benchmark:interval_steps_per_second_min"), _col(frame, "benchmark:interval_steps_per_second_max")
     per_step = _col(frame, "tokens_per_second") / steps
+    paired = "paired_tokens_per_second" in frame
+    throughput = (("Tokens/s, paired re-runs: median, range", frame["paired_tokens_per_second"], "{:,.0f}",
+                   (frame["paired_tokens_per_second_min"], frame["paired_tokens_per_second_max"])) if paired else
+                  ("Training throughput (tokens/s), interval range", frame["tokens_per_second"], "{:,.0f}",
+                   (slow * per_step, fast * per_step)))
     return [
-        ("Training throughput (tokens/s), interval range", frame["tokens_per_second"], "{:,.0f}", (slow * per_step, fast * per_step)),
+        throughput,
         ("Optimizer steps/s", frame["steps_per_second"], "{:.2f}", (slow, fast)),
         ("Peak memory (MiB)", frame["peak_memory_bytes"] / 2**20, "{:,.0f}", None),
         ("Checkpoint save (s)", frame["checkpoint_save_seconds"], "{:.2f}", None),
         (f"Estimated full run ({name}), low-high range", frame["estimated_seconds"] / unit, "{:,.1f}",
          (_col(frame, "estimated_seconds_low") / unit, _col(frame, "estimated_seconds_high") / unit)),
-        (f"Speed-up vs {frame['experiment'].iloc[0]}, 95% interval", frame["speedup_vs_first"], "{:.2f}×",
+        (f"Speed-up vs {frame['experiment'].iloc[0]}" + (", paired: median, interval" if paired else ", 95% interval"),
+         frame["speedup_vs_first"], "{:.2f}×",
          (_col(frame, "speedup_low"), _col(frame, "speedup_high"))),
     ]
 

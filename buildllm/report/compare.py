@@ -304,7 +304,8 @@ def summary_frame(experiments: list, show_speedups: bool, speedups: dict | None 
     frame.insert(column + 3, "speedup_interval", [speedups[n].method if show_speedups and n in speedups else ""
                                                   for n in frame["experiment"]])
     if paired is not None:
-        frame["paired_tokens_per_second"] = [statistics.median(paired.tokens_per_second(n)) for n in frame["experiment"]]
+        for column, pick in (("", statistics.median), ("_min", min), ("_max", max)):
+            frame["paired_tokens_per_second" + column] = [pick(paired.tokens_per_second(n)) for n in frame["experiment"]]
         frame["paired_throughput_cv"] = [paired.median_cv(n) for n in frame["experiment"]]
         frame["paired_rounds"] = len(paired.rounds)
     return frame
