@@ -35,3 +35,11 @@ def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(project):
     text = run([sys.executable, "-m", "buildllm", "generate", "--prompt", "The history of", "--max-new-tokens", "20",
                 "--device", "cpu"], project).stdout
     assert text.startswith("The history of") and len(text.strip()) > len("The history of")
+
+    # Editing a module a stage imports makes DVC see that stage as changed (dvc.yaml deps are derived
+    # from imports; tests/test_dvc_deps.py checks every module, this checks DVC reads them so).
+    precision = project / "buildllm" / "device" / "precision.py"
+    precision.write_text(precision.read_text() + "\n# edited\n")
+    status = run(["dvc", "status"], project).stdout
+    changed = {line.strip().rstrip(":") for line in status.splitlines() if line and not line.startswith("\t")}
+    assert {"dry_run", "benchmark", "estimate", "train"} <= changed and not {"corpus", "tokenize"} & changed, status
