@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the median speed-up with its 95%% interval (survives a busy machine)")
     p.add_argument("--rounds", type=int, metavar="N",
                    help="--paired: rounds of one run per experiment (default 6, the fewest for a 95%% interval)")
-    p.set_defaults(handler=lambda args: call("buildllm.report.compare:run_compare", args.names, args.out,
+    p.set_defaults(handler=lambda args: call("buildllm.report.command:run_compare", args.names, args.out,
                                              args.allow_different, args.vary, args.paired, args.rounds) and None)
     return parser
 
