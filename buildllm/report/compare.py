@@ -24,7 +24,6 @@ import json
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
