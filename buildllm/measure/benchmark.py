@@ -52,15 +52,18 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         warmed = plan.device.timed()
         per_interval = [bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
                         for i in range(bench.intervals)]
-        rates, losses = [], []
+        rates, losses, seconds = [], [], []
         with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not progress) as bar:
             for steps in (n for n in per_interval if n > 0):
                 begin = plan.device.timed()
                 for _ in range(steps):
                     losses.append(trainer.step())
                     bar.update()
-                rates.append(steps / (plan.device.timed() - begin))
-        measured_seconds = plan.device.timed() - warmed
+                seconds.append(plan.device.timed() - begin)
+                rates.append(steps / seconds[-1])
+        # The intervals' own time: the bar's redraws between them are not training, and the overall
+        # rate then lies between the slowest and the fastest interval, as it must.
+        measured_seconds = sum(seconds)
         figures = trainer.memory.read()  # peak since the Trainer began building the model
         validation_seconds, save_seconds, save_bytes, plot_seconds = 0.0, 0.0, 0, 0.0
         if extras:
