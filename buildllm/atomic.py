@@ -11,10 +11,15 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
+from buildllm import disk
+
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temp path to write; on success it replaces `path`, on failure it is removed."""
+def atomic_path(path: str | Path, needed: int | None = None, advice: str = "") -> Iterator[Path]:
+    """Yield a temp path to write; on success it replaces `path`, on failure it is removed.
+
+    A write that fails for lack of disk space raises disk.DiskFull naming the folder, the bytes
+    needed (`needed`, when the caller knows it) and the bytes free, and `advice` on what to do."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -30,17 +35,27 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
         _fsync_dir(path.parent)
+    except Exception as exc:
+        written = tmp.stat().st_size if tmp.exists() else 0
+        tmp.unlink(missing_ok=True)  # first, so the free space reported is what the disk really has
+        free = disk.free_bytes(path.parent)
+        # torch's writer may lose the errno; a save bigger than the free space is a full disk all the same.
+        if disk.is_disk_full(exc) or (needed is not None and isinstance(exc, RuntimeError) and free < needed):
+            raise disk.DiskFull(path.parent, max(needed or 0, written), free, f"writing {path.name}", advice,
+                                known=needed is not None) from None
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
-    with atomic_path(path) as tmp:
+def atomic_write(path: str | Path, write: Callable[[Path], None], needed: int | None = None,
+                 advice: str = "") -> None:
+    with atomic_path(path, needed, advice) as tmp:
         write(tmp)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text))
+    atomic_write(path, lambda tmp: tmp.write_text(text), needed=len(text.encode()))
 
 
 def _fsync_dir(directory: Path) -> None:

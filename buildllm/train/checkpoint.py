@@ -65,12 +65,35 @@ def save(directory: str | Path, state: dict, keep: int) -> tuple[float, int, Pat
     """
     directory = Path(directory)
     path = directory / checkpoint_name(state["step"])
+    previous = list_checkpoints(directory)
+    needed = max([state_bytes(state)] + [p.stat().st_size for p in previous[-1:]])
     started = time.perf_counter()
-    atomic_write(path, lambda tmp: torch.save(state, tmp))
+
+    def write(tmp: Path) -> None:
+        # Through a Python file object, so a full disk surfaces as ENOSPC (torch's own writer loses the errno).
+        with open(tmp, "wb") as handle:
+            torch.save(state, handle)
+
+    atomic_write(path, write, needed=needed,
+                 advice=(f"{len(previous)} earlier checkpoint(s) there are intact; free space, lower "
+                         "--keep-checkpoints or use a --checkpoint-directory on a disk with room, then rerun "
+                         "the same command to resume") if previous else
+                        "nothing was saved; free space or use a --checkpoint-directory on a disk with room, then rerun")
     seconds = time.perf_counter() - started
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
     return seconds, path.stat().st_size, path
+
+
+def state_bytes(state) -> int:
+    """The bytes a checkpoint of `state` takes: its tensors' storage (the rest is kilobytes)."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(state_bytes(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(value) for value in state)
+    return 0
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict:

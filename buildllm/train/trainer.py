@@ -29,6 +29,7 @@ from buildllm.train import distributed
 from buildllm.config import Config, config_to_dict, knobs, value_at
 from buildllm.data.windows import Windows, batches_per_epoch, load_windows, loader, sequential_batches
 from buildllm.train.distributed import World
+from buildllm.disk import DiskFull
 from buildllm.errors import TrainingFailed, UserError
 from buildllm.model.gpt import build_model
 from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
@@ -255,8 +256,9 @@ def train(config: Config) -> dict:
         finally:
             lock.release()
     except BaseException as exc:
-        # Out of memory strikes one rank; the others never reach a barrier, so leave without one.
-        distributed.stop(world, clean=together and isinstance(exc, UserError) and not isinstance(exc, OutOfMemory))
+        # Out of memory (or a full disk, rank 0's save) strikes one rank; the others never reach a barrier.
+        distributed.stop(world, clean=together and isinstance(exc, UserError)
+                         and not isinstance(exc, (OutOfMemory, DiskFull)))
         raise
     distributed.stop(world)
     return metrics

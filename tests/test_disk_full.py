@@ -1,0 +1,112 @@
+"""A disk that fills: a save that does not fit ends in one line with the figures, the temp file
+removed, and the earlier checkpoints and metrics intact.
+
+The real case runs on a small tmpfs (mounted here when the test runs as root and the kernel allows
+it); the errno path runs everywhere by making the write fail with ENOSPC."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+import torch
+
+from buildllm import disk
+from buildllm.atomic import atomic_write_text
+from buildllm.cli import main
+from buildllm.train import checkpoint
+from buildllm.train.trainer import Trainer
+from train_fixtures import make_token_files, train_args
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    return make_token_files(tmp_path_factory.mktemp("tokens"))
+
+
+@contextlib.contextmanager
+def small_disk(folder, megabytes: int):
+    """A tmpfs of `megabytes` at `folder`, or a skip where this machine cannot mount one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", f"buildllm-{uuid.uuid4().hex[:8]}",
+                              str(folder)], capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def fill_at(monkeypatch, at_step: int, folder, leave: int) -> None:
+    """Before optimizer step `at_step`, another program takes all but `leave` bytes of the disk."""
+    original = Trainer.step
+
+    def step(self):
+        if self.step_count + 1 == at_step:
+            with open(folder / "filler.bin", "wb") as handle:
+                handle.write(b"\0" * max(0, disk.free_bytes(folder) - leave))
+        return original(self)
+
+    monkeypatch.setattr(Trainer, "step", step)
+
+
+def test_a_disk_that_fills_during_a_save_gives_one_line_and_keeps_earlier_checkpoints(paths, workdir, monkeypatch,
+                                                                                       capsys):
+    with small_disk(workdir / "small", 24) as small:
+        run = small / "run"
+        fill_at(monkeypatch, 5, small, leave=256 * 1024)
+        code = main(train_args(paths, run))
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+        assert code != 0
+        assert error.startswith("error: disk full: writing checkpoint_00000006.pt needs about ")
+        assert f" in {run} but only " in error and "2 earlier checkpoint(s) there are intact" in error
+        assert "Traceback" not in error and "inline_container" not in error
+        assert sorted(os.listdir(run)) == ["checkpoint_00000002.pt", "checkpoint_00000004.pt"]  # no temp, no lock
+        assert checkpoint.load(run / "checkpoint_00000004.pt")["step"] == 4
+        rows = (workdir / "metrics" / "train_log.csv").read_text().splitlines()
+        assert rows[-1].startswith("6,")  # the log up to the step before the save, whole
+
+
+def test_enospc_during_a_save_is_reported_with_the_figures(tmp_path, monkeypatch):
+    checkpoint.save(tmp_path, {"step": 2, "model": {"w": torch.zeros(256, 256)}}, keep=2)
+    real_save = torch.save
+
+    def full(obj, handle, *args, **kwargs):
+        handle.write(b"PK" * 1000)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full)
+    monkeypatch.setattr(disk, "free_bytes", lambda path: 4096)
+    with pytest.raises(disk.DiskFull) as caught:
+        checkpoint.save(tmp_path, {"step": 4, "model": {"w": torch.zeros(256, 256)}}, keep=2)
+    message = str(caught.value)
+    assert message.startswith("disk full: writing checkpoint_00000004.pt needs about ")
+    assert 256 * 1024 <= caught.value.needed < 300 * 1024 and caught.value.free == 4096  # the tensors, or the last save
+    assert f"in {tmp_path} but only 4.0 KiB (4,096 bytes) is free there" in message
+    assert "1 earlier checkpoint(s) there are intact" in message
+    monkeypatch.setattr(checkpoint.torch, "save", real_save)
+    assert os.listdir(tmp_path) == ["checkpoint_00000002.pt"]
+    assert checkpoint.load(tmp_path / "checkpoint_00000002.pt")["step"] == 2
+
+
+def test_a_metrics_write_on_a_full_disk_keeps_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "train.json"
+    target.write_text(json.dumps({"a": 1}))
+
+    def full(self, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(target), "write_text", full)
+    with pytest.raises(disk.DiskFull, match=r"disk full: writing train.json needs about 8 B \(8 bytes\)"):
+        atomic_write_text(target, '{"a": 2}')
+    monkeypatch.undo()
+    assert json.loads(target.read_text()) == {"a": 1} and os.listdir(tmp_path) == ["train.json"]
