@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
          "buildllm.data.tokenization:tokenize_corpus"),
         ("estimate", "project the full run's time and storage from metrics/benchmark.json",
          "buildllm.measure.estimate:estimate"),
+        ("preflight", "stop and check before a full run: device, precision, benchmark, estimate, disk, power, "
+                      "cooling, checkpoint directory", "buildllm.measure.preflight:preflight"),
     ]:
         p = sub.add_parser(name, help=help_text)
         add_run_flags(p)

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -110,3 +111,27 @@ def test_a_metrics_write_on_a_full_disk_keeps_the_old_file(tmp_path, monkeypatch
         atomic_write_text(target, '{"a": 2}')
     monkeypatch.undo()
     assert json.loads(target.read_text()) == {"a": 1} and os.listdir(tmp_path) == ["train.json"]
+
+
+def test_a_run_its_disk_cannot_hold_is_refused_before_training(paths, workdir, capsys):
+    with small_disk(workdir / "small", 12) as small:  # the tiny preset: 3 checkpoints of ~5.2 MiB do not fit
+        assert main(train_args(paths, small / "run")) == 2
+        error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"error: not enough disk space for this run: {small / 'run'} has ")
+    assert re.search(r"but the run needs about 1[5-7]\.\d MiB \([\d,]+ bytes\): 2 kept \+ 1 being written, "
+                     r"3 new × 5\.\d MiB, \+ [\d.]+ KiB of logs; free some space", error)
+    assert not (workdir / "metrics" / "train.json").exists()
+
+
+def test_the_free_space_probe_decides_and_a_resume_counts_what_is_there(paths, workdir, monkeypatch, capsys):
+    free = {"bytes": 10 * 2**20}
+    monkeypatch.setattr(disk, "free_bytes", lambda path: free["bytes"])
+    assert main(train_args(paths, workdir / "run")) == 2
+    error = capsys.readouterr().err
+    assert "has 10.0 MiB (10,485,760 bytes) free but the run needs about 1" in error
+    assert checkpoint.list_checkpoints(workdir / "run") == [] and not (workdir / "metrics" / "train.json").exists()
+    free["bytes"] = 2**40
+    assert main(train_args(paths, workdir / "run", "--epochs", "1", examples=64)) == 0  # 4 steps, 2 kept
+    assert len(checkpoint.list_checkpoints(workdir / "run")) == 2
+    free["bytes"] = 6 * 2**20  # one more checkpoint fits: the two kept are already on disk
+    assert main(train_args(paths, workdir / "run", "--epochs", "2", "--force", examples=64)) == 0

@@ -16,7 +16,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(project):
-    run(["dvc", "repro", "train"], project)
+    out = run(["dvc", "repro", "train"], project).stdout
+    # preflight ran before train, on this pipeline's own benchmark and estimate
+    preflight = json.loads((project / "metrics" / "preflight.json").read_text())
+    assert preflight["checks_failed"] == 0, out
+    assert all(preflight[key] == "pass" for key in ("device", "precision", "benchmark", "throughput", "estimate",
+                                                    "disk", "directory"))
+    assert "| free disk at the checkpoint directory | pass |" in out and out.index("| check |") < out.index("trained ")
     metrics = json.loads((project / "metrics" / "train.json").read_text())
     assert metrics["status"] == "completed" and metrics["profile"] == "gpt_first_cpu"
     assert metrics["optimizer_steps"] == 31 and metrics["tokens_processed"] == 31 * 16 * 128  # 500 // 16 steps

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from buildllm.config import Config
 from buildllm.data.windows import Windows, load_windows
 from buildllm.device.hardware import environment
+from buildllm.device.health import interval_trend
 from buildllm.errors import TrainingFailed
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu
 from buildllm.measure.memory_estimate import plan_memory
@@ -94,6 +95,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "interval_steps_per_second_max": max(rates),
         "throughput_cv": coefficient_of_variation(rates),
         **interval_metrics(rates),
+        **interval_trend(rates),  # a steady fall suggests throttling (preflight's cooling check)
         "validation_examples": len(validation),
         "validation_seconds": validation_seconds,
         "checkpoint_save_seconds": save_seconds,

@@ -219,6 +219,18 @@ class DirectoryLock:
             self.held = False
 
 
+def lock_holder(directory: str | Path) -> str:
+    """Who holds `directory`'s lock, if a live run (or another host) does; "" when it is free. Reads only."""
+    try:
+        pid_text, started, host = ((Path(directory) / LOCK).read_text().split() + ["", "", ""])[:3]
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return ""
+    if host and host != socket.gethostname():
+        return f"pid {pid} on host {host}"
+    return f"pid {pid}" if _alive(pid, started) else ""
+
+
 def _alive(pid: int, started: str) -> bool:
     """The pid runs and is the same process (pids are reused: compare start times too)."""
     try:

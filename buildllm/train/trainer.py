@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from buildllm.train import checkpoint
 from buildllm.train import distributed
+from buildllm.train import storage
 from buildllm.config import Config, config_to_dict, knobs, value_at
 from buildllm.data.windows import Windows, batches_per_epoch, load_windows, loader, sequential_batches
 from buildllm.train.distributed import World
@@ -240,8 +241,10 @@ def train(config: Config) -> dict:
         if world.is_main:
             try:
                 lock.acquire()
-                decision = ("state", checkpoint.state_to_resume(directory, trainer.signature, config.train.resume,
-                                                                config.train.force))
+                resumed = checkpoint.state_to_resume(directory, trainer.signature, config.train.resume,
+                                                     config.train.force)
+                storage.before_training(trainer, resumed)  # refuses a run its disk cannot hold
+                decision = ("state", resumed)
             except UserError as exc:
                 decision = ("error", str(exc))
         kind, value = distributed.from_main(world, decision)

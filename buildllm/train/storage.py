@@ -1,0 +1,102 @@
+"""The disk a run needs, checked before it starts: the checkpoints kept, the one being written (a
+save writes the new file before the oldest is pruned) and the logs.
+
+A run refused here has written nothing; a run that starts has room for every save it plans, unless
+something else fills the disk meanwhile (then the save itself says so: buildllm.disk).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from buildllm import disk
+from buildllm.device import health
+from buildllm.errors import UserError
+from buildllm.train import checkpoint
+from buildllm.units import size
+
+# metrics/train.json, the loss PNG and a CSV row per log interval; a checkpoint also carries the log.
+LOG_BYTES = 512 * 1024
+ROW_BYTES = 200
+
+
+@dataclass(frozen=True)
+class Storage:
+    directory: Path
+    checkpoint_bytes: int
+    saves: int
+    keep: int
+    existing: int  # checkpoints already in the directory (a resume)
+    log_bytes: int
+    free: int
+
+    @property
+    def new_files(self) -> int:
+        """Checkpoint files on disk at the peak beyond those there now: kept + the one being written."""
+        return max(0, min(self.existing + self.saves, self.keep + 1) - self.existing)
+
+    @property
+    def needed(self) -> int:
+        return self.new_files * self.checkpoint_bytes + self.log_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.free >= self.needed
+
+    def figure(self) -> str:
+        return f"{size(self.free)} free, needs {size(self.needed)}"
+
+    def explain(self) -> str:
+        kept = min(self.existing + self.saves, self.keep + 1) - 1
+        return (f"{kept} kept + 1 being written, {self.new_files} new × {size(self.checkpoint_bytes)}, "
+                f"+ {size(self.log_bytes)} of logs")
+
+    def refusal(self) -> str:
+        return (f"not enough disk space for this run: {self.directory} has {size(self.free)} ({self.free:,} bytes) free "
+                f"but the run needs about {size(self.needed)} ({self.needed:,} bytes): {self.explain()}; free some "
+                "space, lower --keep-checkpoints, or use a --checkpoint-directory on a disk with room")
+
+
+def planned_saves(planned_steps: int, start_step: int, interval: int) -> int:
+    """Saves from `start_step` on, as the train loop makes them: every `interval` steps before the
+    last, and one at the end (also when a resume finds nothing left to train)."""
+    if interval <= 0 or start_step >= planned_steps:
+        return 1
+    return (planned_steps - 1) // interval - start_step // interval + 1
+
+
+def storage(directory: str | Path, checkpoint_bytes: int, planned_steps: int, start_step: int, interval: int,
+            keep: int, log_interval: int, existing: int = 0) -> Storage:
+    rows = planned_steps // max(1, log_interval) + 2
+    return Storage(Path(directory), int(checkpoint_bytes), planned_saves(planned_steps, start_step, interval), keep,
+                   existing, LOG_BYTES + rows * ROW_BYTES, disk.free_bytes(directory))
+
+
+def expected_checkpoint_bytes(model) -> int:
+    """A checkpoint of a model trained with AdamW: its weights and buffers plus two fp32 moments per
+    weight; the schedule, RNG state, cursor and log add tens of kilobytes."""
+    tensors = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    moments = sum(2 * p.numel() * 4 for p in model.parameters() if p.requires_grad)
+    return tensors + moments + 64 * 1024
+
+
+def run_storage(trainer, resumed: dict | None) -> Storage:
+    """The storage `trainer` needs from here on (a resume counts the checkpoints already there)."""
+    existing = checkpoint.list_checkpoints(trainer.directory) if resumed is not None else []
+    size_each = existing[-1].stat().st_size if existing else expected_checkpoint_bytes(trainer.model)
+    cfg = trainer.config.train
+    return storage(trainer.directory, size_each, trainer.planned_steps, resumed["step"] if resumed else 0,
+                   cfg.checkpoint_interval, cfg.keep_checkpoints, cfg.log_interval, len(existing))
+
+
+def before_training(trainer, resumed: dict | None) -> Storage:
+    """The checks that decide whether a run starts (preflight's, at the start of `train`): room for
+    its checkpoints, or a refusal with the figures; a warning when the machine runs on battery."""
+    needed = run_storage(trainer, resumed)
+    if not needed.fits:
+        raise UserError(needed.refusal())
+    if warning := health.power_warning():
+        print(f"warning: {warning}", file=sys.stderr)
+    return needed

@@ -1,0 +1,7 @@
+"""DVC stage preflight: the course's "stop and check" table before train; any fail stops the pipeline."""
+import sys
+
+from buildllm.cli import run_stage
+from buildllm.measure.preflight import preflight_stage
+
+sys.exit(run_stage(preflight_stage))
