@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -37,7 +38,30 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, capsys
     newest.write_bytes(newest.read_bytes()[:100])  # what a non-atomic writer killed mid-write would leave
     path, loaded = checkpoint.load_latest(tmp_path)
     assert path.name == "checkpoint_00000002.pt" and loaded["step"] == 2
-    assert "cannot be read" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"warning: checkpoint_00000004.pt in {tmp_path} is damaged (truncated: 100 bytes, "
+                                       "the end of the file is missing); trying the one before it, "
+                                       "checkpoint_00000002.pt\n")
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"", "empty: a save that never wrote anything"),
+    (bytes(range(256)) * 4, "not a checkpoint: its 1,024 bytes are not a PyTorch file"),
+])
+def test_a_damaged_file_is_named_as_such_without_torchs_advice(tmp_path, content, why):
+    (tmp_path / "checkpoint_00000002.pt").write_bytes(content)
+    with pytest.raises(checkpoint.DamagedCheckpoint) as caught:
+        checkpoint.load(tmp_path / "checkpoint_00000002.pt")
+    assert str(caught.value) == (f"checkpoint {tmp_path / 'checkpoint_00000002.pt'} is damaged ({why}); use another "
+                                 "checkpoint or rerun into a fresh --checkpoint-directory")
+    assert "weights_only" not in str(caught.value)
+
+
+def test_a_file_of_other_objects_is_refused_without_loading_it_unsafely(tmp_path):
+    torch.save({"step": 2, "model": SimpleNamespace(w=1)}, tmp_path / "checkpoint_00000002.pt")
+    with pytest.raises(checkpoint.DamagedCheckpoint, match=r"\(not a BuildLLM checkpoint: it holds objects other "
+                                                           r"than tensors and plain values\)"):
+        checkpoint.load(tmp_path / "checkpoint_00000002.pt")
+    assert checkpoint.load_latest(tmp_path) is None
 
 
 def test_resume_decision(tmp_path):

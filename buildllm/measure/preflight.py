@@ -176,8 +176,8 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
                      "use an empty or new --checkpoint-directory"), 0
     try:
         state = checkpoint.load(found[-1])
-    except UserError:
-        return Check("directory", name, "fail", f"{found[-1].name} is damaged",
+    except checkpoint.DamagedCheckpoint as exc:
+        return Check("directory", name, "fail", f"{found[-1].name} is damaged ({exc.why.split(':')[0]})",
                      "use a fresh --checkpoint-directory (train falls back to an older checkpoint if one reads)"), 0
     signature = run_signature(plan, int(os.environ.get("WORLD_SIZE", "1")), planned_examples(plan))
     changed = checkpoint.differences(state.get("signature", {}), signature)

@@ -13,6 +13,7 @@ import re
 import socket
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import psutil
@@ -96,25 +97,55 @@ def state_bytes(state) -> int:
     return 0
 
 
+class DamagedCheckpoint(UserError):
+    """A checkpoint file that does not read; `why` says how it is damaged, in a few words."""
+
+    def __init__(self, path: Path, why: str):
+        self.path, self.why = path, why
+        super().__init__(f"checkpoint {path} is damaged ({why}); use another checkpoint or rerun into a fresh "
+                         "--checkpoint-directory")
+
+
+def diagnose(path: Path) -> str:
+    """How a file that torch cannot load is damaged, from its bytes (torch's own message is about
+    its zip reader, or advises loading unsafely, which is wrong for a damaged file)."""
+    size = path.stat().st_size
+    if size == 0:
+        return "empty: a save that never wrote anything"
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head != b"PK\x03\x04":  # every checkpoint torch.save writes is a zip archive
+        return f"not a checkpoint: its {size:,} bytes are not a PyTorch file"
+    if not zipfile.is_zipfile(path):
+        return f"truncated: {size:,} bytes, the end of the file is missing"
+    return "not a BuildLLM checkpoint: it holds objects other than tensors and plain values"
+
+
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    path = Path(path)
     try:
         # weights_only: tensors and plain containers only; a checkpoint cannot run code when loaded.
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # torch raises many types for a damaged file
-        raise UserError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
-                        "use another checkpoint or rerun into a fresh --checkpoint-directory") from None
+    except OSError:
+        raise
+    except Exception:  # torch raises many types for a damaged file
+        raise DamagedCheckpoint(path, diagnose(path)) from None
     if not isinstance(state, dict) or "model" not in state or "step" not in state:
-        raise UserError(f"{path} is not a BuildLLM checkpoint; point --checkpoint-directory at a training run's folder")
+        raise DamagedCheckpoint(path, "not a BuildLLM checkpoint: it has no model weights or step")
     return state
 
 
 def load_latest(directory: str | Path) -> tuple[Path, dict] | None:
     """The newest checkpoint that reads; a damaged newest one falls back to the one before it."""
-    for path in reversed(list_checkpoints(directory)):
+    found = list_checkpoints(directory)
+    for index in range(len(found) - 1, -1, -1):
         try:
-            return path, load(path)
-        except UserError as exc:
-            print(f"warning: {exc}; trying the previous checkpoint", file=sys.stderr)
+            return found[index], load(found[index])
+        except DamagedCheckpoint as exc:
+            then = (f"trying the one before it, {found[index - 1].name}" if index else
+                    "no earlier checkpoint is left to resume from")
+            print(f"warning: {found[index].name} in {found[index].parent} is damaged ({exc.why}); {then}",
+                  file=sys.stderr)
     return None
 
 
