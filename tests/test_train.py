@@ -152,6 +152,30 @@ def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(paths
     assert metrics(workdir)["status"] == "non_finite_loss" and metrics(workdir)["non_finite_step"] == 7
 
 
+def test_after_a_stop_the_metrics_report_the_last_validation_with_its_step(paths, workdir, monkeypatch, capsys):
+    def corrupt(trainer):
+        with torch.no_grad():
+            trainer.model.blocks[0].mlp.up.weight[0, 0] = float("nan")
+
+    poison_at(monkeypatch, 14, corrupt)  # validations at steps 0 and 10; the stop at 14
+    assert main(train_args(paths, workdir / "run")) == 3
+    m = metrics(workdir)
+    log = (workdir / "metrics" / "train_log.csv").read_text().splitlines()
+    at_10 = next(row.split(",") for row in log if row.startswith("10,"))
+    assert m["last_validation_step"] == 10 and m["last_validation_loss"] == pytest.approx(float(at_10[3]), rel=1e-5)
+    assert m["last_validation_loss"] < m["initial_validation_loss"]  # not the step-0 value
+    assert "final_validation_loss" not in m and "validation_perplexity" not in m
+    assert m["final_validation_note"] == "no validation since step 10"
+    monkeypatch.undo()
+    monkeypatch.chdir(workdir)
+    capsys.readouterr()
+    # --force resumes from step 12 with a lower learning rate: the completed run validates at its end.
+    assert main(train_args(paths, workdir / "run", "--learning-rate", "0.0005", "--force")) == 0
+    m = metrics(workdir)
+    assert m["final_validation_loss"] == m["last_validation_loss"] and m["last_validation_step"] == 20
+    assert "final_validation_note" not in m
+
+
 def test_out_of_memory_gives_the_course_advice_and_records_it(paths, workdir, monkeypatch, capsys):
     def explode(trainer):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

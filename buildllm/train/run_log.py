@@ -96,13 +96,20 @@ class RunLog:
         trained = [r for r in self.rows if r["train_loss"] is not None]
         validated = [r for r in self.rows if r["validation_loss"] is not None]
         train_loss = trained[-1]["train_loss"] if trained else None
-        validation = validated[-1]["validation_loss"] if validated else None
+        last = validated[-1] if validated else None
+        # "Final" only when validated at the step the run ended on; after a stop, the last evaluation
+        # is reported with its step, never passed off as the final one.
+        validation = last["validation_loss"] if last and last["step"] == progress["optimizer_steps"] else None
+        note = None if validation is not None else (
+            f"no validation since step {last['step']}" if last else "no validation ran")
         seconds = [s for s, _ in self.saves]
         session_tokens = self.steps * self.tokens_per_step * self.world.size
         metrics = {
             **self.facts, "status": status, **progress,
             "final_train_loss": train_loss, "train_perplexity": _exp(train_loss),
             "final_validation_loss": validation, "validation_perplexity": _exp(validation),
+            "last_validation_loss": last["validation_loss"] if last else None,
+            "last_validation_step": last["step"] if last else None, "final_validation_note": note,
             "initial_validation_loss": self.rows[0]["validation_loss"] if self.rows and self.rows[0]["step"] == 0 else None,
             "elapsed_seconds": time.perf_counter() - self.started,
             "session_steps": self.steps, "session_train_seconds": self.seconds,
