@@ -101,13 +101,52 @@ def test_files_corpus_from_a_glob(tmp_path, monkeypatch):
     assert sum(map(len, all_text)) == metrics["characters"]
     assert {d["title"].split("#")[0] for split in documents.values() for d in split} == \
         {p.relative_to(tmp_path).as_posix() for p in paths if topics[p.stem].strip()}
-    assert all(is_validation(d["title"], 20.0) for d in documents["validation"])
+    assert 19.0 < metrics["validation_share_percent"] < 21.0
     assert json.loads((tmp_path / "metrics" / "corpus.json").read_text()) == metrics
 
     # The same input gives byte-identical files; a folder means every .txt file below it.
     before = (out / "train.jsonl").read_bytes()
     build_corpus(files_config("texts", **{"corpus.validation_percent": 20.0}))
     assert (out / "train.jsonl").read_bytes() == before
+
+
+def one_book(path: Path, size: int = 1_100_000) -> Path:
+    """One long plain text without document separators, like a novel: paragraphs of prose."""
+    text = "\n\n".join(topics[name] for name in sorted(topics))
+    while len(text) < size:
+        text += "\n\n" + text
+    path.write_text(text[:size], encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("percent", [5.0, 20.0])
+def test_a_single_file_holds_out_contiguous_stretches_close_to_the_share(tmp_path, monkeypatch, capsys, percent):
+    monkeypatch.chdir(tmp_path)
+    one_book(tmp_path / "book.txt")
+    metrics = build_corpus(files_config("book.txt", **{"corpus.validation_percent": percent}))
+    assert abs(metrics["validation_share_percent"] - percent) < 0.5  # of the characters
+    held = sorted(int(d["title"].split("#")[1]) for d in split_documents(tmp_path / "data" / "corpus" / "files")[
+        "validation"])
+    runs = 1 + sum(later != earlier + 1 for earlier, later in zip(held, held[1:]))
+    assert runs == metrics["validation_stretches"] and len(held) >= 10 * runs  # stretches of passages, not single ones
+    assert f"{metrics['validation_share_percent']}% of the characters" in capsys.readouterr().out
+
+
+def test_a_bad_byte_is_reported_at_its_offset_in_the_file(tmp_path):
+    # No newline: the file is read in LINE_PIECE pieces, and the pieces cut two-byte characters in half.
+    path = tmp_path / "book.txt"
+    path.write_bytes(b"a" + "\u00e9".encode() * 499_999 + b"a" + b"\xff tail")
+    with pytest.raises(UserError, match=r"book.txt is not UTF-8 text \(bad byte at offset 1,000,000\)"):
+        list(corpus.file_documents([path]))
+    path.write_bytes(b"line\r\n" * 10 + "caf\u00e9".encode()[:-1])
+    with pytest.raises(UserError, match=r"ends inside a character, at offset 63"):
+        list(corpus.file_documents([path]))
+
+
+def test_files_keep_their_text_and_newlines_as_text_mode_would(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_bytes("\ufeffone\r\ntwo\rthree\n\ncaf\u00e9".encode())
+    assert [d.text for d in corpus.file_documents([path])] == ["one\ntwo\nthree\n\ncaf\u00e9"]
 
 
 def test_wiki_vital_is_the_packaged_vital_articles(tmp_path, monkeypatch):

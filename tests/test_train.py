@@ -176,6 +176,19 @@ def test_after_a_stop_the_metrics_report_the_last_validation_with_its_step(paths
     assert "final_validation_note" not in m
 
 
+def test_a_cap_on_validation_examples_is_printed_and_recorded(paths, workdir, capsys):
+    available = Windows(load_tokens(paths["validation"]), 64).available
+    assert main(train_args(paths, workdir / "capped", examples=32)) == 0  # --validation-examples 32
+    assert (f"note: train.validation_examples = 32 uses 32 of the {available:,} windows the token file holds"
+            in capsys.readouterr().err)
+    assert metrics(workdir)["validation_examples"] == 32
+    assert metrics(workdir)["validation_windows_available"] == available
+    assert main(train_args(paths, workdir / "short", "--validation-examples", "100000", examples=32)) == 0
+    assert (f"asks for more windows than the token file's {available:,}; all {available:,} are used"
+            in capsys.readouterr().err)
+    assert metrics(workdir)["validation_examples"] == available
+
+
 def test_out_of_memory_gives_the_course_advice_and_records_it(paths, workdir, monkeypatch, capsys):
     def explode(trainer):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

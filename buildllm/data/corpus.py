@@ -11,14 +11,17 @@ Sources (params.yaml `corpus.source`):
   streamed line by line, so a file larger than memory is fine.
 
 A long text is cut into passages at paragraph breaks, and a line holding only `<|endoftext|>` (the
-TinyStories convention) ends a document. Each document goes to validation or train by a hash of its
-title: the same split on every machine and every run, and never a passage in both.
+TinyStories convention) ends a document. A Wikipedia article or a Shakespeare passage goes to
+validation or train by a hash of its title; the user's files, often one long text, are split by
+position instead: contiguous held-out stretches that together make `validation_percent` of the
+bytes. Either way the same split on every machine and every run, and never a passage in both.
 Output: train.jsonl and validation.jsonl, one {"title", "text"} object per line, so the tokenize
 stage can stream them too.
 """
 
 from __future__ import annotations
 
+import codecs
 import glob
 import hashlib
 import importlib.metadata
@@ -29,7 +32,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -65,6 +68,11 @@ MAX_PASSAGE_CHARS = 100_000
 # newlines is streamed rather than read whole.
 LINE_PIECE = 1 << 16
 
+# The user's files are split by position: held-out stretches of about this many bytes (tens of
+# passages), at most this many of them, spread over the text.
+STRETCH_BYTES = 20 * PASSAGE_CHARS
+MAX_STRETCHES = 20
+
 # Invisible and non-breaking spaces would become tokens of their own that decode to what looks
 # like a plain space; the Wikipedia extracts hold a few thousand of them.
 _SPACES = str.maketrans({"\u00a0": " ", "\u2009": " ", "\u202f": " ", "\u2060": None, "\ufeff": None})
@@ -74,6 +82,8 @@ _SPACES = str.maketrans({"\u00a0": " ", "\u2009": " ", "\u202f": " ", "\u2060": 
 class Document:
     title: str
     text: str
+    start: int = 0  # byte offsets of the passage in its file (the user's files only)
+    end: int = 0
 
 
 def clean(text: str) -> str:
@@ -88,18 +98,20 @@ def is_validation(title: str, percent: float) -> bool:
     return int.from_bytes(digest, "big") / 2**64 * 100.0 < percent
 
 
-def passages(lines: Iterable[str], title: str) -> Iterator[Document]:
-    """Cut streamed lines into documents titled `title#0`, `title#1`, ..."""
+def passages(lines: Iterable[str], title: str, reader: "FileLines | None" = None) -> Iterator[Document]:
+    """Cut streamed lines into documents titled `title#0`, `title#1`, ...; with the `reader` the
+    lines come from, each document carries the byte offsets of its passage in the file."""
     buffer: list[str] = []
     size = 0
     part = 0
+    start = 0
 
     def flush() -> Iterator[Document]:
         nonlocal buffer, size, part
         text = clean("".join(buffer))
         buffer, size = [], 0
         if text:
-            yield Document(f"{title}#{part}", text)
+            yield Document(f"{title}#{part}", text, start, reader.offset if reader else 0)
             part += 1
 
     for line in lines:
@@ -107,6 +119,8 @@ def passages(lines: Iterable[str], title: str) -> Iterator[Document]:
         for index, piece in enumerate(pieces):
             if index:
                 yield from flush()
+            if not buffer and reader:
+                start = reader.line_start
             buffer.append(piece)
             size += len(piece)
         paragraph_break = not line.strip()
@@ -206,18 +220,87 @@ def expand_files(patterns: list[str]) -> list[Path]:
     return list(found)
 
 
+class FileLines:
+    """A text file's lines, read as bytes and decoded here, so that positions are file offsets:
+    `line_start` and `offset` are the byte offsets of the last line's start and end, and a bad byte
+    is reported where it is in the file, not where it is in a read buffer."""
+
+    def __init__(self, handle, path: Path):
+        self.handle, self.path = handle, path
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.line_start = self.offset = 0
+        self.carry = ""  # a \r at the end of a piece may be the first half of \r\n
+
+    def __iter__(self) -> Iterator[str]:
+        while piece := self.handle.readline(LINE_PIECE):
+            self.line_start = self.offset
+            pending = len(self.decoder.getstate()[0])  # bytes of a character split across two reads
+            try:
+                text = self.decoder.decode(piece)
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{self.path} is not UTF-8 text (bad byte at offset {self.offset - pending + exc.start:,}"
+                                "); convert it to UTF-8 or remove it from corpus.files") from None
+            self.offset += len(piece)
+            if self.line_start == 0 and text.startswith("\ufeff"):  # a byte-order mark
+                text = text[1:]
+            text, self.carry = self.carry + text, ""
+            if text.endswith("\r"):
+                text, self.carry = text[:-1], "\r"
+            # Universal newlines, as text mode would give: \r\n and a lone \r become \n.
+            yield from text.replace("\r\n", "\n").replace("\r", "\n").splitlines(keepends=True)
+        if self.carry:
+            yield "\n"
+        pending = len(self.decoder.getstate()[0])
+        if pending:
+            raise UserError(f"{self.path} is not UTF-8 text (it ends inside a character, at offset "
+                            f"{self.offset - pending:,}); "
+                            "convert it to UTF-8 or remove it from corpus.files") from None
+
+
 def file_documents(files: list[Path]) -> Iterator[Document]:
+    """The files' passages; offsets count from the first file's start, as if the files were one."""
+    base = 0
     for path in files:
         try:
-            # utf-8-sig drops a byte-order mark; newline=None turns \r\n into \n.
-            with open(path, encoding="utf-8-sig", newline=None) as handle:
-                yield from passages(_lines(handle), path.as_posix())
-        except UnicodeDecodeError as exc:
-            raise UserError(f"{path} is not UTF-8 text (bad byte at offset {exc.start}); convert it to UTF-8 "
-                            "or remove it from corpus.files") from None
+            with open(path, "rb") as handle:
+                reader = FileLines(handle, path)
+                for document in passages(reader, path.as_posix(), reader):
+                    yield replace(document, start=base + document.start, end=base + document.end)
+                base += reader.offset
         except OSError as exc:
             raise UserError(f"cannot read {path} ({exc.strerror}); fix its permissions or remove it "
                             "from corpus.files") from None
+
+
+@dataclass(frozen=True)
+class Stretches:
+    """Held-out stretches of the user's text: `count` windows, one at a fixed place in each of
+    `count` equal segments, together `percent` of `total` bytes. A passage goes to validation when
+    it starts in a window or holds a window's middle, so the held-out text is contiguous, not
+    passages interleaved with training passages of the same scenes."""
+
+    total: int
+    percent: float
+    count: int
+
+    def windows(self) -> list[tuple[float, float]]:
+        segment, width = self.total / self.count, self.total * self.percent / 100 / self.count
+        found = []
+        for index in range(self.count):
+            digest = hashlib.blake2b(f"stretch {index}".encode(), digest_size=8).digest()
+            place = int.from_bytes(digest, "big") / 2**64  # the same on every machine
+            begin = index * segment + place * (segment - width)
+            found.append((begin, begin + width))
+        return found
+
+    def holds(self, document: Document, windows: list[tuple[float, float]]) -> bool:
+        return any(begin <= document.start < end or document.start <= (begin + end) / 2 < document.end
+                   for begin, end in windows)
+
+
+def stretches(total_bytes: int, percent: float) -> Stretches:
+    held = total_bytes * percent / 100
+    return Stretches(total_bytes, percent, max(1, min(MAX_STRETCHES, round(held / STRETCH_BYTES))))
 
 
 # ---- the stage -------------------------------------------------------------------------------
@@ -248,13 +331,16 @@ def build_corpus(config: Config) -> dict:
     print(json.dumps({"action": "corpus", "source": config.corpus.source, "name": corpus_name(config),
                       "validation_percent": percent, **inputs, "output": str(corpus_dir(config))}), flush=True)
     counts = {f"{split}_{what}": 0 for split in SPLITS for what in ("documents", "characters")}
+    held = stretches(inputs["input_bytes"], percent) if config.corpus.source == "files" else None
+    windows = held.windows() if held else []
     # Both files are written beside their targets and renamed only when everything succeeded:
     # a bad input found halfway through a large file leaves the previous corpus untouched.
     with atomic_path(outputs["train"]) as train_tmp, atomic_path(outputs["validation"]) as validation_tmp:
         with open(train_tmp, "w", encoding="utf-8") as train, open(validation_tmp, "w", encoding="utf-8") as valid:
             for document in tqdm(documents, desc=f"corpus {corpus_name(config)}", unit=" documents",
                                  mininterval=1.0, file=sys.stderr):
-                split = "validation" if is_validation(document.title, percent) else "train"
+                chosen = held.holds(document, windows) if held else is_validation(document.title, percent)
+                split = "validation" if chosen else "train"
                 (valid if split == "validation" else train).write(
                     json.dumps({"title": document.title, "text": document.text}, ensure_ascii=False) + "\n")
                 counts[f"{split}_documents"] += 1
@@ -263,10 +349,15 @@ def build_corpus(config: Config) -> dict:
     metrics = {"documents": counts["train_documents"] + counts["validation_documents"],
                "characters": counts["train_characters"] + counts["validation_characters"],
                **counts, **inputs, "validation_percent": percent,
+               "validation_share_percent": round(100 * counts["validation_characters"] / max(1, sum(
+                   counts[f"{split}_characters"] for split in SPLITS)), 2),
+               **({"validation_stretches": held.count} if held else {}),
                "seconds": round(time.perf_counter() - started, 3)}
     write_metrics(metrics_path("corpus"), metrics)
+    how = f"in {held.count} contiguous stretch(es)" if held else "whole documents, chosen by title"
     print(f"corpus {corpus_name(config)}: {metrics['documents']:,} documents, {metrics['characters']:,} characters "
-          f"({counts['validation_documents']:,} documents held out for validation) in {corpus_dir(config)}")
+          f"({counts['validation_documents']:,} documents, {metrics['validation_share_percent']}% of the characters, "
+          f"held out for validation, {how}) in {corpus_dir(config)}")
     return metrics
 
 

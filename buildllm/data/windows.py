@@ -77,6 +77,15 @@ class Windows:
     def __len__(self) -> int:
         return self.available if self.limit is None else min(self.limit, self.available)
 
+    def cap_note(self, knob: str) -> str:
+        """A sentence when `knob` (the limit's config key) changes how many examples are used; "" otherwise."""
+        if self.limit is not None and self.limit < self.available:
+            return f"{knob} = {self.limit:,} uses {self.limit:,} of the {self.available:,} windows the token file holds"
+        if self.limit is not None and self.limit > self.available:
+            return (f"{knob} = {self.limit:,} asks for more windows than the token file's {self.available:,}; "
+                    f"all {self.available:,} are used")
+        return ""
+
     def example(self, index: int) -> torch.Tensor:
         start = index * self.sequence_length
         return self.tokens[start:start + self.sequence_length + 1]

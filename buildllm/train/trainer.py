@@ -135,7 +135,9 @@ class Trainer:
             "global_batch_size": plan.batch_size * cfg.grad_accum * self.world.size,
             "tokens_per_step": self.tokens_per_step, "planned_steps": self.planned_steps,
             "warmup_steps": self.schedule.warmup_steps, "epochs": cfg.epochs, "training_examples": len(train_windows),
-            "validation_examples": len(validation_windows or ()), "checkpoint_directory": str(self.directory),
+            "validation_examples": len(validation_windows or ()),
+            "validation_windows_available": validation_windows.available if validation_windows is not None else None,
+            "checkpoint_directory": str(self.directory),
             "tokenizer": self.tokenizer})
 
     def step(self) -> float:
@@ -300,8 +302,11 @@ def run(trainer: Trainer) -> dict:
     if world.is_main:
         announce("train", trainer.plan, planned_steps=trainer.planned_steps, start_step=trainer.step_count,
                  epochs=cfg.epochs, training_examples=len(trainer.train_windows),
-                 validation_examples=len(trainer.validation_windows), processes=world.size,
+                 validation_examples=len(trainer.validation_windows),
+                 validation_windows_available=trainer.validation_windows.available, processes=world.size,
                  tokens_per_step=trainer.tokens_per_step, checkpoint_directory=str(trainer.directory))
+        if note := trainer.validation_windows.cap_note("train.validation_examples"):
+            print(f"note: {note}", file=sys.stderr)
     trainer.log.begin()
     bar = tqdm(total=trainer.planned_steps, initial=trainer.step_count, unit="step", file=sys.stderr,
                disable=not world.is_main, dynamic_ncols=True)
