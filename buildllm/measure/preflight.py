@@ -154,7 +154,7 @@ def cooling_check(plan: RunPlan, benchmark: dict | None) -> tuple[Check, dict]:
                      + (f"; {readings}" if readings else ""),
                      "let the machine cool, raise it for airflow or clean its vents, close other heavy programs, "
                      "then rerun the benchmark"), sensed
-    return Check("cooling", "stable cooling", "pass", f"steady: {trend}" + (f"; {readings}" if readings else "")), sensed
+    return Check("cooling", "stable cooling", "pass", f"no steady fall: {trend}" + (f"; {readings}" if readings else "")), sensed
 
 
 def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
