@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
          "buildllm.measure.estimate:estimate"),
         ("preflight", "stop and check before a full run: device, precision, benchmark, estimate, disk, power, "
                       "cooling, checkpoint directory", "buildllm.measure.preflight:preflight"),
+        ("fits", "the largest batch each profile and precision fits in 8 to 141 GiB, from the memory model",
+         "buildllm.measure.fits:fits"),
     ]:
         p = sub.add_parser(name, help=help_text)
         add_run_flags(p)

@@ -1,0 +1,89 @@
+"""`buildllm fits`: which GPU fits which profile, from the memory model alone (nothing is allocated).
+
+For each profile and precision, the largest batch size whose estimated training peak
+(buildllm.measure.memory_estimate, CUDA terms) stays under a memory size less the batch finder's
+safety margin, for the common GPU sizes and this machine's own memory. The estimate grows with the
+batch size, so a bisection finds the largest that fits. The model's error against measured peaks
+is what scripts/memory_truth.py prints (target ±15%); the safety margin covers it and the CUDA
+context, which the model does not count.
+"""
+
+from __future__ import annotations
+
+import psutil
+import torch
+
+from buildllm.config import Config
+from buildllm.device.device import Device
+from buildllm.measure.memory_estimate import estimate_training_memory
+from buildllm.model.gpt import build_model
+from buildllm.model.profiles import available_profiles, load_profile
+
+GIB = 2**30
+GPU_SIZES_GIB = (8, 12, 16, 24, 40, 48, 80, 141)
+# bf16 and fp16 keep the same activation bytes: one column for both.
+PRECISIONS = (("fp32", 4), ("bf16/fp16", 2))
+LARGEST = 1 << 16
+
+
+# The GPU columns: a CUDA device of that size (only its kind matters to the memory model).
+GPU = Device("cuda", "cuda:0", "cuda", "buildllm fits: a CUDA GPU of each size")
+
+
+def largest_batch(model, parameters: int, precision_bytes: int, usable: int, device: Device,
+                  gradient_checkpointing: bool = False) -> int:
+    """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits."""
+    def fits(batch: int) -> bool:
+        return estimate_training_memory(model, parameters, batch, precision_bytes, device,
+                                        gradient_checkpointing).total <= usable
+
+    if not fits(1):
+        return 0
+    low, high = 1, LARGEST
+    if fits(high):
+        return high
+    while high - low > 1:  # fits(low) and not fits(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def this_machine() -> tuple[str, int, Device]:
+    """(column title, bytes, device) for the memory this machine trains in."""
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        return f"here: {props.total_memory / GIB:.0f} GiB GPU", props.total_memory, GPU
+    total = psutil.virtual_memory().total
+    return f"here: {total / GIB:.0f} GiB RAM (cpu)", total, Device("cpu", "cpu", "cpu", "buildllm fits: this machine")
+
+
+def fits_table(config: Config) -> list[dict]:
+    margin = config.benchmark.safety_margin
+    title, here, here_device = this_machine()
+    columns = [(f"{size} GiB", size * GIB, GPU) for size in GPU_SIZES_GIB] + [(title, here, here_device)]
+    rows = []
+    profiles = [load_profile(name) for name in available_profiles()]
+    sized = sorted((build_model(p.model, "meta").num_parameters(), p.name, p) for p in profiles)
+    for parameters, name, profile in sized:
+        for precision, precision_bytes in PRECISIONS:
+            row = {"profile": name, "parameters": parameters, "precision": precision}
+            for column, capacity, device in columns:
+                row[column] = largest_batch(profile.model, parameters, precision_bytes, int(capacity * (1 - margin)),
+                                            device, config.train.gradient_checkpointing)
+            rows.append(row)
+    return rows
+
+
+def fits(config: Config) -> list[dict]:
+    rows = fits_table(config)
+    columns = [key for key in rows[0] if key not in ("profile", "parameters", "precision")]
+    print(f"largest batch size (sequences of the profile's context) whose estimated training peak fits, with the "
+          f"batch finder's {config.benchmark.safety_margin:.0%} safety margin"
+          + (", with gradient checkpointing" if config.train.gradient_checkpointing else "")
+          + "; 0: not even one sequence fits")
+    print("| profile | parameters | precision | " + " | ".join(columns) + " |")
+    print("|---|---:|---|" + "---:|" * len(columns))
+    for row in rows:
+        cells = [f"{row[c]:,}" if row[c] < LARGEST else f"≥{LARGEST:,}" for c in columns]
+        print(f"| {row['profile']} | {row['parameters'] / 1e6:.1f}M | {row['precision']} | " + " | ".join(cells) + " |")
+    return rows
