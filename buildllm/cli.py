@@ -48,7 +48,26 @@ def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Con
     overrides = {name[4:]: value for name, value in vars(args).items()
                  if name.startswith("cfg:") and value is not None}
     overrides.update(extra or {})
-    return load_config(args.params, overrides)
+    return before_torch(load_config(args.params, overrides))
+
+
+MPS_FALLBACK = "PYTORCH_ENABLE_MPS_FALLBACK"
+
+
+def before_torch(config: Config) -> Config:
+    """Process settings torch reads once, when it is imported: set them first (commands import torch
+    lazily, after this). PYTORCH_ENABLE_MPS_FALLBACK picks MPS's fallback for missing operators."""
+    if config.mps_fallback and os.environ.get(MPS_FALLBACK) != "1":
+        if "torch" in sys.modules:
+            print(f"warning: mps_fallback asked for after torch was imported; set {MPS_FALLBACK}=1 in the "
+                  "environment instead", file=sys.stderr)
+        os.environ[MPS_FALLBACK] = "1"
+    return config
+
+
+def stage_settings(params: str = "params.yaml") -> None:
+    """For a DVC stage script, before it imports its function (and with it torch)."""
+    before_torch(load_config(params))
 
 
 def call(target: str, *arguments):

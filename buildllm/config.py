@@ -140,6 +140,9 @@ class Config:
     device: str = knob("auto", flag="--device", metavar=DEVICE_CHOICES.replace(", ", "|"),
                        help=f"where to train; one of {DEVICE_CHOICES}")
     precision: str = knob("auto", choices=PRECISIONS, flag="--precision", help="compute precision")
+    mps_fallback: bool = knob(False, flag="--mps-fallback",
+                              help="on Apple MPS, run operators MPS lacks on the CPU instead of failing "
+                                   "(sets PYTORCH_ENABLE_MPS_FALLBACK=1 before torch is imported)")
     iteration: int = knob(1, choices=tuple(catalog.iterations()), flag="--iteration", control=True,
                           help="the course's iteration: " + ", ".join(f"{n} {p}" for n, p in catalog.iterations().items()))
     preset: Optional[str] = knob(None, choices=catalog.presets(), flag="--preset", control=True,

@@ -8,6 +8,7 @@ its reason.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -115,6 +116,8 @@ def plan_metrics(plan: RunPlan, fused_adamw: tuple[bool, str] | None = None) -> 
         "learning_rate": plan.learning_rate,
         "gradient_checkpointing": plan.config.train.gradient_checkpointing,
         "compile": plan.config.train.compile,
+        # What torch saw at import (buildllm.cli.before_torch sets it when mps_fallback is asked for).
+        "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
     }
 
 
@@ -122,7 +125,8 @@ def announce(action: str, plan: RunPlan, **sizes) -> dict:
     """Say what is about to happen as one JSON line on stdout, before the long work starts."""
     line = {"action": action, "device": plan.device.device, "precision": plan.precision.precision,
             "profile": plan.profile.name, "parameters": plan.parameters, "batch_size": plan.batch_size,
-            "sequence_length": plan.model.sequence_length, **sizes, "decisions": plan.decisions}
+            "sequence_length": plan.model.sequence_length,
+            "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1", **sizes, "decisions": plan.decisions}
     print(json.dumps(line), flush=True)
     sys.stdout.flush()
     return line

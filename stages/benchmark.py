@@ -1,7 +1,9 @@
 """DVC stage benchmark: a bounded measurement of speed, memory and MFU with the train step."""
 import sys
 
-from buildllm.cli import run_stage
-from buildllm.measure.benchmark import benchmark
+from buildllm.cli import run_stage, stage_settings
+
+stage_settings()  # before torch is imported: PYTORCH_ENABLE_MPS_FALLBACK
+from buildllm.measure.benchmark import benchmark  # noqa: E402
 
 sys.exit(run_stage(benchmark))

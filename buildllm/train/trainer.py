@@ -40,6 +40,7 @@ from buildllm.paths import tokenizer_path
 from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
 from buildllm.train.run_log import RunLog
 from buildllm.device.precision import autocast, grad_scaler
+from buildllm.device.xla import step_boundary
 from buildllm.train.schedule import make_schedule, optimizer_steps
 from buildllm.data.tokenization import load_tokenizer
 
@@ -166,6 +167,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        step_boundary(self.device)  # XLA: one graph per optimizer step
         self.step_count += 1
         self.tokens_seen += self.tokens_per_step
         return loss
