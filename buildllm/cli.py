@@ -88,11 +88,15 @@ def cmd_train(args) -> None:
 def cmd_benchmark(args) -> None:
     threads = args.threads or []
     config = config_from_args(args, {"train.threads": threads[0]} if len(threads) == 1 else {})
+    workers = args.workers or []
+    if len(workers) == 1:
+        config = config_from_args(args, {"train.workers": workers[0], **({"train.threads": threads[0]}
+                                                                         if len(threads) == 1 else {})})
     if args.find_batch_size:
         call("buildllm.measure.batch_finder:find_batch_size", config)
-    elif args.presets or args.architectures or len(threads) > 1:
+    elif args.presets or args.architectures or len(threads) > 1 or len(workers) > 1:
         call("buildllm.measure.sweep:sweep", config, args.presets, args.architectures,
-             threads if len(threads) > 1 else None)
+             threads if len(threads) > 1 else None, True, workers if len(workers) > 1 else None)
     else:
         call("buildllm.measure.benchmark:benchmark", config)
 
@@ -133,8 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_train)
 
     p = sub.add_parser("benchmark", help="measure training speed, memory and MFU with the train code path")
-    add_run_flags(p, skip=("--threads",))
+    add_run_flags(p, skip=("--threads", "--workers"))
     p.add_argument("--threads", type=int, nargs="+", metavar="N", help="torch threads; several values make a sweep")
+    p.add_argument("--workers", type=int, nargs="+", metavar="N",
+                   help="data-loader workers; several values make a sweep (with its data-wait share)")
     p.add_argument("--presets", nargs="+", metavar="PRESET", help="sweep these presets (tiny student small ...)")
     p.add_argument("--architectures", nargs="+", choices=("classic", "modern"), help="sweep these architectures")
     p.add_argument("--find-batch-size", action="store_true",

@@ -102,4 +102,4 @@ def test_sweep_prints_one_row_per_combination(tokens, workdir, capsys):
         assert r["tokens_per_second"] == pytest.approx(r["steps_per_second"] * r["batch_size"] * sequence[r["preset"]])
     sweep = read(workdir, "sweep")
     assert set(sweep) == {f"{p}_classic_{t}t_{k}" for p in ("tiny", "student") for t in (1, 2)
-                          for k in ("steps_per_second", "tokens_per_second")}
+                          for k in ("steps_per_second", "tokens_per_second", "data_share")}

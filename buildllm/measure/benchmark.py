@@ -23,6 +23,7 @@ from buildllm.config import Config
 from buildllm.data.windows import Windows, load_windows
 from buildllm.device.hardware import environment
 from buildllm.device.health import interval_trend
+from buildllm.measure.breakdown import describe as describe_parts, overheads, step_breakdown
 from buildllm.errors import TrainingFailed
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu
 from buildllm.measure.memory_estimate import plan_memory
@@ -66,6 +67,8 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         # rate then lies between the slowest and the fastest interval, as it must.
         measured_seconds = sum(seconds)
         figures = trainer.memory.read()  # peak since the Trainer began building the model
+        # A few more steps with their parts timed apart (their syncs would slow the intervals above).
+        parts = step_breakdown(trainer, max(2, bench.measured_steps // bench.intervals))
         validation_seconds, save_seconds, save_bytes, plot_seconds = 0.0, 0.0, 0, 0.0
         if extras:
             before = plan.device.timed()
@@ -102,6 +105,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "checkpoint_bytes": save_bytes,
         "plot_seconds": plot_seconds,
         "flops_per_token": flops_per_token(plan.model, matmuls),
+        **parts, **overheads(plan.config, validation_seconds, save_seconds),
         **figures,
     }
 
@@ -151,4 +155,5 @@ def summary(m: dict) -> str:
             f"(interval CV {m['throughput_cv']:.1%}), MFU {m['mfu']:.1%} of {m['peak_flops'] / 1e12:.2f} TFLOP/s "
             f"[{m['peak_flops_source']}], peak memory {m['peak_memory_bytes'] / 2**20:.0f} MiB "
             f"(estimate {m['memory_estimate_total_bytes'] / 2**20:.0f} MiB), warm-up {m['warmup_seconds']:.1f} s, "
-            f"checkpoint {m['checkpoint_bytes'] / 2**20:.1f} MiB in {m['checkpoint_save_seconds']:.2f} s")
+            f"checkpoint {m['checkpoint_bytes'] / 2**20:.1f} MiB in {m['checkpoint_save_seconds']:.2f} s"
+            + (f"; a step's time: {parts}" if (parts := describe_parts(m)) else ""))

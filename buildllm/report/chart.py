@@ -59,11 +59,37 @@ def panels(frame: pd.DataFrame) -> list:
     ]
 
 
+PHASES = ("data", "transfer", "compute", "optimizer", "validation", "checkpoint")
+PHASE_COLORS = ["#C44E52", "#DD8452", "#4C72B0", "#55A868", "#8172B3", "#937860"]
+
+
+def step_panel(ax, frame: pd.DataFrame, names: list) -> None:
+    """One stacked bar per experiment: a step's milliseconds by part, so the limit shows (data
+    waiting: add workers; transfer: pin memory; optimizer at a small batch: raise the batch size)."""
+    ax.set_title("Where a step's time goes (ms)", fontsize=11)
+    ax.spines[["top", "right"]].set_visible(False)
+    columns = [f"step_{phase}_seconds" for phase in PHASES]
+    recorded = [all(c in frame and not pd.isna(row[c]) for c in columns) for _, row in frame.iterrows()]
+    bottoms = [0.0] * len(names)
+    for phase, column, color in zip(PHASES, columns, PHASE_COLORS):
+        heights = [float(row[column]) * 1000 if ok else 0.0 for ok, (_, row) in zip(recorded, frame.iterrows())]
+        ax.bar(range(len(names)), heights, bottom=bottoms, color=color, label=phase)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    for i, ok in enumerate(recorded):
+        ax.text(i, bottoms[i], "not recorded" if not ok else f"{bottoms[i]:,.1f}", ha="center", va="bottom",
+                fontsize=9, color="#555" if not ok else "#111")
+    ax.set_ylim(0, (max(bottoms) or 1.0) * 1.18)
+    ax.set_xticks(range(len(names)), names, rotation=15 if len(names) > 3 else 0, fontsize=9)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+
+
 def write_chart(c: Comparison, path: Path) -> Path:
     frame = c.frame
     names = list(frame["experiment"])
     colors = [COLORS[i % len(COLORS)] for i in range(len(names))]
-    fig, axes = plt.subplots(2, 3, figsize=(13, 7.5), constrained_layout=True)
+    fig, axes = plt.subplots(2, 4, figsize=(17, 7.5), constrained_layout=True)
+    step_panel(axes.flat[6], frame, names)
+    axes.flat[7].axis("off")  # room for the stacked bar's legend
     for ax, (title, values, fmt, spread) in zip(axes.flat, panels(frame)):
         ax.set_title(title, fontsize=11)
         ax.spines[["top", "right"]].set_visible(False)

@@ -55,6 +55,13 @@ SUMMARY = [
     ("checkpoint_bytes", "benchmark", "checkpoint_bytes"),
     ("time_to_first_step_seconds", "benchmark", "time_to_first_step_seconds"),
     ("mfu", "benchmark", "mfu"),
+    # Where a step's time goes (buildllm/measure/breakdown.py): the chart's stacked bar.
+    ("step_data_seconds", "benchmark", "step_data_seconds"),
+    ("step_transfer_seconds", "benchmark", "step_transfer_seconds"),
+    ("step_compute_seconds", "benchmark", "step_compute_seconds"),
+    ("step_optimizer_seconds", "benchmark", "step_optimizer_seconds"),
+    ("step_validation_seconds", "benchmark", "step_validation_seconds"),
+    ("step_checkpoint_seconds", "benchmark", "step_checkpoint_seconds"),
     ("estimated_seconds", "estimate", "estimated_seconds"),
     ("estimated_seconds_low", "estimate", "estimated_seconds_low"),
     ("estimated_seconds_high", "estimate", "estimated_seconds_high"),

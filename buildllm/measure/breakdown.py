@@ -1,0 +1,97 @@
+"""Where a training step's time goes: the course's "GPU utilisation is low" and "throughput
+decreases over time" rows, measured.
+
+After the benchmark's timed intervals (whose throughput stays untouched), a few more of the
+Trainer's own steps run with their parts timed apart, each between device synchronisations:
+  data       waiting for the next batch (the data loader, its workers);
+  transfer   copying the batch to the device;
+  optimizer  the optimizer update (clipping and the scaler's checks stay with compute);
+  compute    the rest of the step: forward, backward and the loss read-back.
+Validation and checkpoint saves run every eval_interval / checkpoint_interval steps; their share
+of a step is their measured time spread over those intervals. A large data share says add
+--workers; a large transfer share says pin memory or keep data on the device; a large optimizer
+share at a small batch says raise the batch size.
+"""
+
+from __future__ import annotations
+
+import time
+
+from buildllm.config import Config
+
+PHASES = ("data", "transfer", "compute", "optimizer", "validation", "checkpoint")
+
+
+class _TimedDevice:
+    """The trainer's device, with its host-to-device copy timed (everything else passes through)."""
+
+    def __init__(self, device, spent: dict):
+        self._device, self._spent = device, spent
+
+    def __getattr__(self, name):
+        return getattr(self._device, name)
+
+    def put(self, *tensors, pin: bool = False):
+        begin = self._device.timed()
+        moved = self._device.put(*tensors, pin=pin)
+        self._spent["transfer"] += self._device.timed() - begin
+        return moved
+
+
+def step_breakdown(trainer, steps: int) -> dict:
+    """Run `steps` optimizer steps of `trainer` with their parts timed; mean seconds per step."""
+    spent = {"data": 0.0, "transfer": 0.0, "optimizer": 0.0}
+    device, cursor_next, optimizer_step = trainer.device, trainer.cursor.next, trainer.optimizer.step
+
+    def next_batch():
+        begin = time.perf_counter()
+        batch = cursor_next()
+        spent["data"] += time.perf_counter() - begin
+        return batch
+
+    def update(*args, **kwargs):
+        begin = device.timed()  # the backward's queued work is compute's, not the optimizer's
+        result = optimizer_step(*args, **kwargs)
+        spent["optimizer"] += device.timed() - begin
+        return result
+
+    # Instance attributes that shadow the methods; put back whatever was there before.
+    saved = [(owner, name, vars(owner).get(name)) for owner, name in ((trainer.cursor, "next"),
+                                                                       (trainer.optimizer, "step"))]
+    trainer.cursor.next, trainer.device, trainer.optimizer.step = next_batch, _TimedDevice(device, spent), update
+    try:
+        begin = device.timed()
+        for _ in range(steps):
+            trainer.step()
+        total = device.timed() - begin
+    finally:
+        trainer.device = device
+        for owner, name, before in saved:
+            if before is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, before)
+    per_step = {phase: seconds / steps for phase, seconds in spent.items()}
+    per_step["compute"] = max(0.0, total / steps - sum(per_step.values()))
+    return {f"step_{phase}_seconds": per_step[phase] for phase in ("data", "transfer", "compute", "optimizer")}
+
+
+def overheads(config: Config, validation_seconds: float, checkpoint_seconds: float) -> dict:
+    """Validation and checkpoint time per optimizer step, as the train loop spreads them."""
+    t = config.train
+    return {"step_validation_seconds": validation_seconds / t.eval_interval if t.eval_interval else 0.0,
+            "step_checkpoint_seconds": checkpoint_seconds / t.checkpoint_interval if t.checkpoint_interval else 0.0}
+
+
+def shares(figures: dict) -> dict:
+    """Each phase's share of the whole step, from a benchmark record; {} if it has no breakdown."""
+    seconds = {phase: figures.get(f"step_{phase}_seconds") for phase in PHASES}
+    if any(value is None for value in seconds.values()):
+        return {}
+    total = sum(seconds.values())
+    return {phase: value / total for phase, value in seconds.items()} if total > 0 else {}
+
+
+def describe(figures: dict) -> str:
+    """"data 2%, transfer 0%, compute 85%, ..." for a summary line."""
+    return ", ".join(f"{phase} {share:.0%}" for phase, share in shares(figures).items())
