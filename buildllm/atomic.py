@@ -1,6 +1,9 @@
 """Atomic file writes: write a temp file beside the target, fsync, rename.
 
 A crash or kill at any moment leaves either the old file or the new one, never half of one.
+Writers that record the name they were given (torch.save puts it inside its zip archive) write
+through `atomic_open`'s file handle instead: the random temp name must not reach the bytes, or
+equal data gives different files and DVC sees a change.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from buildllm import disk
 
@@ -46,6 +49,14 @@ def atomic_path(path: str | Path, needed: int | None = None, advice: str = "") -
         raise
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, needed: int | None = None, advice: str = "") -> Iterator[BinaryIO]:
+    """Yield a binary file handle to write; on success its contents replace `path`, atomically."""
+    with atomic_path(path, needed, advice) as tmp, open(tmp, "wb") as handle:
+        yield handle
+        handle.flush()
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None], needed: int | None = None,

@@ -31,3 +31,17 @@ def test_metrics_must_be_flat_finite_scalars(tmp_path):
         with pytest.raises(TypeError):
             write_metrics(tmp_path / "bad.json", bad)
     assert not (tmp_path / "bad.json").exists()
+
+
+def test_atomic_open_writes_through_a_handle_and_keeps_the_old_file_on_failure(tmp_path):
+    from buildllm.atomic import atomic_open
+
+    target = tmp_path / "out.bin"
+    with atomic_open(target) as handle:
+        handle.write(b"new")
+    assert target.read_bytes() == b"new"
+    with pytest.raises(RuntimeError):
+        with atomic_open(target) as handle:
+            handle.write(b"half")
+            raise RuntimeError("killed mid-write")
+    assert target.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["out.bin"]

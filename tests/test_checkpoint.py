@@ -103,3 +103,19 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_warning(tmp_path, c
         assert lock_file.read_text().split()[0] == str(os.getpid())
     assert f"taking over the stale lock {lock_file} (pid {dead.stdout.strip()}" in capsys.readouterr().err
     assert not lock_file.exists()
+
+
+def test_the_same_state_saved_twice_gives_the_same_bytes(tmp_path):
+    """A real model and optimizer state with the RNG state: equal states must give equal files."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(8, 16)).sum().backward()
+    optimizer.step()
+    full = {"step": 3, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "rng": checkpoint.rng_state(), "signature": dict(SIGNATURE)}
+    _, _, first = checkpoint.save(tmp_path / "a", full, keep=2)
+    _, _, second = checkpoint.save(tmp_path / "b", full, keep=2)
+    assert first.read_bytes() == second.read_bytes()
+    assert b".tmp" not in first.read_bytes()  # the temp file's random name is not inside
+    assert checkpoint.load(first)["step"] == 3

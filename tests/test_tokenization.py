@@ -1,6 +1,8 @@
 """The tokenize stage: a byte-level BPE of the asked size, token tensors, metrics, and bad input."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,26 @@ def test_a_failed_run_leaves_the_previous_outputs(workspace, capsys, damage, fra
     assert {p: p.read_bytes() for p in outputs} == before
     assert sorted(p.name for p in (workspace / "data" / "tokens" / f"files_{VOCAB}").iterdir()) == \
         ["train_tokens.pt", "validation_tokens.pt"]  # no temp file left behind
+
+
+def test_rebuilding_the_tokens_gives_the_same_bytes(workspace):
+    """Equal inputs, equal files: else DVC sees new data and a comparison calls the budgets unequal."""
+    def outputs() -> dict[str, bytes]:
+        files = [*workspace.glob("tokenizer/*"), *workspace.glob("data/tokens/*/*")]
+        return {str(p.relative_to(workspace)): p.read_bytes() for p in sorted(files)}
+
+    tokenize_corpus(corpus_config())
+    first = outputs()
+    # The second build in a fresh process: per-process hash seeds (Python's and the Rust side's)
+    # must not reach the files either.
+    (workspace / "params.yaml").write_text(json.dumps({
+        "corpus": {"source": "files", "files": ["texts/*.txt"], "validation_percent": 20.0},
+        "tokenize": {"vocab_size": VOCAB}}))
+    for path in workspace.glob("data/tokens/*/*"):
+        path.unlink()
+    subprocess.run([sys.executable, "-m", "buildllm", "tokenize"], cwd=workspace, check=True, capture_output=True)
+    second = outputs()
+    assert len(first) == 3 and first.keys() == second.keys()
+    assert [name for name in first if first[name] != second[name]] == []
+    # The temp file's random name never reaches a token file.
+    assert all(b".tmp" not in data for name, data in first.items() if name.endswith(".pt"))

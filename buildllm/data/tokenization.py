@@ -26,7 +26,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 
-from buildllm.atomic import atomic_path
+from buildllm.atomic import atomic_open, atomic_path
 from buildllm.config import Config
 from buildllm.data.corpus import END_OF_TEXT, SPLITS, count_documents, read_texts, split_files
 from buildllm.errors import UserError
@@ -142,8 +142,9 @@ def encode_texts(tokenizer: Tokenizer, texts: Iterable[str], dtype: torch.dtype,
 
 
 def save_tokens(tokens: torch.Tensor, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(tokens, tmp)
+    # Through a handle: given a path, torch.save stores the (random) temp name in the file.
+    with atomic_open(path) as handle:
+        torch.save(tokens, handle)
 
 
 def tokenize_corpus(config: Config) -> dict:

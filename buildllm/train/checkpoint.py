@@ -71,7 +71,8 @@ def save(directory: str | Path, state: dict, keep: int) -> tuple[float, int, Pat
     started = time.perf_counter()
 
     def write(tmp: Path) -> None:
-        # Through a Python file object, so a full disk surfaces as ENOSPC (torch's own writer loses the errno).
+        # Through a Python file object, so a full disk surfaces as ENOSPC (torch's own writer loses the
+        # errno), and the random temp name stays out of the zip: equal states give equal bytes.
         with open(tmp, "wb") as handle:
             torch.save(state, handle)
 
