@@ -9,7 +9,8 @@ import pytest
 
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.measure.estimate import estimate
+from buildllm.device.hardware import machine_name
+from buildllm.measure.estimate import estimate, planned_examples
 from buildllm.units import duration as human_duration
 from buildllm.plan import make_plan, plan_metrics
 from train_fixtures import train_args
@@ -23,8 +24,10 @@ def settings(tokens, **extra) -> dict:
 
 
 def benchmark_record(config, **figures) -> dict:
-    """What the benchmark writes: the plan's controls and the measured figures."""
-    return {**plan_metrics(make_plan(config)), "oom": False, "steps_per_second": 4.0, "tokens_per_second": 4096.0,
+    """What the benchmark writes: the plan's controls, this machine, and the measured figures."""
+    plan = make_plan(config)
+    return {**plan_metrics(plan), "machine": machine_name(plan.device), "validation_examples":
+            planned_examples(plan, "validation"), "oom": False, "steps_per_second": 4.0, "tokens_per_second": 4096.0,
             "interval_steps_per_second_min": 3.2, "interval_steps_per_second_max": 5.0,
             "validation_seconds": 0.5, "checkpoint_save_seconds": 0.25, "checkpoint_bytes": 1_000_000,
             "process_startup_seconds": 1.5, "time_to_first_step_seconds": 2.0, "plot_seconds": 0.5, **figures}
@@ -85,7 +88,7 @@ def write_benchmark(workdir, record: dict) -> None:
 
 def cli_args(tokens) -> list[str]:
     return ["estimate", "--preset", "tiny", "--device", "cpu", "--threads", "1", "--batch-size", "8",
-            "--training-examples", "100", "--train-tokens", str(tokens["train"]),
+            "--training-examples", "100", "--validation-examples", "16", "--train-tokens", str(tokens["train"]),
             "--validation-tokens", str(tokens["validation"])]
 
 
@@ -108,6 +111,20 @@ def test_refuses_a_benchmark_with_other_controls_and_lists_them(tokens, workdir,
     assert err.count("\n") == 1 and err.startswith("error: the benchmark's controls differ from the planned run")
     assert "batch_size 16 (benchmark) vs 8 (plan)" in err and "precision 'bf16' (benchmark) vs 'fp32' (plan)" in err
     assert "dvc repro benchmark" in err and not (workdir / "metrics" / "estimate.json").exists()
+
+
+def test_refuses_a_benchmark_from_another_machine_validation_size_or_workers(tokens, workdir, capsys):
+    config = load_config(None, {**settings(tokens), "train.grad_accum": 1})
+    record = benchmark_record(config, machine="Apple M2 Max", validation_examples=64, workers=2)
+    write_benchmark(workdir, record)
+    assert main(cli_args(tokens)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: the benchmark's controls differ from the planned run")
+    assert f"machine 'Apple M2 Max' (benchmark) vs {machine_name(make_plan(config).device)!r} (plan)" in err
+    assert "validation_examples 64 (benchmark) vs 16 (plan)" in err and "workers 2 (benchmark) vs 0 (plan)" in err
+    # The same benchmark taken here, with the planned validation size and workers, is accepted.
+    write_benchmark(workdir, benchmark_record(config))
+    assert main(cli_args(tokens)) == 0
 
 
 def test_refuses_an_out_of_memory_benchmark(tokens, workdir, capsys):

@@ -10,6 +10,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 
 import psutil
 import torch
@@ -17,6 +18,17 @@ import torch
 from buildllm import __version__
 from buildllm.device.device import Device, processor_name
 from buildllm.device.resolve import mps_available, resolve_device, why_no_cuda, xla_available
+
+
+# A metric string stays short; the trademark marks and the clock speed name no other machine.
+_NAME_NOISE = re.compile(r"\((?:R|TM)\)|\s+CPU\b|\s*@.*$")
+
+
+def machine_name(device: Device) -> str:
+    """What a speed was measured on: the GPU's name on CUDA, else the processor's model, shortened.
+
+    The estimate refuses a benchmark whose machine differs from the planned run's."""
+    return re.sub(r"\s+", " ", _NAME_NOISE.sub("", device.name)).strip()[:40]
 
 
 def _version(package: str) -> str:
@@ -65,7 +77,7 @@ def environment(device: Device) -> dict:
         info["bf16_supported"] = True
     info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     info["cpu_bf16_native"] = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    info.update(resolved_device=device.device, device_reason=device.reason)
+    info.update(resolved_device=device.device, device_reason=device.reason, machine=machine_name(device))
     return info
 
 

@@ -5,13 +5,16 @@ The course's formulas:
             ≈ planned tokens / measured tokens per second
     plus validation passes, checkpoint saves and start-up.
 The low-high range comes from the slowest and fastest measured interval. An estimate is only as
-good as the match between benchmark and plan, so a benchmark with other controls is refused.
+good as the match between benchmark and plan, so a benchmark with other controls is refused:
+the shape and precision, the data loader workers, the validation size (it sets each validation
+pass's time) and the machine (the processor model, or the GPU's name).
 """
 
 from __future__ import annotations
 
 from buildllm.config import Config
 from buildllm.data.windows import split_windows
+from buildllm.device.hardware import machine_name
 from buildllm.errors import UserError
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path, token_paths
@@ -21,15 +24,16 @@ from buildllm.units import duration
 
 # The controls a benchmark must share with the planned run for its speed to apply.
 CONTROLS = ("profile", "architecture", "parameters", "batch_size", "grad_accum", "sequence_length", "precision",
-            "device", "gradient_checkpointing", "compile")
+            "device", "gradient_checkpointing", "compile", "workers")
 
 
-def planned_examples(plan: RunPlan) -> int:
-    limit = plan.config.train.training_examples
-    train_path, _ = token_paths(plan.config, plan.model.vocab_size)
-    if limit is not None and not train_path.exists():
+def planned_examples(plan: RunPlan, split: str = "train") -> int:
+    """Windows the run will read from `split`: the configured limit, or fewer if the tokens hold fewer."""
+    limit = plan.config.train.training_examples if split == "train" else plan.config.train.validation_examples
+    path = token_paths(plan.config, plan.model.vocab_size)[split != "train"]
+    if limit is not None and not path.exists():
         return limit
-    return len(split_windows(plan.config, plan.model, "train"))
+    return len(split_windows(plan.config, plan.model, split))
 
 
 def control_differences(benchmark: dict, plan_controls: dict) -> list[str]:
@@ -46,7 +50,9 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
     resolved = plan_metrics(plan)
     # On the CPU the thread count sets the speed as much as the batch size does.
     keys = CONTROLS + (("threads",) if plan.device.threads_apply else ())
-    plan_controls = {key: resolved[key] for key in keys}
+    plan_controls = {**{key: resolved[key] for key in keys},
+                     "validation_examples": planned_examples(plan, "validation"),
+                     "machine": machine_name(plan.device)}
     differences = control_differences(benchmark, plan_controls)
     if differences:
         raise UserError("the benchmark's controls differ from the planned run (" + "; ".join(differences)
