@@ -65,7 +65,6 @@ def tokens(tmp_path_factory):
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    """An empty working directory (metrics/ and plots/ are written relative to it) with its own peak cache."""
+    """An empty working directory (metrics/ and plots/ are written relative to it)."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("BUILDLLM_CACHE", str(tmp_path / "cache"))
     return tmp_path

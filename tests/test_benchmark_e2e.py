@@ -24,7 +24,6 @@ def bound(project) -> None:
 
 
 def test_repro_then_experiments_diff_speed_and_memory(project, tmp_path, monkeypatch):
-    monkeypatch.setenv("BUILDLLM_CACHE", str(tmp_path / "cache"))
     bound(project)
     run(["dvc", "repro", "benchmark", "estimate"], project)
     benchmark = json.loads((project / "metrics" / "benchmark.json").read_text())

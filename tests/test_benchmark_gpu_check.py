@@ -54,7 +54,7 @@ def test_the_whole_loop_runs_on_the_cpu(tmp_path):
     shutil.copy2(tokens["validation"], folder / "validation_tokens.pt")
     out = tmp_path / "out"
     result = gpu_check(project, GPU_CHECK_DEVICE="cpu", GPU_CHECK_OUT=str(out),
-                       BUILDLLM_CACHE=str(tmp_path / "cache"), GPU_CHECK_BUDGET_S="100000")
+                       GPU_CHECK_BUDGET_S="100000")
     assert result.returncode == 0, result.stdout + result.stderr
     combined = json.loads((out / "combined.json").read_text())
     # fp16 is refused on the CPU (reported in the log, not a crash); bf16 and fp32 ran.

@@ -33,8 +33,10 @@ def test_dry_run_iteration_3_counts_parameters_and_estimates_memory(tmp_path):
     assert startup["action"] == "dry_run" and startup["device"] == "cpu"
     metrics = json.loads((tmp_path / "metrics" / "dry_run.json").read_text())
     assert abs(metrics["parameters"] - 98.5e6) / 98.5e6 < 0.01
-    parts = [v for k, v in metrics.items() if k.startswith("memory_estimate_") and k != "memory_estimate_total_bytes"]
+    stated = ("memory_estimate_total_bytes", "memory_estimate_low_bytes", "memory_estimate_high_bytes")
+    parts = [v for k, v in metrics.items() if k.startswith("memory_estimate_") and k not in stated]
     assert metrics["memory_estimate_total_bytes"] == sum(parts)
+    assert metrics["memory_estimate_low_bytes"] < metrics["memory_estimate_total_bytes"] < metrics["memory_estimate_high_bytes"]
     # fp32 weights + grads + AdamW moments alone are 16 bytes a parameter.
     assert metrics["memory_estimate_total_bytes"] > 16 * metrics["parameters"]
     assert all(isinstance(v, (int, float, str, bool)) for v in metrics.values())

@@ -144,8 +144,9 @@ class Device:
         if self.kind == "cuda":
             torch.cuda.empty_cache()
 
-    def peak_flops(self, precision: str, tf32: bool, threads: int) -> Peak:
-        return peak_flops(self, precision, tf32, threads)
+    def peak_flops(self, precision: str, tf32: bool, threads: int, rates: list[float] | None = None) -> Peak:
+        """The datasheet peak, else the median of `rates` (a run's own timed matmuls) or of a sample now."""
+        return peak_flops(self, precision, tf32, threads, rates)
 
     # --- several processes -----------------------------------------------------------------------
     def for_rank(self, local_rank: int, rank: int, size: int, local_size: str = "?") -> Device:

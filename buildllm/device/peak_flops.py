@@ -1,24 +1,22 @@
 """Peak FLOP/s of the device a run uses, in the run's precision: the denominator of MFU.
 
 Known NVIDIA GPUs: dense (no sparsity) tensor-core figures from NVIDIA's datasheets, by name and
-dtype. Everything else (CPUs, Apple GPUs, GPUs not in the table): measured with a short large
-matmul in the run's dtype and thread count, and cached per machine. A table that knows only the
-A100 gets MFU wrong everywhere else; a measured peak is right for the machine in front of you.
+dtype. Everything else (CPUs, Apple GPUs, GPUs not in the table): measured by the run itself, with
+a short large matmul in the run's dtype and thread count (the benchmark: just before and just
+after its measured steps, the median of ten timed matmuls). Nothing is cached outside the project:
+the metrics file records the peak it used and where it came from, so its MFU can be recomputed
+from that file alone, and no other run's history (or a file DVC cannot see) moves it.
 A Device answers with Device.peak_flops(); `device` below is that Device.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
+import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-
-from buildllm.atomic import atomic_write_text
 
 TERA = 1e12
 # name pattern -> {dtype: dense TFLOP/s}; "tf32" is the rate for fp32 matmuls with TF32 allowed.
@@ -50,63 +48,56 @@ def table_peak(gpu_name: str, precision: str, tf32: bool) -> Peak | None:
     key = "tf32" if precision == "fp32" and tf32 else precision
     for pattern, peaks in GPU_PEAKS.items():
         if re.search(rf"\b{pattern}\b", gpu_name, re.IGNORECASE) and key in peaks:
-            return Peak(peaks[key] * TERA, f"table: NVIDIA datasheet, {pattern} {key} dense")
+            return Peak(peaks[key] * TERA, f"datasheet: NVIDIA {pattern} {key} dense")
     return None
 
 
-def cache_file() -> Path:
-    root = os.environ.get("BUILDLLM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "buildllm")
-    return Path(root) / "peak_flops.json"
-
-
-def measure_matmul_peak(device, dtype: torch.dtype, size: int, repeats: int = 5) -> float:
-    """Best FLOP/s of size^3 matmuls; the best of several runs is the least disturbed one."""
+def matmul_rates(device, dtype: torch.dtype, size: int, repeats: int = 5) -> list[float]:
+    """FLOP/s of each of `repeats` timed size^3 matmuls (after one untimed call)."""
     a = torch.randn(size, size, device=device.device, dtype=dtype)
     b = torch.randn(size, size, device=device.device, dtype=dtype)
     torch.matmul(a, b)  # first call pays for kernel selection and allocation
     device.synchronize()
-    best = 0.0
+    rates = []
     for _ in range(repeats):
         start = time.perf_counter()
         torch.matmul(a, b)
         device.synchronize()
-        best = max(best, 2 * size**3 / (time.perf_counter() - start))
-    return best
+        rates.append(2 * size**3 / (time.perf_counter() - start))
+    return rates
 
 
-def measured_peak(device, precision: str, threads: int) -> Peak:
-    """Measure now, and keep the best figure this machine has ever shown for the same key.
+def matmul_size(device) -> int:
+    # Large enough to reach the matmul units' rate, small enough to take well under a second.
+    return 2048 if device.kind == "cpu" else 8192
 
-    A busy machine can only make a matmul slower, never faster, so the best measurement is the
-    closest to the true peak; measuring again each run (well under a second) lets the cache improve.
-    """
-    size = 2048 if device.kind == "cpu" else 8192
-    key = f"{device.kind}|{device.name}|{precision}|{threads} threads|{size}|torch {torch.__version__}"
-    path = cache_file()
-    cache = {}
-    if path.exists():
-        try:
-            cache = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            cache = {}  # a damaged cache is re-measured, never trusted
+
+def sample_peak(device, precision: str) -> list[float]:
+    """One in-run sample of the matmul rate (FLOP/s, 5 timed matmuls) in the run's dtype and threads."""
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    now = measure_matmul_peak(device, dtype, size)
-    best = cache.get(key, {"flops": 0.0})
-    if now > best["flops"]:
-        best = cache[key] = {"flops": now, "date": time.strftime("%Y-%m-%d")}
-        try:
-            atomic_write_text(path, json.dumps(cache, indent=2))
-        except OSError:
-            pass  # a read-only home still gets this run's measurement
-    return Peak(best["flops"], f"measured: {size}^3 {precision} matmul on {threads} threads, best seen "
-                               f"{best['flops'] / TERA:.3f} TFLOP/s ({best['date']}, cached in {path}); "
-                               f"this run {now / TERA:.3f}")
+    rates = matmul_rates(device, dtype, matmul_size(device))
+    device.release_cached_memory()  # the matmul's blocks must not count in the run's reserved memory
+    return rates
 
 
-def peak_flops(device, precision: str, tf32: bool, threads: int) -> Peak:
-    if device.kind == "cuda":
-        known = table_peak(device.name, precision, tf32)
-        if known is not None:
-            return known
-    return measured_peak(device, precision, threads)
+def table_or_none(device, precision: str, tf32: bool) -> Peak | None:
+    """The datasheet figure when the device has one; None means: measure it in the run."""
+    return table_peak(device.name, precision, tf32) if device.kind == "cuda" else None
+
+
+def measured_peak(device, precision: str, rates: list[float]) -> Peak:
+    """The median of this run's timed matmuls (the benchmark's: taken before and after its steps).
+
+    The median, not the best: a typical rate under the same conditions as the steps, so a steady
+    background load slows numerator and denominator alike, where the best of a few would be one
+    lucky moment that a rerun does not repeat (MFU must agree between two runs within 3%)."""
+    return Peak(statistics.median(rates), f"measured in run: {matmul_size(device)}^3 {precision} matmuls")
+
+
+def peak_flops(device, precision: str, tf32: bool, threads: int, rates: list[float] | None = None) -> Peak:
+    """The datasheet figure, else the median of `rates` (or of a sample taken now). `threads` is
+    the run's count, already applied to torch: the measurement runs with it."""
+    known = table_or_none(device, precision, tf32)
+    if known is not None:
+        return known
+    return measured_peak(device, precision, rates or sample_peak(device, precision))

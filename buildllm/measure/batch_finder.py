@@ -56,7 +56,9 @@ def _measure_try(config: Config) -> dict:
             raise
         plan.device.release_cached_memory()
         return {"oom": True, "peak_memory_bytes": 0}
-    return {"oom": False, "peak_memory_bytes": figures.get("peak_memory_allocated_bytes", figures["peak_memory_bytes"])}
+    # On CUDA the reserved peak rides along (the memory truth script reports it beside allocated).
+    return {"oom": False, "peak_memory_bytes": figures.get("peak_memory_allocated_bytes", figures["peak_memory_bytes"]),
+            **{key: figures[key] for key in ("peak_memory_reserved_bytes",) if key in figures}}
 
 
 def _child(config: Config, queue) -> None:

@@ -5,7 +5,10 @@ It runs the Trainer's own step (the same code path as `train`) on the real token
   2. measured steps in equal intervals, each timed around a device synchronisation, so a drift
      (thermal throttling, a competing job) shows as the intervals' coefficient of variation;
   3. one validation pass and one checkpoint save, timed and sized, for the estimate;
-  4. FLOPs per token from the model's shapes and a peak for this device and precision: MFU.
+  4. FLOPs per token from the model's shapes and a peak for this device and precision: MFU. The
+     peak is a datasheet figure for known GPUs, else measured by this run just before and just
+     after the steps (outside the memory measurement), and recorded: MFU = achieved_flops ÷
+     peak_flops, recomputable from the metrics file alone.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from buildllm.measure.memory_estimate import plan_memory
 from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
+from buildllm.device.peak_flops import sample_peak, table_or_none
 from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
 from buildllm.train.plots import write_png
 from buildllm.device.oom import advice, out_of_memory
@@ -118,9 +122,12 @@ def benchmark(config: Config, write: bool = True) -> dict:
     announce("benchmark", plan, warmup_steps=bench.warmup_steps, measured_steps=bench.measured_steps,
              training_examples=len(train), validation_examples=len(validation))
     estimate = plan_memory(plan)
-    base = {**plan_metrics(plan), **environment(plan.device), "memory_estimate_total_bytes": estimate.total}
+    base = {**plan_metrics(plan), **environment(plan.device), "memory_estimate_total_bytes": estimate.total,
+            **estimate.range_metrics()}
     # Interpreter start, imports, device initialisation and token loading: a run pays them too.
     process_startup = time.time() - psutil.Process().create_time()
+    known_peak = table_or_none(plan.device, plan.precision.precision, plan.precision.tf32_enabled)
+    before = [] if known_peak else sample_peak(plan.device, plan.precision.precision)
     try:
         figures = measure(plan, train, validation)
     except Exception as exc:
@@ -132,11 +139,16 @@ def benchmark(config: Config, write: bool = True) -> dict:
             write_metrics(metrics_path("benchmark"), oom)
         raise TrainingFailed(f"out of memory at batch size {plan.batch_size} on {plan.device.device}; "
                              + advice(plan.batch_size)) from None
-    peak = plan.device.peak_flops(plan.precision.precision, plan.precision.tf32_enabled, plan.threads)
+    after = [] if known_peak else sample_peak(plan.device, plan.precision.precision)
+    peak = plan.device.peak_flops(plan.precision.precision, plan.precision.tf32_enabled, plan.threads,
+                                  rates=before + after)
     achieved = figures["flops_per_token"] * figures["tokens_per_second"]
     metrics = {
         **base, "oom": False, **figures, "process_startup_seconds": process_startup,
         "achieved_flops": achieved, "peak_flops": peak.flops, "peak_flops_source": peak.source,
+        # Each side's median matmul rate (0 for a datasheet peak): far apart, the machine's load changed.
+        "peak_flops_before": statistics.median(before) if before else 0.0,
+        "peak_flops_after": statistics.median(after) if after else 0.0,
         "mfu": mfu(figures["flops_per_token"], figures["tokens_per_second"], peak.flops),
         "memory_estimate_ratio": estimate.total / figures["peak_memory_bytes"] if figures["peak_memory_bytes"] else 0.0,
     }
@@ -154,6 +166,7 @@ def summary(m: dict) -> str:
             f"{m['threads']} threads): {m['tokens_per_second']:,.0f} tokens/s, {m['steps_per_second']:.2f} steps/s "
             f"(interval CV {m['throughput_cv']:.1%}), MFU {m['mfu']:.1%} of {m['peak_flops'] / 1e12:.2f} TFLOP/s "
             f"[{m['peak_flops_source']}], peak memory {m['peak_memory_bytes'] / 2**20:.0f} MiB "
-            f"(estimate {m['memory_estimate_total_bytes'] / 2**20:.0f} MiB), warm-up {m['warmup_seconds']:.1f} s, "
+            f"(estimate {m['memory_estimate_total_bytes'] / 2**20:.0f} MiB, range {m['memory_estimate_low_bytes'] / 2**20:.0f}-"
+            f"{m['memory_estimate_high_bytes'] / 2**20:.0f}), warm-up {m['warmup_seconds']:.1f} s, "
             f"checkpoint {m['checkpoint_bytes'] / 2**20:.1f} MiB in {m['checkpoint_save_seconds']:.2f} s"
             + (f"; a step's time: {parts}" if (parts := describe_parts(m)) else ""))
