@@ -55,7 +55,7 @@ def test_benchmark_on_cuda_records_the_gpu_and_its_peak(tokens, workdir, precisi
         assert m["peak_flops"] == known.flops and m["peak_flops_source"].startswith("datasheet: NVIDIA")
     else:
         assert m["peak_flops_source"].startswith("measured in run")
-        assert m["peak_flops"] == max(m["peak_flops_before"], m["peak_flops_after"])
+        assert min(m["peak_flops_before"], m["peak_flops_after"]) <= m["peak_flops"] <= max(m["peak_flops_before"], m["peak_flops_after"])
     assert 0 < m["mfu"] < 1
     assert m["tokens_per_second"] == pytest.approx(m["steps_per_second"] * m["batch_size"] * m["sequence_length"])
     # The caching allocator's figures: reserved covers allocated, which covers the growth.
