@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from buildllm.device.rng import rng_state
 from buildllm.train import checkpoint
 from buildllm.errors import UserError
 from train_fixtures import make_token_files, train_args
@@ -113,7 +114,7 @@ def test_the_same_state_saved_twice_gives_the_same_bytes(tmp_path):
     model(torch.randn(8, 16)).sum().backward()
     optimizer.step()
     full = {"step": 3, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": checkpoint.rng_state(), "signature": dict(SIGNATURE)}
+            "rng": rng_state(), "signature": dict(SIGNATURE)}
     _, _, first = checkpoint.save(tmp_path / "a", full, keep=2)
     _, _, second = checkpoint.save(tmp_path / "b", full, keep=2)
     assert first.read_bytes() == second.read_bytes()
