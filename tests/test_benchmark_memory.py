@@ -71,7 +71,7 @@ def test_parts_sum_to_the_total_and_the_peak_moment_is_named():
     low, high = parts.pop("memory_estimate_low_bytes"), parts.pop("memory_estimate_high_bytes")
     assert parts.pop("memory_estimate_total_bytes") == sum(parts.values()) == estimate.total
     # The stated range around it: what the CPU allocator and runtime terms cannot pin down.
-    assert low < estimate.total < high and (low, high) == (int(0.85 * estimate.total), int(1.15 * estimate.total))
+    assert low < estimate.total < high and (low, high) == (int(0.85 * estimate.total), int(1.25 * estimate.total))
     # A small model at its default batch peaks at the start of backward: activations and logits,
     # no gradients yet; on CUDA there is no CPU allocator term.
     assert estimate.peak_moment == "start of backward" and estimate.gradients == 0
