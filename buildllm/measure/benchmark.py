@@ -14,6 +14,7 @@ It runs the Trainer's own step (the same code path as `train`) on the real token
 from __future__ import annotations
 
 import shutil
+import statistics
 import sys
 import tempfile
 import time
