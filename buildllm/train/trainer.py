@@ -293,7 +293,8 @@ def run(trainer: Trainer) -> dict:
     """Train to the planned step; validate, log, checkpoint on the way; write the metrics."""
     cfg, world, device = trainer.config.train, trainer.world, trainer.device
     if world.is_main:
-        announce("train", trainer.plan, planned_steps=trainer.planned_steps, start_step=trainer.step_count,
+        announce("train", trainer.plan, (trainer.fused_adamw, trainer.fused_adamw_reason),
+                 planned_steps=trainer.planned_steps, start_step=trainer.step_count,
                  epochs=cfg.epochs, training_examples=len(trainer.train_windows),
                  validation_examples=len(trainer.validation_windows), processes=world.size,
                  tokens_per_step=trainer.tokens_per_step, checkpoint_directory=str(trainer.directory))
