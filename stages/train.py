@@ -1,7 +1,9 @@
 """DVC stage train: train the profile on the token tensors; checkpoints, metrics/train.json, log and PNG."""
+import functools
 import sys
 
 from buildllm.cli import run_stage
 from buildllm.train.trainer import train
 
-sys.exit(run_stage(train))
+# Under DVC an interrupted run is continued with `buildllm train`, not `dvc repro`: the advice says so.
+sys.exit(run_stage(functools.partial(train, under_dvc=True)))

@@ -218,8 +218,9 @@ class Trainer:
         return seconds, size
 
 
-def train(config: Config) -> dict:
-    """`buildllm train` and the DVC train stage: returns the metrics written to metrics/train.json."""
+def train(config: Config, under_dvc: bool = False) -> dict:
+    """`buildllm train` and the DVC train stage (under_dvc, set by stages/train.py): returns the
+    metrics written to metrics/train.json."""
     plan = make_plan(config)
     world, device = distributed.start(plan.device)
     plan = replace(plan, device=device)
@@ -251,7 +252,7 @@ def train(config: Config) -> dict:
             if value is not None:
                 trainer.load_state(value)
                 trainer.resumed_from = value["step"]
-            metrics = run(trainer)
+            metrics = run(trainer, resume_advice(under_dvc))
         finally:
             lock.release()
     except BaseException as exc:
@@ -289,7 +290,19 @@ class StopRequest:
             signal.signal(signum, handler)
 
 
-def run(trainer: Trainer) -> dict:
+def resume_advice(under_dvc: bool) -> str:
+    if under_dvc:  # DVC deletes a stage's outputs before it runs: `dvc repro train` would start over
+        return ("`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
+                "params.yaml, then `dvc commit train` to record its outputs")
+    return "run the same command again to resume"
+
+
+def eta(log: RunLog, remaining: int) -> str:
+    """Remaining time from measured step time only: validation passes and checkpoint saves are not steps."""
+    return tqdm.format_interval(log.seconds / log.steps * remaining) if log.steps else "?"
+
+
+def run(trainer: Trainer, advice_on_stop: str = "run the same command again to resume") -> dict:
     """Train to the planned step; validate, log, checkpoint on the way; write the metrics."""
     cfg, world, device = trainer.config.train, trainer.world, trainer.device
     if world.is_main:
@@ -299,8 +312,11 @@ def run(trainer: Trainer) -> dict:
                  validation_examples=len(trainer.validation_windows), processes=world.size,
                  tokens_per_step=trainer.tokens_per_step, checkpoint_directory=str(trainer.directory))
     trainer.log.begin()
+    # tqdm's own rate would count validation and checkpoint time as step time; the ETA is ours.
     bar = tqdm(total=trainer.planned_steps, initial=trainer.step_count, unit="step", file=sys.stderr,
-               disable=not world.is_main, dynamic_ncols=True)
+               disable=not world.is_main, dynamic_ncols=True,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+    shown = {"eta": "?"}
     with StopRequest() as stop, bar:
         try:
             if trainer.step_count == 0:
@@ -315,8 +331,10 @@ def run(trainer: Trainer) -> dict:
                 evaluate = last or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0)
                 if evaluate or step % cfg.log_interval == 0:
                     row = record(trainer, trainer.evaluate() if evaluate else None)
-                    bar.set_postfix(loss=f"{row['train_loss']:.3f}", lr=f"{row['learning_rate']:.2e}",
-                                    tok_s=f"{row['tokens_per_second']:.0f}")
+                    shown.update(loss=f"{row['train_loss']:.3f}", lr=f"{row['learning_rate']:.2e}",
+                                 tok_s=f"{row['tokens_per_second']:.0f}")
+                shown["eta"] = eta(trainer.log, trainer.planned_steps - step)
+                bar.set_postfix(shown, refresh=False)
                 bar.update(1)
                 if distributed.any_rank(world, stop.requested):
                     break
@@ -342,7 +360,7 @@ def run(trainer: Trainer) -> dict:
     if trainer.step_count < trainer.planned_steps:
         finish(trainer, "interrupted", {})
         raise TrainingInterrupted(f"stopped at step {trainer.step_count} of {trainer.planned_steps}; checkpoint "
-                                  f"saved in {trainer.directory}; run the same command again to resume")
+                                  f"saved in {trainer.directory}; {advice_on_stop}")
     return finish(trainer, "completed", {})
 
 
