@@ -70,3 +70,25 @@ def test_a_stop_under_dvc_says_continue_with_buildllm_train(tokens, workdir, sto
     err = capsys.readouterr().err
     assert "stopped at step 3 of 20" in err and "run the same command again" not in err
     assert "`dvc repro train` would start over" in err and "`buildllm train`" in err and "`dvc commit train`" in err
+
+
+def test_the_summary_and_metrics_carry_the_unigram_level(tokens, workdir, capsys):
+    import json
+    import math
+
+    import torch
+
+    from buildllm.data.windows import Windows, load_tokens
+    from buildllm.train.unigram import unigram_loss
+
+    assert main(train_args(tokens, workdir / "run")) == 0
+    metrics = json.loads((workdir / "metrics" / "train.json").read_text())
+    level = metrics["unigram_validation_loss"]
+    assert f"unigram level {level:.4f}" in capsys.readouterr().out
+    # Below a uniform guess (the text's words are not equally frequent), and the same as a direct count.
+    assert level < math.log(metrics["vocab_size"])
+    train_tokens, validation_tokens = load_tokens(tokens["train"]), load_tokens(tokens["validation"])
+    assert level == pytest.approx(unigram_loss(Windows(train_tokens, 64, 320), Windows(validation_tokens, 64, 32), 4096))
+    counts = torch.bincount(train_tokens[:320 * 64 + 1].long(), minlength=4096).double() + 1
+    targets = validation_tokens[1:32 * 64 + 1].long()
+    assert level == pytest.approx(-(counts / counts.sum()).log()[targets].mean().item())

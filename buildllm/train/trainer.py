@@ -39,6 +39,7 @@ from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
 from buildllm.train.run_log import RunLog
 from buildllm.device.precision import autocast, grad_scaler
 from buildllm.train.schedule import make_schedule, optimizer_steps
+from buildllm.train.unigram import unigram_loss
 from buildllm.data.tokenization import load_tokenizer
 
 
@@ -234,6 +235,9 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         directory = Path(config.train.checkpoint_directory)
         trainer = Trainer(plan, train_windows, validation_windows, world=world,
                           tokenizer=tokenizer, directory=directory)
+        # The best a model that ignores context can do: the bar the validation loss must clear.
+        trainer.log.facts["unigram_validation_loss"] = unigram_loss(train_windows, validation_windows,
+                                                                    plan.model.vocab_size)
         # Only rank 0 writes, so only rank 0 locks; every rank follows its resume decision.
         lock = checkpoint.DirectoryLock(directory)
         decision = None
