@@ -40,3 +40,17 @@ def test_outside_text_is_shortened_with_the_full_value_in_the_notes(tmp_path):
     assert len(values["processor"]) == MAX_LABEL
     assert json.loads(notes_path(path).read_text()) == {"processor": processor, "checkpoint_directory": "/home/me/ck/run"}
 
+
+
+def test_the_committed_metrics_fit_a_terminal():
+    """The default pipeline's own metrics (committed from a real `dvc repro`): short values only, so a
+    `dvc metrics diff` row (path, metric, old value, new value, change) fits in 160 columns."""
+    metrics = [p for p in sorted((ROOT / "metrics").glob("*.json")) if not p.stem.endswith("_notes")]
+    assert {p.stem for p in metrics} >= {"corpus", "tokenize", "dry_run", "benchmark", "estimate", "train"}
+    for path in metrics:
+        for key, value in json.loads(path.read_text()).items():
+            shown = value if isinstance(value, str) else f"{value:.5f}" if isinstance(value, float) else str(value)
+            assert len(shown) <= MAX_LABEL and not shown.startswith(("/", "~")), f"{path.name}: {key}={value!r}"
+            # dvc metrics diff: 2 spaces between columns; a change is a number or "-".
+            row = len(f"metrics/{path.name}") + len(key) + 2 * len(shown) + len(shown) + 4 * 2
+            assert row <= 160, f"{path.name}: {key}={value!r} makes a {row}-column row"
