@@ -7,8 +7,8 @@ A metrics file holds numbers and short labels only, so DVC's tables stay readabl
 no text over MAX_LABEL characters and no absolute path (a path in a user's home folder is neither
 a metric nor the same on two machines). Sentences (reasons, sources, methods, advice) go to a
 companion `<stage>_notes.json` beside it, which is not a DVC metric. A long label of our own is a
-bug and fails loudly; text the machine or the user supplies (processor name, platform, a path) is
-shortened here, with its full value kept in the notes.
+bug and fails loudly; the labels in SHORTENED (processor name, platform, a path, how a peak was
+measured) are cut to fit here, with their full text kept in the notes.
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ from buildllm.errors import UserError
 
 SCALARS = (bool, int, float, str)
 MAX_LABEL = 40
-NOTE_SUFFIXES = ("_reason", "_source", "_method", "_advice")   # sentences: always notes
-OUTSIDE_TEXT = ("platform", "processor", "gpu_name", "checkpoint_directory", "tokenizer", "tokens")
+NOTE_SUFFIXES = ("_reason", "_advice")   # sentences: notes only
+# Labels whose text can run long (from the machine, the user, or a measurement's own account): the
+# metrics file keeps the label cut to fit, which reports read; the notes keep the full text.
+SHORTENED = ("platform", "processor", "gpu_name", "checkpoint_directory", "tokenizer", "peak_flops_source",
+             "peak_memory_method")
 _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
 
@@ -58,7 +61,7 @@ def check_flat(metrics: Mapping[str, Any]) -> dict:
 def check_label(key: str, value: Any) -> None:
     if isinstance(value, str) and (len(value) > MAX_LABEL or _ABSOLUTE.match(value)):
         raise MetricValueError(f"metric {key}={value!r} is not a short label ({len(value)} characters, at most "
-                               f"{MAX_LABEL}, no absolute path); name it *_reason/_source/_method/_advice so it "
+                               f"{MAX_LABEL}, no absolute path); name it *_reason or *_advice so it "
                                "goes to the notes file, or shorten it")
 
 
@@ -69,7 +72,7 @@ def split(metrics: Mapping[str, Any]) -> tuple[dict, dict]:
         if is_note(key):
             notes[key] = value
             continue
-        if key in OUTSIDE_TEXT and isinstance(value, str) and short_label(value) != value:
+        if key in SHORTENED and isinstance(value, str) and short_label(value) != value:
             notes[key], value = value, short_label(value)
         check_label(key, value)
         values[key] = value
