@@ -118,7 +118,7 @@ def generate_text(location: str | Path, prompt: str, max_new_tokens: int = 100, 
 def announce(model: GPT, state: dict, path: Path, device: str, reason: str, max_new_tokens: int) -> None:
     """The same startup line as train's: generation runs the checkpoint's fp32 weights, one sequence,
     no optimizer, so the training-only fast paths are off and say why."""
-    tf32 = device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32
+    tf32 = bool(torch.backends.cuda.matmul.allow_tf32)  # torch's default, off: generation never turns it on
     line = {"action": "generate", "device": device, "device_reason": reason, "precision": "fp32",
             "tensor_cores_enabled": tf32, "tf32_enabled": tf32, "fused_adamw": False,
             "fused_adamw_reason": "generation builds no optimizer", "grad_scaler": False,
