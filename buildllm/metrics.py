@@ -24,6 +24,9 @@ from buildllm.errors import UserError
 
 SCALARS = (bool, int, float, str)
 MAX_LABEL = 40
+# A label cut to fit is cut shorter still: two of them side by side in `dvc metrics diff --md`, with
+# the path, the metric's name and a numeric change, stay within 160 columns.
+CUT_LABEL = 30
 NOTE_SUFFIXES = ("_reason", "_advice")   # sentences: notes only
 # Labels whose text can run long (from the machine, the user, or a measurement's own account): the
 # metrics file keeps the label cut to fit, which reports read; the notes keep the full text.
@@ -44,7 +47,7 @@ def short_label(text: str) -> str:
     """Text from outside the program, made to fit: an absolute path becomes `…/name`, long text is cut."""
     if _ABSOLUTE.match(text):
         text = "…/" + re.split(r"[\\/]", text.rstrip("/\\"))[-1]
-    return text if len(text) <= MAX_LABEL else text[:MAX_LABEL - 1] + "…"
+    return text if len(text) <= CUT_LABEL else text[:CUT_LABEL - 1] + "…"
 
 
 def check_flat(metrics: Mapping[str, Any]) -> dict:

@@ -54,7 +54,7 @@ def test_benchmark_records_every_field_and_the_numbers_agree(tokens, workdir, ca
     assert m["achieved_flops"] == pytest.approx(m["flops_per_token"] * m["tokens_per_second"])
     assert m["mfu"] == pytest.approx(m["achieved_flops"] / m["peak_flops"])
     assert 0 < m["mfu"] < 1 and m["peak_flops_source"].startswith("measured")
-    assert len(json.loads((workdir / "metrics" / "benchmark.json").read_text())["peak_flops_source"]) <= 40
+    assert len(json.loads((workdir / "metrics" / "benchmark.json").read_text())["peak_flops_source"]) <= 30
     assert m["interval_steps_per_second_min"] <= m["steps_per_second"] <= m["interval_steps_per_second_max"]
     assert m["steps_per_second"] == pytest.approx(m["measured_steps"] / m["measured_seconds"])
     # A real checkpoint of weights and both AdamW moments, and a real peak above the weights alone.
