@@ -80,7 +80,7 @@ class TrainConfig:
                            help="micro-batches per optimizer step")
     epochs: int = knob(1, minimum=1, flag="--epochs", metavar="N", control=True, resume=True,
                        help="passes over the training examples")
-    training_examples: Optional[int] = knob(500, minimum=1, flag="--training-examples", metavar="N", control=True,
+    training_examples: Optional[int] = knob(8000, minimum=1, flag="--training-examples", metavar="N", control=True,
                                             help="training windows used; null: every window in the token file")
     validation_examples: Optional[int] = knob(100, minimum=1, flag="--validation-examples", metavar="N",
                                               control=True, resume=True, help="validation windows used")

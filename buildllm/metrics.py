@@ -1,13 +1,21 @@
-"""Flat JSON metrics files that `dvc metrics diff` compares across experiments.
+"""Flat JSON metrics files that `dvc metrics diff` compares across experiments, and their notes.
 
 Flat: one level of keys. Numbers stay numbers (DVC hides a number stored as a string and shows no
 delta for strings); None is refused rather than silently dropped.
+
+A metrics file holds numbers and short labels only, so DVC's tables stay readable in a terminal:
+no text over MAX_LABEL characters and no absolute path (a path in a user's home folder is neither
+a metric nor the same on two machines). Sentences (reasons, sources, methods, advice) go to a
+companion `<stage>_notes.json` beside it, which is not a DVC metric. A long label of our own is a
+bug and fails loudly; the labels in SHORTENED (processor name, platform, a path, how a peak was
+measured) are cut to fit here, with their full text kept in the notes.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -15,6 +23,31 @@ from buildllm.atomic import atomic_write_text
 from buildllm.errors import UserError
 
 SCALARS = (bool, int, float, str)
+MAX_LABEL = 40
+# A label cut to fit is cut shorter still: two of them side by side in `dvc metrics diff --md`, with
+# the path, the metric's name and a numeric change, stay within 160 columns.
+CUT_LABEL = 30
+NOTE_SUFFIXES = ("_reason", "_advice")   # sentences: notes only
+# Labels whose text can run long (from the machine, the user, or a measurement's own account): the
+# metrics file keeps the label cut to fit, which reports read; the notes keep the full text.
+SHORTENED = ("platform", "processor", "gpu_name", "checkpoint_directory", "tokenizer", "peak_flops_source",
+             "peak_memory_method")
+_ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
+
+
+class MetricValueError(ValueError):
+    """A metric the program itself made too long or made a path: fix the writer, not the user's input."""
+
+
+def is_note(key: str) -> bool:
+    return key.endswith(NOTE_SUFFIXES)
+
+
+def short_label(text: str) -> str:
+    """Text from outside the program, made to fit: an absolute path becomes `…/name`, long text is cut."""
+    if _ABSOLUTE.match(text):
+        text = "…/" + re.split(r"[\\/]", text.rstrip("/\\"))[-1]
+    return text if len(text) <= CUT_LABEL else text[:CUT_LABEL - 1] + "…"
 
 
 def check_flat(metrics: Mapping[str, Any]) -> dict:
@@ -28,13 +61,47 @@ def check_flat(metrics: Mapping[str, Any]) -> dict:
     return flat
 
 
-def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
+def check_label(key: str, value: Any) -> None:
+    if isinstance(value, str) and (len(value) > MAX_LABEL or _ABSOLUTE.match(value)):
+        raise MetricValueError(f"metric {key}={value!r} is not a short label ({len(value)} characters, at most "
+                               f"{MAX_LABEL}, no absolute path); name it *_reason or *_advice so it "
+                               "goes to the notes file, or shorten it")
+
+
+def split(metrics: Mapping[str, Any]) -> tuple[dict, dict]:
+    """(metrics, notes): sentences and the full text of shortened labels go to the notes."""
+    values, notes = {}, {}
+    for key, value in check_flat(metrics).items():
+        if is_note(key):
+            notes[key] = value
+            continue
+        if key in SHORTENED and isinstance(value, str) and short_label(value) != value:
+            notes[key], value = value, short_label(value)
+        check_label(key, value)
+        values[key] = value
+    return values, notes
+
+
+def notes_path(path: str | Path) -> Path:
     path = Path(path)
-    atomic_write_text(path, json.dumps(check_flat(metrics), indent=2) + "\n")
+    return path.with_name(f"{path.stem}_notes.json")
+
+
+def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
+    """Write the metrics file and, when there are any, its notes (an old notes file is removed, so
+    notes never outlive the run they describe)."""
+    path = Path(path)
+    values, notes = split(metrics)
+    companion = notes_path(path)
+    if notes:
+        atomic_write_text(companion, json.dumps(notes, indent=2) + "\n")
+    elif companion.exists():
+        companion.unlink()
+    atomic_write_text(path, json.dumps(values, indent=2) + "\n")
     return path
 
 
-def read_metrics(path: str | Path) -> dict:
+def read_metrics(path: str | Path, with_notes: bool = False) -> dict:
     path = Path(path)
     if not path.exists():
         raise UserError(f"metrics file {path} does not exist; run the stage that writes it first")
@@ -44,4 +111,9 @@ def read_metrics(path: str | Path) -> dict:
         raise UserError(f"metrics file {path} is not valid JSON ({exc}); rerun the stage that writes it") from None
     if not isinstance(data, dict):
         raise UserError(f"metrics file {path} must hold a JSON object; rerun the stage that writes it")
+    if with_notes and notes_path(path).exists():
+        try:
+            data = {**data, **json.loads(notes_path(path).read_text())}
+        except json.JSONDecodeError:
+            pass  # notes are for people; a damaged one does not stop a stage that needs the numbers
     return data

@@ -56,10 +56,11 @@ def make_plan(config: Config) -> RunPlan:
     device = resolve_device(config.device)
     defaults = profile.runtime(device.runtime_defaults)
     precision = resolve_precision(config.precision, device, defaults.precision)
-    decisions = {"device": device.reason, "precision": precision.reason}
+    decisions = {"device": f"{device.device}: {device.reason}", "precision": precision.reason}
 
     def pick(name: str, explicit, default):
         if explicit is not None:
+            decisions[name] = f"requested: {explicit}"
             return explicit
         decisions[name] = f"{default}: profile {profile.name}'s {device.runtime_defaults} default"
         return default
@@ -68,8 +69,8 @@ def make_plan(config: Config) -> RunPlan:
     workers = pick("workers", config.train.workers, defaults.workers)
     learning_rate = pick("learning_rate", config.train.learning_rate, defaults.learning_rate)
     threads = config.train.threads or torch.get_num_threads()
-    if config.train.threads is None:
-        decisions["threads"] = f"{threads}: torch's default for this machine"
+    decisions["threads"] = (f"{threads}: torch's default for this machine" if config.train.threads is None
+                            else f"requested: {threads}")
     parameters = build_model(model, "meta").num_parameters()
     return RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
                    parameters, decisions)
@@ -121,12 +122,23 @@ def plan_metrics(plan: RunPlan, fused_adamw: tuple[bool, str] | None = None) -> 
     }
 
 
-def announce(action: str, plan: RunPlan, **sizes) -> dict:
-    """Say what is about to happen as one JSON line on stdout, before the long work starts."""
-    line = {"action": action, "device": plan.device.device, "precision": plan.precision.precision,
+def startup_fields(plan: RunPlan, fused_adamw: tuple[bool, str] | None = None) -> dict:
+    """What a run's first line must make visible: where, in which precision, with which fast paths."""
+    fused, fused_reason = fused_adamw or fused_adamw_support(plan.device.device)
+    p = plan.precision
+    return {"device": plan.device.device, "device_reason": plan.device.reason, "precision": p.precision,
+            "tensor_cores_enabled": p.tensor_cores_enabled, "tf32_enabled": p.tf32_enabled,
+            "fused_adamw": fused, "fused_adamw_reason": fused_reason, "grad_scaler": p.grad_scaler,
             "profile": plan.profile.name, "parameters": plan.parameters, "batch_size": plan.batch_size,
-            "sequence_length": plan.model.sequence_length,
-            "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1", **sizes, "decisions": plan.decisions}
+            "workers": plan.workers, "sequence_length": plan.model.sequence_length,
+            "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1"}
+
+
+def announce(action: str, plan: RunPlan, fused_adamw: tuple[bool, str] | None = None, **sizes) -> dict:
+    """Say what is about to happen as one JSON line on stdout, before the long work starts.
+
+    fused_adamw: (built, reason) from an optimizer already built; otherwise it is probed here."""
+    line = {"action": action, **startup_fields(plan, fused_adamw), **sizes, "decisions": plan.decisions}
     print(json.dumps(line), flush=True)
     sys.stdout.flush()
     return line

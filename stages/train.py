@@ -1,4 +1,5 @@
 """DVC stage train: train the profile on the token tensors; checkpoints, metrics/train.json, log and PNG."""
+import functools
 import sys
 
 from buildllm.cli import run_stage, stage_settings
@@ -6,4 +7,5 @@ from buildllm.cli import run_stage, stage_settings
 stage_settings()  # before torch is imported: PYTORCH_ENABLE_MPS_FALLBACK
 from buildllm.train.trainer import train  # noqa: E402
 
-sys.exit(run_stage(train))
+# Under DVC an interrupted run is continued with `buildllm train`, not `dvc repro`: the advice says so.
+sys.exit(run_stage(functools.partial(train, under_dvc=True)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -69,6 +71,8 @@ def test_the_command_prints_the_prompt_and_its_continuation(trained, tmp_path, m
     assert main(["generate", "--checkpoint-directory", str(trained["directory"]), "--prompt", "The history of",
                  "--max-new-tokens", "20", "--device", "cpu", "--seed", "7"]) == 0
     out, err = capsys.readouterr()
+    startup, out = out.split("\n", 1)  # the startup JSON line first (tests/test_startup_line.py), then the text
+    assert json.loads(startup)["action"] == "generate"
     assert out.startswith("The history of") and len(out.strip()) > len("The history of")
     assert "step 30" in err and "with KV cache" in err
 

@@ -9,6 +9,7 @@ import math
 import sys
 
 import pytest
+import yaml
 
 from conftest import run
 
@@ -16,6 +17,10 @@ pytestmark = pytest.mark.slow
 
 
 def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(project):
+    # The test's own bound (the default trains 8000 examples): 500 examples, 31 steps.
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["train"]["training_examples"] = 500
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     out = run(["dvc", "repro", "train"], project).stdout
     # preflight ran before train, on this pipeline's own benchmark and estimate
     preflight = json.loads((project / "metrics" / "preflight.json").read_text())
@@ -29,6 +34,7 @@ def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(project):
     # A model that learned nothing sits at ln(vocab) = 8.3 nats per token.
     assert metrics["final_validation_loss"] < math.log(metrics["vocab_size"]) - 1.0
     assert metrics["final_validation_loss"] < metrics["initial_validation_loss"] - 1.0
+    assert 0 < metrics["unigram_validation_loss"] < math.log(metrics["vocab_size"])
     with open(project / "metrics" / "train_log.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert rows[0]["step"] == "0" and rows[-1]["step"] == "31" and rows[-1]["validation_loss"]
@@ -40,6 +46,8 @@ def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(project):
 
     text = run([sys.executable, "-m", "buildllm", "generate", "--prompt", "The history of", "--max-new-tokens", "20",
                 "--device", "cpu"], project).stdout
+    assert json.loads(text.splitlines()[0])["action"] == "generate"  # the startup line, then the text
+    text = text.split("\n", 1)[1]
     assert text.startswith("The history of") and len(text.strip()) > len("The history of")
 
     # Editing a module a stage imports makes DVC see that stage as changed (dvc.yaml deps are derived

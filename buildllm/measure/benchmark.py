@@ -120,7 +120,8 @@ def benchmark(config: Config, write: bool = True) -> dict:
     apply_plan(plan)
     train, validation = load_windows(config, plan.model)
     bench = config.benchmark
-    announce("benchmark", plan, warmup_steps=bench.warmup_steps, measured_steps=bench.measured_steps,
+    announce("benchmark", plan, planned_steps=bench.warmup_steps + bench.measured_steps,
+             warmup_steps=bench.warmup_steps, measured_steps=bench.measured_steps,
              training_examples=len(train), validation_examples=len(validation))
     estimate = plan_memory(plan)
     base = {**plan_metrics(plan), **environment(plan.device), "memory_estimate_total_bytes": estimate.total,

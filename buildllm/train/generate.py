@@ -10,6 +10,7 @@ never saw positions beyond it in training.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -95,9 +96,12 @@ def generate_ids(model: GPT, prompt: list[int], max_new_tokens: int, *, greedy: 
 
 def generate_text(location: str | Path, prompt: str, max_new_tokens: int = 100, *, device: str = "cpu",
                   greedy: bool = False, temperature: float = 1.0, top_k: int | None = 50, kv_cache: bool = True,
-                  seed: int = 1337, tokenizer: str | None = None) -> str:
+                  seed: int = 1337, tokenizer: str | None = None, device_reason: str | None = None) -> str:
+    """The prompt and its continuation; with device_reason (the command), first the startup JSON line."""
     path = checkpoint_file(location)
     model, state = load_model(path, device)
+    if device_reason is not None:
+        announce(model, state, path, device, device_reason, max_new_tokens)
     encoder = checkpoint_tokenizer(state.get("tokenizer", ""), tokenizer, path, model.config.vocab_size)
     prompt_ids = encoder.encode(prompt).ids
     if prompt_ids and max(prompt_ids) >= model.config.vocab_size:
@@ -111,13 +115,29 @@ def generate_text(location: str | Path, prompt: str, max_new_tokens: int = 100, 
     return encoder.decode(ids)
 
 
+def announce(model: GPT, state: dict, path: Path, device: str, reason: str, max_new_tokens: int) -> None:
+    """The same startup line as train's: generation runs the checkpoint's fp32 weights, one sequence,
+    no optimizer, so the training-only fast paths are off and say why."""
+    tf32 = bool(torch.backends.cuda.matmul.allow_tf32)  # torch's default, off: generation never turns it on
+    line = {"action": "generate", "device": device, "device_reason": reason, "precision": "fp32",
+            "tensor_cores_enabled": tf32, "tf32_enabled": tf32, "fused_adamw": False,
+            "fused_adamw_reason": "generation builds no optimizer", "grad_scaler": False,
+            "profile": (state.get("signature") or {}).get("profile"), "parameters": model.num_parameters(),
+            "batch_size": 1, "workers": 0, "sequence_length": model.config.sequence_length,
+            "planned_steps": max_new_tokens, "checkpoint": str(path), "checkpoint_step": state["step"],
+            "decisions": {"device": f"{device}: {reason}",
+                          "precision": "fp32: the checkpoint's weights, no autocast for generation"}}
+    print(json.dumps(line), flush=True)
+
+
 def command(args: argparse.Namespace) -> None:
     if args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
         raise UserError("--max-new-tokens, --temperature and --top-k must not be negative")
     overrides = {key: value for key, value in (("train.checkpoint_directory", args.checkpoint_directory),
                                                ("device", args.device), ("seed", args.seed)) if value is not None}
     config = load_config(args.params, overrides)
-    device = resolve_device(config.device).device
-    print(generate_text(config.train.checkpoint_directory, args.prompt, args.max_new_tokens, device=device,
+    decision = resolve_device(config.device)
+    print(generate_text(config.train.checkpoint_directory, args.prompt, args.max_new_tokens, device=decision.device,
+                        device_reason=decision.reason,
                         greedy=args.greedy, temperature=args.temperature, top_k=args.top_k or None,
                         kv_cache=args.kv_cache, seed=config.seed, tokenizer=args.tokenizer))

@@ -136,9 +136,16 @@ class RunLog:
                          else "(nothing left to train)")
                 print(f"trained {metrics['optimizer_steps']} steps ({metrics['tokens_processed']:,} tokens) {speed}; "
                       f"validation loss {metrics['final_validation_loss']:.4f} "
-                      f"(perplexity {metrics['validation_perplexity']:.1f}); "
+                      f"(perplexity {metrics['validation_perplexity']:.1f}; {baselines(metrics)}); "
                       f"checkpoint in {metrics['checkpoint_directory']}; metrics in {path}")
         return metrics
+
+
+def baselines(metrics: dict) -> str:
+    """What the loss is to be compared with: the context-free unigram level and a uniform guess."""
+    uniform = f"a uniform guess {math.log(metrics['vocab_size']):.4f}"
+    unigram = metrics.get("unigram_validation_loss")
+    return uniform if unigram is None else f"unigram level {unigram:.4f}, {uniform}"
 
 
 def _cell(value) -> str:

@@ -42,6 +42,7 @@ from buildllm.train.run_log import RunLog
 from buildllm.device.precision import autocast, grad_scaler
 from buildllm.device.xla import step_boundary
 from buildllm.train.schedule import make_schedule, optimizer_steps
+from buildllm.train.unigram import unigram_loss
 from buildllm.data.tokenization import load_tokenizer
 
 
@@ -224,8 +225,9 @@ class Trainer:
         return seconds, size
 
 
-def train(config: Config) -> dict:
-    """`buildllm train` and the DVC train stage: returns the metrics written to metrics/train.json."""
+def train(config: Config, under_dvc: bool = False) -> dict:
+    """`buildllm train` and the DVC train stage (under_dvc, set by stages/train.py): returns the
+    metrics written to metrics/train.json."""
     plan = make_plan(config)
     world, device = distributed.start(plan.device)
     plan = replace(plan, device=device)
@@ -239,6 +241,9 @@ def train(config: Config) -> dict:
         directory = Path(config.train.checkpoint_directory)
         trainer = Trainer(plan, train_windows, validation_windows, world=world,
                           tokenizer=tokenizer, directory=directory)
+        # The best a model that ignores context can do: the bar the validation loss must clear.
+        trainer.log.facts["unigram_validation_loss"] = unigram_loss(train_windows, validation_windows,
+                                                                    plan.model.vocab_size)
         # Only rank 0 writes, so only rank 0 locks; every rank follows its resume decision.
         lock = checkpoint.DirectoryLock(directory)
         decision = None
@@ -259,7 +264,7 @@ def train(config: Config) -> dict:
             if value is not None:
                 trainer.load_state(value)
                 trainer.resumed_from = value["step"]
-            metrics = run(trainer)
+            metrics = run(trainer, resume_advice(under_dvc))
         finally:
             lock.release()
     except BaseException as exc:
@@ -298,11 +303,24 @@ class StopRequest:
             signal.signal(signum, handler)
 
 
-def run(trainer: Trainer) -> dict:
+def resume_advice(under_dvc: bool) -> str:
+    if under_dvc:  # DVC deletes a stage's outputs before it runs: `dvc repro train` would start over
+        return ("`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
+                "params.yaml, then `dvc commit train` to record its outputs")
+    return "run the same command again to resume"
+
+
+def eta(log: RunLog, remaining: int) -> str:
+    """Remaining time from measured step time only: validation passes and checkpoint saves are not steps."""
+    return tqdm.format_interval(log.seconds / log.steps * remaining) if log.steps else "?"
+
+
+def run(trainer: Trainer, advice_on_stop: str = "run the same command again to resume") -> dict:
     """Train to the planned step; validate, log, checkpoint on the way; write the metrics."""
     cfg, world, device = trainer.config.train, trainer.world, trainer.device
     if world.is_main:
-        announce("train", trainer.plan, planned_steps=trainer.planned_steps, start_step=trainer.step_count,
+        announce("train", trainer.plan, (trainer.fused_adamw, trainer.fused_adamw_reason),
+                 planned_steps=trainer.planned_steps, start_step=trainer.step_count,
                  epochs=cfg.epochs, training_examples=len(trainer.train_windows),
                  validation_examples=len(trainer.validation_windows),
                  validation_windows_available=trainer.validation_windows.available, processes=world.size,
@@ -310,8 +328,11 @@ def run(trainer: Trainer) -> dict:
         if note := trainer.validation_windows.cap_note("train.validation_examples"):
             print(f"note: {note}", file=sys.stderr)
     trainer.log.begin()
+    # tqdm's own rate would count validation and checkpoint time as step time; the ETA is ours.
     bar = tqdm(total=trainer.planned_steps, initial=trainer.step_count, unit="step", file=sys.stderr,
-               disable=not world.is_main, dynamic_ncols=True)
+               disable=not world.is_main, dynamic_ncols=True,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+    shown = {"eta": "?"}
     with StopRequest() as stop, bar:
         try:
             if trainer.step_count == 0:
@@ -326,8 +347,10 @@ def run(trainer: Trainer) -> dict:
                 evaluate = last or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0)
                 if evaluate or step % cfg.log_interval == 0:
                     row = record(trainer, trainer.evaluate() if evaluate else None)
-                    bar.set_postfix(loss=f"{row['train_loss']:.3f}", lr=f"{row['learning_rate']:.2e}",
-                                    tok_s=f"{row['tokens_per_second']:.0f}")
+                    shown.update(loss=f"{row['train_loss']:.3f}", lr=f"{row['learning_rate']:.2e}",
+                                 tok_s=f"{row['tokens_per_second']:.0f}")
+                shown["eta"] = eta(trainer.log, trainer.planned_steps - step)
+                bar.set_postfix(shown, refresh=False)
                 bar.update(1)
                 if distributed.any_rank(world, stop.requested):
                     break
@@ -353,7 +376,7 @@ def run(trainer: Trainer) -> dict:
     if trainer.step_count < trainer.planned_steps:
         finish(trainer, "interrupted", {})
         raise TrainingInterrupted(f"stopped at step {trainer.step_count} of {trainer.planned_steps}; checkpoint "
-                                  f"saved in {trainer.directory}; run the same command again to resume")
+                                  f"saved in {trainer.directory}; {advice_on_stop}")
     return finish(trainer, "completed", {})
 
 

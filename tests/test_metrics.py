@@ -1,0 +1,59 @@
+"""Metrics files hold numbers and short labels; sentences and full outside text go to the notes file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from buildllm.metrics import CUT_LABEL, MAX_LABEL, MetricValueError, notes_path, read_metrics, short_label, write_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_reasons_go_to_the_notes_file_and_numbers_stay(tmp_path):
+    path = tmp_path / "metrics" / "train.json"
+    reason = "auto: no CUDA (this PyTorch is a CPU-only build (torch.version.cuda is None)) and no Apple MPS"
+    source = "measured: 2048^3 fp32 matmul on 2 threads, best seen 0.219 TFLOP/s (cached in /home/me/.cache)"
+    write_metrics(path, {"device": "cpu", "device_reason": reason, "mfu": 0.5, "peak_flops_source": source})
+    # The report reads the source's label from the metrics; its full account is in the notes.
+    assert json.loads(path.read_text()) == {"device": "cpu", "mfu": 0.5, "peak_flops_source": short_label(source)}
+    assert short_label(source).startswith("measured: 2048^3 fp32")
+    notes = json.loads(notes_path(path).read_text())
+    assert notes_path(path).name == "train_notes.json" and notes == {"device_reason": reason, "peak_flops_source": source}
+    assert read_metrics(path, with_notes=True)["device_reason"] == reason
+    # A later run without notes leaves no stale notes behind.
+    write_metrics(path, {"device": "cpu"})
+    assert not notes_path(path).exists()
+
+
+@pytest.mark.parametrize("value", ["x" * (MAX_LABEL + 1), "/home/me/run", "C:\\Users\\me\\run", "~/run"])
+def test_a_long_label_or_absolute_path_of_our_own_fails_loudly(tmp_path, value):
+    with pytest.raises(MetricValueError, match="not a short label"):
+        write_metrics(tmp_path / "m.json", {"profile": value})
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_outside_text_is_shortened_with_the_full_value_in_the_notes(tmp_path):
+    processor = "Intel(R) Core(TM) i7-10750H CPU @ 2.60GHz with a long marketing name"
+    path = write_metrics(tmp_path / "b.json", {"processor": processor, "checkpoint_directory": "/home/me/ck/run"})
+    values = json.loads(path.read_text())
+    assert values == {"processor": short_label(processor), "checkpoint_directory": "…/run"}
+    assert len(values["processor"]) == CUT_LABEL < MAX_LABEL
+    assert json.loads(notes_path(path).read_text()) == {"processor": processor, "checkpoint_directory": "/home/me/ck/run"}
+
+
+
+def test_the_committed_metrics_fit_a_terminal():
+    """The default pipeline's own metrics (committed from a real `dvc repro`): short values only, so a
+    `dvc metrics diff` row (path, metric, old value, new value, change) fits in 160 columns."""
+    metrics = [p for p in sorted((ROOT / "metrics").glob("*.json")) if not p.stem.endswith("_notes")]
+    assert {p.stem for p in metrics} >= {"corpus", "tokenize", "dry_run", "benchmark", "estimate", "train"}
+    for path in metrics:
+        for key, value in json.loads(path.read_text()).items():
+            shown = value if isinstance(value, str) else f"{value:.5f}" if isinstance(value, float) else str(value)
+            assert len(shown) <= MAX_LABEL and not shown.startswith(("/", "~")), f"{path.name}: {key}={value!r}"
+            # dvc metrics diff: 2 spaces between columns; a change is a number or "-".
+            row = len(f"metrics/{path.name}") + len(key) + 2 * len(shown) + len(shown) + 4 * 2
+            assert row <= 160, f"{path.name}: {key}={value!r} makes a {row}-column row"

@@ -1,0 +1,94 @@
+"""The train bar's ETA counts measured step time only, and a stop says how to resume for the way the
+run was started (the command line, or a DVC stage whose outputs DVC would delete)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import signal
+
+import pytest
+import yaml
+
+from buildllm.cli import main, run_stage
+from buildllm.device.device import Device
+from buildllm.train.trainer import Trainer, train
+from train_fixtures import train_args
+
+
+def test_validation_time_is_not_step_time_in_the_eta(tokens, workdir, monkeypatch, capsys):
+    """Each step takes 1 s and each validation 100 s on a fake clock: the ETA after step n is 20 - n
+    seconds; counting the validations would make it minutes."""
+    clock = {"now": 0.0}
+
+    def timed(self):  # called before and after each step
+        clock["now"] += 1.0
+        return clock["now"]
+
+    evaluate = Trainer.evaluate
+
+    def slow_evaluate(self):
+        clock["now"] += 100.0
+        return evaluate(self)
+
+    monkeypatch.setattr(Device, "timed", timed)
+    monkeypatch.setattr(Trainer, "evaluate", slow_evaluate)
+    monkeypatch.setenv("TQDM_MININTERVAL", "0")  # draw the bar at every step
+    assert main(train_args(tokens, workdir / "run", "--eval-interval", "2")) == 0
+    shown = re.findall(r"eta=(\d\d:\d\d)", capsys.readouterr().err)
+    assert "00:19" in shown and "00:10" in shown and "00:00" in shown
+    assert all(int(m) * 60 + int(s) <= 19 for m, s in (e.split(":") for e in shown)), shown
+
+
+@pytest.fixture
+def stop_at_step_3(monkeypatch):
+    step = Trainer.step
+
+    def step_then_interrupt(self):
+        loss = step(self)
+        if self.step_count == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return loss
+
+    monkeypatch.setattr(Trainer, "step", step_then_interrupt)
+
+
+def test_a_stop_on_the_command_line_says_rerun_the_command(tokens, workdir, stop_at_step_3, capsys):
+    assert main(train_args(tokens, workdir / "run")) == 130
+    err = capsys.readouterr().err
+    assert "stopped at step 3 of 20" in err and "run the same command again to resume" in err
+
+
+def test_a_stop_under_dvc_says_continue_with_buildllm_train(tokens, workdir, stop_at_step_3, capsys):
+    # The stage reads params.yaml alone: the same bounded run as train_args.
+    (workdir / "params.yaml").write_text(yaml.safe_dump({"preset": "tiny", "device": "cpu", "train": {
+        "threads": 1, "train_tokens": str(tokens["train"]), "validation_tokens": str(tokens["validation"]),
+        "tokenizer": str(tokens["tokenizer"]), "training_examples": 320, "validation_examples": 32,
+        "batch_size": 16, "checkpoint_directory": str(workdir / "run")}}))
+    assert run_stage(functools.partial(train, under_dvc=True)) == 130
+    err = capsys.readouterr().err
+    assert "stopped at step 3 of 20" in err and "run the same command again" not in err
+    assert "`dvc repro train` would start over" in err and "`buildllm train`" in err and "`dvc commit train`" in err
+
+
+def test_the_summary_and_metrics_carry_the_unigram_level(tokens, workdir, capsys):
+    import json
+    import math
+
+    import torch
+
+    from buildllm.data.windows import Windows, load_tokens
+    from buildllm.train.unigram import unigram_loss
+
+    assert main(train_args(tokens, workdir / "run")) == 0
+    metrics = json.loads((workdir / "metrics" / "train.json").read_text())
+    level = metrics["unigram_validation_loss"]
+    assert f"unigram level {level:.4f}" in capsys.readouterr().out
+    # Below a uniform guess (the text's words are not equally frequent), and the same as a direct count.
+    assert level < math.log(metrics["vocab_size"])
+    train_tokens, validation_tokens = load_tokens(tokens["train"]), load_tokens(tokens["validation"])
+    assert level == pytest.approx(unigram_loss(Windows(train_tokens, 64, 320), Windows(validation_tokens, 64, 32), 4096))
+    counts = torch.bincount(train_tokens[:320 * 64 + 1].long(), minlength=4096).double() + 1
+    targets = validation_tokens[1:32 * 64 + 1].long()
+    assert level == pytest.approx(-(counts / counts.sum()).log()[targets].mean().item())
