@@ -75,7 +75,7 @@ def test_trainer_uses_fused_adamw_and_tf32_on_cuda(tokens):
         assert torch.get_float32_matmul_precision() == "high"
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     assert all(p.device.type == "cuda" for p in trainer.model.parameters())
-    assert torch.isfinite(torch.tensor(trainer.step()))
+    assert torch.isfinite(trainer.step())
 
 
 def test_batch_finder_on_cuda_tries_in_process_within_the_budget(tokens, workdir):

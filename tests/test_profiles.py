@@ -39,14 +39,14 @@ def test_model_trains_one_step_and_kv_cache_matches_full_forward(architecture):
     config = GPTConfig(architecture=architecture, vocab_size=64, sequence_length=16, n_layer=2, n_head=2, n_embd=32)
     model = build_model(config)
     idx = torch.randint(0, 64, (2, 16))
-    logits, loss = model(idx, torch.randint(0, 64, (2, 16)))
+    logits, loss = model(idx, torch.randint(0, 64, (2, 16)), return_logits=True)
     assert logits.shape == (2, 16, 64) and abs(loss.item() - torch.log(torch.tensor(64.0)).item()) < 0.5
     loss.backward()
     assert all(p.grad is not None for p in model.parameters())
     model.eval()
     from buildllm.model.gpt import KVCache
     with torch.no_grad():
-        full, _ = model(idx[:, :10], idx[:, :10])
+        full, _ = model(idx[:, :10], idx[:, :10], return_logits=True)
         cache = KVCache(config.n_layer)
         model(idx[:, :6], cache=cache)
         stepped = [model(idx[:, i:i + 1], cache=cache)[0][:, -1] for i in range(6, 10)]

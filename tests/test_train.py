@@ -61,7 +61,7 @@ def test_gradient_accumulation_equals_the_larger_batch(paths):
     big, accumulated = trainer_for(paths), trainer_for(paths, **{"train.batch_size": 8, "train.grad_accum": 2})
     assert big.planned_steps == accumulated.planned_steps == 20
     for _ in range(3):
-        assert big.step() == pytest.approx(accumulated.step(), rel=1e-5)
+        assert float(big.step()) == pytest.approx(float(accumulated.step()), rel=1e-5)
     for name, weight in big.model.state_dict().items():
         torch.testing.assert_close(weight, accumulated.model.state_dict()[name], rtol=1e-3, atol=2e-5)
 
@@ -75,7 +75,7 @@ def test_checkpoint_state_continues_bitwise(paths, tmp_path):
     second = trainer_for(paths)
     second.load_state(checkpoint.load(tmp_path / "ck" / "checkpoint_00000004.pt"))
     for _ in range(3):
-        assert first.step() == second.step()
+        assert float(first.step()) == float(second.step())
     assert same_tensors(first.state()["model"], second.state()["model"]) == []
     assert same_tensors(first.optimizer.state_dict(), second.optimizer.state_dict()) == []
 
@@ -224,13 +224,13 @@ def test_gradient_checkpointing_recomputes_the_same_step(paths):
     plain, recomputed = trainer_for(paths), trainer_for(paths, **{"train.gradient_checkpointing": True})
     assert recomputed.model.gradient_checkpointing
     for _ in range(3):
-        assert plain.step() == pytest.approx(recomputed.step(), rel=1e-5)
+        assert float(plain.step()) == pytest.approx(float(recomputed.step()), rel=1e-5)
 
 
 def test_bf16_autocast_on_the_cpu_trains(paths):
     trainer = trainer_for(paths, precision="bf16")
     assert trainer.plan.precision.autocast_dtype == torch.bfloat16 and not trainer.scaler.is_enabled()
-    losses = [trainer.step() for _ in range(6)]
+    losses = [float(trainer.step()) for _ in range(6)]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # weights stay fp32
 
@@ -241,13 +241,13 @@ def test_compiled_training_saves_plain_weights_that_load_anywhere(paths, tmp_pat
     plain = trainer_for(paths)
     assert compiled.forward is not compiled.model
     for _ in range(2):
-        assert compiled.step() == pytest.approx(plain.step(), rel=1e-4)
+        assert float(compiled.step()) == pytest.approx(float(plain.step()), rel=1e-4)
     compiled.save_checkpoint()
     saved = checkpoint.load(tmp_path / "checkpoint_00000002.pt")
     assert list(saved["model"]) == list(plain.model.state_dict())  # no _orig_mod. prefixes
     fresh = trainer_for(paths)
     fresh.load_state(saved)
-    assert fresh.step() == pytest.approx(plain.step(), rel=1e-4)
+    assert float(fresh.step()) == pytest.approx(float(plain.step()), rel=1e-4)
 
 
 def test_a_tokenizer_for_another_vocabulary_is_refused(tmp_path, workdir, capsys):
@@ -257,3 +257,31 @@ def test_a_tokenizer_for_another_vocabulary_is_refused(tmp_path, workdir, capsys
     err = capsys.readouterr().err
     assert "has 512 tokens but the model's vocabulary has 4096" in err
     assert not (workdir / "metrics" / "train.json").exists()
+
+
+def test_losses_are_read_once_per_log_interval_and_a_nan_between_reads_names_its_step(paths, workdir, monkeypatch,
+                                                                                       capsys):
+    reads, original = [], Trainer.read_losses
+
+    def read_losses(self, losses):
+        reads.append(len(losses))
+        return original(self, losses)
+
+    monkeypatch.setattr(Trainer, "read_losses", read_losses)
+    assert main(train_args(paths, workdir / "clean", "--log-interval", "5", "--checkpoint-interval", "0",
+                           "--eval-interval", "0")) == 0
+    assert reads == [5, 5, 5, 5]  # no host-device sync on the steps between log rows
+
+    def corrupt(trainer):
+        with torch.no_grad():
+            trainer.model.blocks[0].mlp.up.weight[0, 0] = float("nan")
+
+    reads.clear()
+    poison_at(monkeypatch, 8, corrupt)
+    assert main(train_args(paths, workdir / "run", "--log-interval", "5", "--checkpoint-interval", "3")) == 3
+    error = capsys.readouterr().err
+    # Read at steps 3 (checkpoint), 5 (log), 6 (checkpoint), 9: the NaN of step 8 is found there, before
+    # the checkpoint of step 9 is written.
+    assert reads == [3, 2, 1, 3]
+    assert "training loss became nan at step 8" in error and "checkpoint_00000006.pt, is kept" in error
+    assert metrics(workdir)["non_finite_step"] == 8

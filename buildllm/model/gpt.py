@@ -15,6 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from buildllm.model.fused_loss import linear_cross_entropy
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -177,7 +179,10 @@ class GPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
+                return_logits: bool = False):
+        """(logits, loss). With targets the loss comes from the fused output layer + cross-entropy and
+        the logits are None, never materialised, unless return_logits asks for them (the plain path)."""
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         if start + T > self.config.sequence_length:
@@ -201,6 +206,8 @@ class GPT(nn.Module):
         x = self.final_norm(x)
         if targets is None:
             return self.lm_head(x[:, -1:, :]), None
+        if not return_logits:
+            return None, linear_cross_entropy(x.reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1))
         logits = self.lm_head(x)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
         return logits, loss

@@ -142,13 +142,15 @@ class Trainer:
             "checkpoint_directory": str(self.directory),
             "tokenizer": self.tokenizer})
 
-    def step(self) -> float:
-        """One optimizer step; returns the mean loss of its micro-batches (over all processes)."""
+    def step(self) -> torch.Tensor:
+        """One optimizer step; returns the mean loss of its micro-batches (over all processes) as a
+        detached 0-d tensor on the device, without waiting for it: reading it (float(), .item()) makes
+        the host wait for the device, so the run loop reads losses only when it logs (read_losses)."""
         self.learning_rate = self.schedule.rate(self.step_count)
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate
         accum = self.config.train.grad_accum
-        total = torch.zeros((), device=self.device.device)
+        total = None
         for micro in range(accum):
             inputs, targets = self.device.put(*self.cursor.next(), pin=True)
             # Gradients are averaged across processes once per step, on the last micro-batch.
@@ -157,11 +159,8 @@ class Trainer:
                 with autocast(self.plan.precision, self.device):
                     _, loss = self.forward(inputs, targets)
                 self.scaler.scale(loss / accum).backward()
-            total += loss.detach()
-        loss = distributed.all_mean_(self.world, total / accum).item()
-        if not math.isfinite(loss):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLoss(self.step_count + 1, loss)
+            total = loss.detach() if total is None else total + loss.detach()
+        loss = distributed.all_mean_(self.world, total / accum)
         if self.config.train.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
@@ -172,6 +171,18 @@ class Trainer:
         self.step_count += 1
         self.tokens_seen += self.tokens_per_step
         return loss
+
+    def read_losses(self, losses: list[torch.Tensor]) -> list[float]:
+        """The losses of the last len(losses) steps as floats, in one device sync; a non-finite one
+        stops training, reporting the first step it happened at. The caller reads before every
+        checkpoint, so no checkpoint holds a step after a non-finite loss."""
+        if not losses:
+            return []
+        values = torch.stack(losses).tolist()
+        for offset, value in enumerate(values):
+            if not math.isfinite(value):
+                raise NonFiniteLoss(self.step_count - len(values) + offset + 1, value)
+        return values
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -187,11 +198,11 @@ class Trainer:
                 inputs, targets = self.device.put(*batch)
                 with autocast(self.plan.precision, self.device):
                     _, loss = self.model(inputs, targets)
-                total += loss.item() * inputs.shape[0]
+                total += loss.detach().float() * inputs.shape[0]  # read once, after the loop: no sync per batch
                 count += inputs.shape[0]
         finally:
             self.model.train()
-        total, count = distributed.all_sum(self.world, [total, count])
+        total, count = distributed.all_sum(self.world, [float(total), count])
         return total / count
 
     def state(self) -> dict:
@@ -337,25 +348,30 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
         try:
             if trainer.step_count == 0:
                 record(trainer, trainer.evaluate())  # the untrained model's loss: where the curve starts
+            pending, mark = [], device.timed()
             while trainer.step_count < trainer.planned_steps:
-                begin = device.timed()
-                loss = trainer.step()
-                seconds = device.timed() - begin
-                trainer.log.add_step(loss, seconds)
-                trainer.train_seconds += seconds
+                pending.append(trainer.step())
                 step, last = trainer.step_count, trainer.step_count == trainer.planned_steps
                 evaluate = last or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0)
-                if evaluate or step % cfg.log_interval == 0:
+                log = evaluate or step % cfg.log_interval == 0
+                save = not last and cfg.checkpoint_interval > 0 and step % cfg.checkpoint_interval == 0
+                stopping = distributed.any_rank(world, stop.requested)
+                if not (log or save or stopping):
+                    bar.update(1)
+                    continue  # no host-device sync between log rows: the device runs ahead
+                settle(trainer, pending, device.timed() - mark)
+                if log:
                     row = record(trainer, trainer.evaluate() if evaluate else None)
                     shown.update(loss=f"{row['train_loss']:.3f}", lr=f"{row['learning_rate']:.2e}",
                                  tok_s=f"{row['tokens_per_second']:.0f}")
-                shown["eta"] = eta(trainer.log, trainer.planned_steps - step)
+                shown["eta"] = eta(trainer.log, trainer.planned_steps - step)  # known only where losses are read
                 bar.set_postfix(shown, refresh=False)
                 bar.update(1)
-                if distributed.any_rank(world, stop.requested):
+                if stopping:
                     break
-                if not last and cfg.checkpoint_interval > 0 and step % cfg.checkpoint_interval == 0:
+                if save:
                     trainer.save_checkpoint()
+                mark = device.timed()  # validation and saving are not training time
             if trainer.log.rows[-1]["validation_loss"] is None and trainer.step_count == trainer.planned_steps:
                 record(trainer, trainer.evaluate())  # resumed at the very end: validate once more
         except NonFiniteLoss as exc:
@@ -383,6 +399,16 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
 def record(trainer: Trainer, validation: float | None) -> dict:
     """A log row for the steps since the last one, with `validation` loss if one was measured."""
     return trainer.log.record(trainer.step_count, trainer.tokens_seen, trainer.learning_rate, validation)
+
+
+def settle(trainer: Trainer, pending: list, seconds: float) -> None:
+    """Read the losses of the steps since the last read (one sync; raises NonFiniteLoss at the first
+    bad step) and book the steps with an equal share of the time they took together."""
+    losses = trainer.read_losses(pending)
+    pending.clear()
+    for loss in losses:
+        trainer.log.add_step(loss, seconds / len(losses))
+    trainer.train_seconds += seconds
 
 
 def finish(trainer: Trainer, status: str, extra: dict) -> dict:

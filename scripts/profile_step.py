@@ -1,0 +1,94 @@
+"""Where a training step's time goes: torch.profiler over Trainer.step() on random tokens.
+
+    python scripts/profile_step.py --profile iteration1 --steps 5
+
+Prints the share of self CPU time per operator group (matmuls, attention, cross-entropy, GELU,
+fills, copies, optimizer, the rest) and the top operators, for the before/after tables of issue 11.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import tempfile
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+GROUPS = [
+    ("matmuls (mm, addmm, bmm)", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul")),
+    ("attention", ("flash_attention", "efficient_attention", "scaled_dot_product", "aten::_softmax",
+                   "aten::_softmax_backward_data")),
+    ("cross-entropy", ("log_softmax", "nll_loss", "aten::logsumexp", "aten::exp", "chunked_cross_entropy",
+                       "aten::gather", "aten::scatter")),
+    ("gelu / silu", ("gelu", "silu")),
+    ("fill_ / zero_", ("aten::fill_", "aten::zero_")),
+    ("copies", ("aten::copy_", "aten::clone", "aten::contiguous", "aten::_to_copy")),
+    ("optimizer + clipping", ("adam", "foreach", "aten::_fused_adamw", "norm")),
+    ("norms", ("layer_norm", "rms_norm")),
+]
+
+
+def group_of(name: str) -> str:
+    for label, keys in GROUPS:
+        if any(key in name for key in keys):
+            return label
+    return "the rest"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="iteration1", choices=("iteration1", "student", "small", "tiny"))
+    parser.add_argument("--architecture", choices=("classic", "modern"), default=None)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--top", type=int, default=15)
+    args = parser.parse_args()
+
+    from buildllm.config import load_config
+    from buildllm.data.windows import Windows
+    from buildllm.plan import apply_plan, make_plan
+    from buildllm.train.trainer import Trainer
+
+    settings = {"device": "cpu", "precision": args.precision, "train.threads": args.threads,
+                "train.training_examples": None}
+    settings.update({"iteration": 1} if args.profile == "iteration1" else {"preset": args.profile})
+    if args.architecture:
+        settings["model.architecture"] = args.architecture
+    plan = make_plan(load_config(None, settings))
+    apply_plan(plan)
+    length, batch = plan.model.sequence_length, plan.batch_size
+    count = (args.warmup + args.steps + 1) * batch * length + 1
+    tokens = torch.randint(plan.model.vocab_size, (count,), generator=torch.Generator().manual_seed(0))
+    trainer = Trainer(plan, Windows(tokens.to(torch.uint16), length), None,
+                      directory=tempfile.mkdtemp(prefix="profile-step-"))
+    for _ in range(args.warmup):
+        trainer.step()
+    begin = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(args.steps):
+            trainer.step()
+    seconds = (time.perf_counter() - begin) / args.steps
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    shares, calls = collections.Counter(), collections.Counter()
+    for e in events:
+        shares[group_of(e.key)] += e.self_cpu_time_total
+        if e.key in ("aten::fill_", "aten::zero_", "aten::copy_"):
+            calls[e.key] += e.count
+    print(f"{args.profile} {plan.model.architecture} {args.precision}, batch {batch} x {length}, "
+          f"{args.threads} threads: {seconds * 1000:.0f} ms/step under the profiler")
+    print("| group | share |\n| --- | --- |")
+    for label, value in shares.most_common():
+        print(f"| {label} | {value / total:.1%} |")
+    print("calls per step: " + ", ".join(f"{k} {v // args.steps}" for k, v in calls.items()))
+    print(f"top {args.top} operators by self CPU time:")
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:args.top]:
+        print(f"  {e.key:60s} {e.self_cpu_time_total / total:6.1%}  calls/step {e.count // args.steps}")
+
+
+if __name__ == "__main__":
+    main()

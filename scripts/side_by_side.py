@@ -1,0 +1,175 @@
+"""BuildLLM's training step against a plain reference GPT on the same shape, interleaved A B A B.
+
+    python scripts/side_by_side.py /path/to/nanoGPT/model.py --profile iteration1 --pairs 10
+
+The reference is a nanoGPT-style `model.py` (GPTConfig, GPT, GPT.configure_optimizers) read from the
+path given: its code is never part of this repository. Each side runs in a fresh process per
+measurement, alternating ours, reference, ours, reference ..., so a competing job on the machine
+slows both sides of a pair alike; each process warms up, then times equal intervals and reports the
+median interval's tokens/s. Both train on the same random tokens with the same batch, threads,
+learning rate, weight decay, betas and gradient clipping; our step is Trainer.step() as `train`
+runs it (data cursor, clipping, schedule, AdamW), the reference's step is nanoGPT's train loop
+(random-offset batch, forward, backward, clip, AdamW step, zero_grad).
+
+Prints each side's median tokens/s, the per-pair ratios and their median; exits 1 when the median
+ratio misses --target (default: 1.3 at iteration 1, 1.0 elsewhere; the targets of issue 11).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+PROFILES = {"iteration1": {"iteration": 1}, "student": {"preset": "student"}, "small": {"preset": "small"},
+            "tiny": {"preset": "tiny"}}
+TARGETS = {"iteration1": 1.3}
+
+
+def our_plan(args):
+    from buildllm.config import load_config
+    from buildllm.plan import apply_plan, make_plan
+
+    settings = {**PROFILES[args.profile], "device": "cpu", "precision": args.precision,
+                "train.threads": args.threads, "train.training_examples": None}
+    if args.batch_size:
+        settings["train.batch_size"] = args.batch_size
+    if args.architecture:
+        settings["model.architecture"] = args.architecture
+    if args.compile:
+        settings["train.compile"] = True
+    plan = make_plan(load_config(None, settings))
+    apply_plan(plan)
+    return plan
+
+
+def random_tokens(vocab: int, count: int) -> torch.Tensor:
+    return torch.randint(vocab, (count,), generator=torch.Generator().manual_seed(0), dtype=torch.int64).to(torch.uint16)
+
+
+def ours(args, plan, steps: int):
+    from buildllm.data.windows import Windows
+    from buildllm.train.trainer import Trainer
+
+    length = plan.model.sequence_length
+    tokens = random_tokens(plan.model.vocab_size, (steps + 1) * plan.batch_size * length + 1)
+    trainer = Trainer(plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(prefix="side-by-side-"))
+    return trainer.step
+
+
+def reference(args, plan, steps: int):
+    spec = importlib.util.spec_from_file_location("reference_model", args.reference)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shape = plan.model
+    if shape.architecture != "classic":
+        raise SystemExit("the reference implements the classic (GPT-2) architecture only")
+    torch.manual_seed(plan.config.seed)
+    config = module.GPTConfig(block_size=shape.sequence_length, vocab_size=shape.vocab_size, n_layer=shape.n_layer,
+                              n_head=shape.n_head, n_embd=shape.n_embd, dropout=shape.dropout, bias=True)
+    model = module.GPT(config)
+    optimizer = model.configure_optimizers(plan.config.train.weight_decay, plan.learning_rate, (0.9, 0.95), "cpu")
+    data = random_tokens(shape.vocab_size, (steps + 1) * plan.batch_size * shape.sequence_length + 1)
+    clip = plan.config.train.grad_clip
+    bf16 = plan.precision.precision == "bf16"
+    T, B = shape.sequence_length, plan.batch_size
+
+    def step():
+        # nanoGPT's train.py: a batch at random offsets, forward under its autocast context, backward,
+        # clip, step, free the gradients.
+        ix = torch.randint(len(data) - T, (B,))
+        x = torch.stack([data[i:i + T].long() for i in ix])
+        y = torch.stack([data[i + 1:i + 1 + T].long() for i in ix])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            _, loss = model(x, y)
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
+def child(args) -> None:
+    plan = our_plan(args)
+    steps = args.warmup + args.intervals * args.steps
+    step = (ours if args.child == "ours" else reference)(args, plan, steps)
+    for _ in range(args.warmup):
+        step()
+    rates = []
+    for _ in range(args.intervals):
+        begin = time.perf_counter()  # CPU work is synchronous: the interval ends when the last step has
+        for _ in range(args.steps):
+            step()
+        rates.append(args.steps * plan.tokens_per_step / (time.perf_counter() - begin))
+    print(json.dumps({"side": args.child, "tokens_per_second": statistics.median(rates), "intervals": rates}))
+
+
+def run_child(args, side: str) -> float:
+    command = [sys.executable, __file__, args.reference, "--child", side, "--profile", args.profile,
+               "--threads", str(args.threads), "--warmup", str(args.warmup), "--steps", str(args.steps),
+               "--intervals", str(args.intervals), "--precision", args.precision]
+    if args.batch_size:
+        command += ["--batch-size", str(args.batch_size)]
+    if args.architecture:
+        command += ["--architecture", args.architecture]
+    if args.compile:
+        command += ["--compile"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{side} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_second"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("reference", help="path to the reference's model.py (nanoGPT's)")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="iteration1")
+    parser.add_argument("--pairs", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps per process")
+    parser.add_argument("--steps", type=int, default=10, help="steps per timed interval")
+    parser.add_argument("--intervals", type=int, default=3, help="timed intervals per process (median taken)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: the profile's CPU batch")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument("--architecture", choices=("classic",), default=None,
+                        help="the reference has the classic architecture only")
+    parser.add_argument("--compile", action="store_true", help="torch.compile our model (train.compile: true)")
+    parser.add_argument("--target", type=float, default=None, help="median ratio to reach (exit 1 below it)")
+    parser.add_argument("--child", choices=("ours", "reference"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if not Path(args.reference).is_file():
+        raise SystemExit(f"reference {args.reference} is not a file; pass the path of nanoGPT's model.py")
+    if args.child:
+        return child(args)
+    target = args.target if args.target is not None else TARGETS.get(args.profile, 1.0)
+    print(json.dumps({"script": "side_by_side", "profile": args.profile, "pairs": args.pairs, "threads": args.threads,
+                      "precision": args.precision, "warmup": args.warmup, "steps": args.steps,
+                      "intervals": args.intervals, "reference": str(args.reference)}), flush=True)
+    mine, theirs, ratios = [], [], []
+    for pair in range(args.pairs):
+        mine.append(run_child(args, "ours"))
+        theirs.append(run_child(args, "reference"))
+        ratios.append(mine[-1] / theirs[-1])
+        print(f"pair {pair + 1}/{args.pairs}: ours {mine[-1]:,.0f} tokens/s, reference {theirs[-1]:,.0f} tokens/s, "
+              f"ratio {ratios[-1]:.3f}", flush=True)
+    ratio = statistics.median(ratios)
+    print(f"{args.profile} ({args.precision}, {args.threads} threads), {args.pairs} interleaved pairs: "
+          f"ours median {statistics.median(mine):,.0f} tokens/s, reference median {statistics.median(theirs):,.0f} "
+          f"tokens/s; median ratio {ratio:.3f} (pairs min {min(ratios):.3f}, max {max(ratios):.3f}); target {target:.2f}: "
+          f"{'met' if ratio >= target else 'MISSED'}")
+    sys.exit(0 if ratio >= target else 1)
+
+
+if __name__ == "__main__":
+    main()
