@@ -3,9 +3,10 @@
 A training step's memory peaks at one of two moments, and the estimate takes the larger:
   1. the start of backward: weights + AdamW state + activations saved for backward + the logits'
      cross-entropy tensors (+ autocast's low-precision weight copies). No gradient exists yet:
-     the Trainer frees them after every step (zero_grad(set_to_none=True)).
-  2. the optimizer step: weights + AdamW state + gradients, and the last logits, which the
-     Trainer's `_, loss = forward(...)` holds until the step returns. Activations are gone.
+     the Trainer frees them after every step (zero_grad(set_to_none=True)). The logits term is
+     now one chunk of the fused output layer + cross-entropy and the weight gradient it keeps.
+  2. the optimizer step: weights + AdamW state + gradients. Activations are gone, and no logits
+     are held (the fused loss never materialises them).
 Small models peak at 1 (logits and activations scale with batch x sequence); a large model at a
 small batch can peak at 2. With gradient accumulation, gradients also exist at moment 1.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from buildllm.device.device import Device
+from buildllm.model.fused_loss import chunk_rows
 from buildllm.model.gpt import GPTConfig
 
 FP32 = 4
@@ -134,11 +136,15 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
         blocks = model.n_layer * per_layer
     # The final norm keeps its fp32 input, and the output head its (compute-dtype) input.
     activations = blocks + tokens * model.n_embd * (FP32 + precision_bytes)
-    # At the cross-entropy's backward four vocabulary-wide tensors are alive: the logits (compute
-    # dtype, held by the caller), the fp32 log-softmax kept for backward, its gradient, and the
-    # gradient of the fp32 logits. (In fp32 the .float() copy is the logits tensor itself.)
-    held_logits = tokens * model.vocab_size * precision_bytes
-    logits = held_logits + tokens * model.vocab_size * 3 * FP32
+    # The output layer and cross-entropy run fused, a chunk of rows at a time (model/fused_loss.py):
+    # no full logits exist. At its peak one chunk's logits and the log-sum-exp's temporary are alive
+    # (fp32; under autocast also the chunk's low-precision logits and gradient), and the weight
+    # gradient it computed ahead of backward (fp32, vocabulary x width) is kept until backward. Its
+    # input gradient replaces the head input the plain Linear saved (counted in activations).
+    rows = chunk_rows(model.vocab_size, tokens)
+    chunk = rows * model.vocab_size * (2 * FP32 + (2 * precision_bytes if precision_bytes != FP32 else 0))
+    logits = chunk + model.vocab_size * model.n_embd * FP32
+    held_logits = 0  # the model returns no logits with a loss: nothing is held to the optimizer step
     scores = 0
     if attention_scores_materialised(device, model.dropout):
         scores = 2 * batch_size * model.n_head * model.sequence_length ** 2 * precision_bytes
