@@ -40,8 +40,9 @@ def add_run_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -
         # Allowed values show in the metavar; the Config checks them, so the error reads as any config error.
         choices = meta.get("choices")
         metavar = meta.get("metavar") or ("{" + ",".join(map(str, choices)) + "}" if choices else "VALUE")
-        parser.add_argument(flag, dest=dest, type=kind, default=None, metavar=metavar,
-                            help=help_text)
+        # A knob whose choices include "true" keeps its bare switch: --compile means --compile true.
+        switch = dict(nargs="?", const="true") if choices and "true" in choices else {}
+        parser.add_argument(flag, dest=dest, type=kind, default=None, metavar=metavar, help=help_text, **switch)
 
 
 def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Config:

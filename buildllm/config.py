@@ -21,6 +21,7 @@ from buildllm.model import catalog
 
 ARCHITECTURES = ("classic", "modern")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+COMPILE_CHOICES = ("false", "true", "auto")
 CORPUS_SOURCES = ("wiki_vital", "shakespeare", "files")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps|xla)$")
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps, xla"
@@ -105,7 +106,9 @@ class TrainConfig:
                                   help="data-loader worker processes; default: the profile's")
     threads: Optional[int] = knob(None, minimum=1, flag="--threads", metavar="N", control=True,
                                   help="torch CPU threads; default: torch's")
-    compile: bool = knob(False, flag="--compile", help="torch.compile the model")
+    compile: str = knob("auto", choices=COMPILE_CHOICES, flag="--compile",
+                        help="torch.compile the model: true, false, or auto (only where the measured speed-up "
+                             "pays back its compile time within this run; train/compile_choice.py)")
     gradient_checkpointing: bool = knob(False, flag="--gradient-checkpointing",
                                         help="recompute activations in backward to save memory")
     train_tokens: Optional[str] = knob(None, flag="--train-tokens", metavar="PATH", control=True,
@@ -255,8 +258,13 @@ def _check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
         if optional:
             return None
         raise ConfigError(f"{key} must not be empty; give {TYPE_NAMES.get(base, base)}")
-    value = _coerce(key, value, base)
     choices = meta.get("choices")
+    if base is str and choices is not None and not isinstance(value, str):
+        if isinstance(value, bool) and str(value).lower() in choices:
+            value = str(value).lower()  # YAML's true/false for a knob whose choices spell them
+        else:
+            raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, choices))}")
+    value = _coerce(key, value, base)
     if choices is not None and value not in choices:
         raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, choices))}")
     low, high = meta.get("minimum"), meta.get("maximum")

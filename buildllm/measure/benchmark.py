@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from buildllm.config import Config
 from buildllm.data.windows import Windows, load_windows
+from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.device.hardware import environment
 from buildllm.device.health import interval_trend
 from buildllm.measure.breakdown import describe as describe_parts, overheads, step_breakdown
@@ -86,6 +87,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
                       "benchmark", scratch / "train_loss.png")
             plot_seconds = time.perf_counter() - before
         matmuls = matmul_parameters(trainer.model)
+        compiled = trainer.compile
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     steps_per_second = bench.measured_steps / measured_seconds
@@ -111,6 +113,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "plot_seconds": plot_seconds,
         "flops_per_token": flops_per_token(plan.model, matmuls),
         **parts, **overheads(plan.config, validation_seconds, save_seconds),
+        "compile_enabled": compiled.enabled, "compile_reason": compiled.reason,
         **figures,
     }
 
@@ -125,7 +128,7 @@ def benchmark(config: Config, write: bool = True) -> dict:
              training_examples=len(train), validation_examples=len(validation))
     estimate = plan_memory(plan)
     base = {**plan_metrics(plan), **environment(plan.device), "memory_estimate_total_bytes": estimate.total,
-            **estimate.range_metrics()}
+            **estimate.range_metrics(), "precision_advice": precision_advice(plan)}
     # Interpreter start, imports, device initialisation and token loading: a run pays them too.
     process_startup = time.time() - psutil.Process().create_time()
     known_peak = table_or_none(plan.device, plan.precision.precision, plan.precision.tf32_enabled)
@@ -160,6 +163,9 @@ def benchmark(config: Config, write: bool = True) -> dict:
     warning = noise_warning(metrics)
     if warning:
         print(warning, file=sys.stderr)
+    print(f"torch.compile: {metrics['compile_reason']}")
+    if metrics["precision_advice"]:
+        print(f"precision: {metrics['precision_advice']}")
     return metrics
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from buildllm.config import Config
 from buildllm.data.windows import Windows, batches_per_epoch, load_tokens
+from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.errors import UserError
+from buildllm.train.compile_choice import plan_compile
 from buildllm.measure.memory_estimate import checkpoint_bytes, plan_memory
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path, token_paths
@@ -16,8 +18,11 @@ from buildllm.units import size
 def dry_run(config: Config) -> dict:
     plan = make_plan(config)
     estimate = plan_memory(plan)
-    announce("dry_run", plan, planned_steps=planned(plan), memory_estimate_total_bytes=estimate.total)
-    metrics = {**plan_metrics(plan), **estimate.as_metrics(), "checkpoint_bytes_estimate": checkpoint_bytes(plan.parameters)}
+    steps = planned(plan)
+    announce("dry_run", plan, planned_steps=steps, memory_estimate_total_bytes=estimate.total)
+    compiled, advice = plan_compile(plan, steps), precision_advice(plan)
+    metrics = {**plan_metrics(plan), **estimate.as_metrics(), "checkpoint_bytes_estimate": checkpoint_bytes(plan.parameters),
+               "compile_reason": compiled.reason, "precision_advice": advice}
     path = write_metrics(metrics_path("dry_run"), metrics)
     print(f"{plan.profile.name}: {plan.parameters / 1e6:.2f}M parameters, {plan.model.architecture} architecture, "
           f"on {plan.device.device} in {plan.precision.precision}, batch {plan.batch_size} x {plan.model.sequence_length} tokens")
@@ -27,6 +32,9 @@ def dry_run(config: Config) -> dict:
              "allocator": estimate.allocator}
     shown = ", ".join(f"{name} {size(part)}" for name, part in parts.items() if part)
     print(f"estimated peak training memory: {size(estimate.total)} at the {estimate.peak_moment} ({shown})")
+    print(f"torch.compile: {compiled.reason}")
+    if advice:
+        print(f"precision: {advice}")
     print(f"checkpoint size about {size(checkpoint_bytes(plan.parameters))}; metrics written to {path}")
     return metrics
 

@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from buildllm.train import checkpoint
+from buildllm.train.compile_choice import plan_compile
 from buildllm.train import distributed
 from buildllm.train import storage
 from buildllm.config import Config, config_to_dict, knobs, value_at
@@ -126,7 +127,8 @@ class Trainer:
             self.ddp = DistributedDataParallel(self.model, device_ids=self.device.ddp_device_ids)
         module = self.ddp or self.model
         # The compiled wrapper is used for steps only; checkpoints come from the raw module.
-        self.forward = torch.compile(module) if cfg.compile else module
+        self.compile = plan_compile(plan, self.planned_steps)
+        self.forward = torch.compile(module) if self.compile.enabled else module
         self.signature = run_signature(plan, self.world.size, len(train_windows))
         self.tokens_per_step = plan.tokens_per_step * self.world.size
         self.step_count, self.tokens_seen, self.train_seconds = 0, 0, 0.0
@@ -416,7 +418,8 @@ def finish(trainer: Trainer, status: str, extra: dict) -> dict:
     progress = {"optimizer_steps": trainer.step_count, "tokens_processed": trainer.tokens_seen,
                 "train_seconds": trainer.train_seconds, "resumed": trainer.resumed_from is not None,
                 "resumed_from_step": trainer.resumed_from or 0}
-    return trainer.log.finish(status, progress, {**trainer.memory.read(), **extra})
+    compiled = {"compile_enabled": trainer.compile.enabled, "compile_reason": trainer.compile.reason}
+    return trainer.log.finish(status, progress, {**trainer.memory.read(), **compiled, **extra})
 
 
 def kept(trainer: Trainer) -> str:

@@ -1,0 +1,91 @@
+"""bf16 autocast against fp32 on this CPU, per profile: Trainer.step() speed, interleaved in one process.
+
+    python scripts/bf16_gain.py --profiles iteration1 student small --rounds 12 --write
+
+Two trainers (fp32 and bf16 autocast) on the same random tokens take turns: a few steps of one, a
+few of the other, round after round, so a competing job slows both alike; the figure is the median
+of the per-round time ratios. --write stores it with its source in
+buildllm/device/cpu_bf16_measurements.yaml, which the dry run and the benchmark quote where the CPU
+has native bf16 (buildllm/device/cpu_bf16.py). fp32 stays the CPU default either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+FIGURES = ROOT / "buildllm" / "device" / "cpu_bf16_measurements.yaml"
+PROFILES = {"iteration1": ("gpt_first_cpu", {"iteration": 1}), "student": ("student", {"preset": "student"}),
+            "small": ("small", {"preset": "small"}), "tiny": ("tiny", {"preset": "tiny"})}
+
+
+def trainer(profile: str, precision: str, threads: int, steps: int):
+    from buildllm.config import load_config
+    from buildllm.data.windows import Windows
+    from buildllm.plan import apply_plan, make_plan
+    from buildllm.train.trainer import Trainer
+
+    settings = {**PROFILES[profile][1], "device": "cpu", "precision": precision, "train.threads": threads,
+                "train.training_examples": None, "train.compile": "false"}
+    plan = make_plan(load_config(None, settings))
+    apply_plan(plan)
+    length = plan.model.sequence_length
+    tokens = torch.randint(plan.model.vocab_size, ((steps + 1) * plan.batch_size * length + 1,),
+                           generator=torch.Generator().manual_seed(0)).to(torch.uint16)
+    return Trainer(plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(prefix="bf16-gain-"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profiles", nargs="+", default=["iteration1"], choices=sorted(PROFILES))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=2, help="steps per turn")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    from buildllm.device.hardware import processor_name
+
+    figures = (yaml.safe_load(FIGURES.read_text()) if FIGURES.exists() else None) or {}
+    load = os.getloadavg()[0]
+    for profile in args.profiles:
+        total = args.warmup + args.rounds * args.steps
+        sides = {p: trainer(profile, p, args.threads, total) for p in ("fp32", "bf16")}
+        for side in sides.values():
+            for _ in range(args.warmup):
+                side.step()
+        ratios = []
+        for _ in range(args.rounds):
+            seconds = {}
+            for name, side in sides.items():
+                begin = time.perf_counter()
+                for _ in range(args.steps):
+                    side.step()
+                seconds[name] = time.perf_counter() - begin
+            ratios.append(seconds["fp32"] / seconds["bf16"])
+        speedup = statistics.median(ratios)
+        name = PROFILES[profile][0]
+        print(f"{profile}: bf16 autocast x{speedup:.3f} fp32's speed (median of {args.rounds} rounds, "
+              f"min {min(ratios):.3f}, max {max(ratios):.3f})", flush=True)
+        figures.setdefault(name, {})["bf16_speedup"] = round(speedup, 3)
+        figures[name]["source"] = (f"scripts/bf16_gain.py, {args.rounds} interleaved rounds of {args.steps} steps, "
+                                   f"{args.threads} threads, torch {torch.__version__}, {processor_name()}, "
+                                   f"load average {load:.1f} at start, {datetime.date.today().isoformat()}")
+    if args.write:
+        header = ("# bf16 autocast / fp32 training-step speed on a CPU with native bf16, per profile\n"
+                  "# (scripts/bf16_gain.py --write); quoted by the dry run and the benchmark.\n")
+        FIGURES.write_text(header + yaml.safe_dump(figures, sort_keys=True))
+        print(f"written to {FIGURES}")
+
+
+if __name__ == "__main__":
+    main()
