@@ -62,8 +62,11 @@ def test_gradient_accumulation_equals_the_larger_batch(paths):
     assert big.planned_steps == accumulated.planned_steps == 20
     for _ in range(3):
         assert float(big.step()) == pytest.approx(float(accumulated.step()), rel=1e-5)
+    # AdamW divides by the gradient's root mean square, so where a gradient is near zero a rounding
+    # difference (two micro-batch sums instead of one) moves a weight by a few 1e-5 in three steps
+    # (seen with the plain and the fused loss alike): a few percent of one step's update.
     for name, weight in big.model.state_dict().items():
-        torch.testing.assert_close(weight, accumulated.model.state_dict()[name], rtol=1e-3, atol=2e-5)
+        torch.testing.assert_close(weight, accumulated.model.state_dict()[name], rtol=1e-3, atol=5e-5)
 
 
 def test_checkpoint_state_continues_bitwise(paths, tmp_path):
