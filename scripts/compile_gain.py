@@ -1,11 +1,11 @@
 """torch.compile on this machine, per profile: compile seconds and steady speed-up of Trainer.step().
 
-    python scripts/compile_gain.py --profiles iteration1 student small --pairs 3 --write
+    python scripts/compile_gain.py --profiles iteration1 student small --processes 2 --write
 
-Each measurement is a fresh process; plain and compiled alternate (plain, compiled, plain, ...), so a
-competing job slows both alike. A process times its first --warmup steps (compilation lands there),
-then --intervals intervals of --steps steps (median). Compile seconds = compiled warm-up minus plain
-warm-up; speed-up = plain step time / compiled step time; medians over the pairs.
+Each fresh process (with a cold inductor cache) builds a plain and a compiled trainer and times
+their first --warmup steps (compilation lands there); then they take turns, --steps steps each,
+for --rounds rounds, so a competing job slows both alike. Compile seconds = compiled warm-up minus
+plain warm-up; speed-up = median over the turns of plain time / compiled time; medians over processes.
 --write stores the figures, with their source, in buildllm/train/compile_measurements.yaml, where
 `train.compile: auto` reads them (buildllm/train/compile_choice.py).
 """
@@ -33,52 +33,66 @@ PROFILES = {"iteration1": {"iteration": 1}, "student": {"preset": "student"}, "s
             "tiny": {"preset": "tiny"}}
 
 
-def child(args) -> None:
+def trainer(args, compiled: bool):
     from buildllm.config import load_config
     from buildllm.data.windows import Windows
     from buildllm.plan import apply_plan, make_plan
     from buildllm.train.trainer import Trainer
 
     settings = {**PROFILES[args.profile], "device": "cpu", "precision": "fp32", "train.threads": args.threads,
-                "train.training_examples": None, "train.compile": args.child == "compiled"}
+                "train.training_examples": None, "train.compile": "true" if compiled else "false"}
     plan = make_plan(load_config(None, settings))
     apply_plan(plan)
-    length, steps = plan.model.sequence_length, args.warmup + args.intervals * args.steps
+    length, steps = plan.model.sequence_length, args.warmup + args.rounds * args.steps
     tokens = torch.randint(plan.model.vocab_size, ((steps + 1) * plan.batch_size * length + 1,),
                            generator=torch.Generator().manual_seed(0)).to(torch.uint16)
-    trainer = Trainer(plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(prefix="compile-gain-"))
-    begin = time.perf_counter()
-    for _ in range(args.warmup):
-        trainer.step()
-    warmup = time.perf_counter() - begin
-    intervals = []
-    for _ in range(args.intervals):
+    return Trainer(plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(prefix="compile-gain-"))
+
+
+def child(args) -> None:
+    # Both trainers in one process, taking turns (a few steps each, round after round): a competing
+    # job slows both alike. The compiled one's warm-up includes compilation, from a cold cache.
+    sides = {"plain": trainer(args, False), "compiled": trainer(args, True)}
+    warmup = {}
+    for name, side in sides.items():
         begin = time.perf_counter()
-        for _ in range(args.steps):
-            trainer.step()
-        intervals.append((time.perf_counter() - begin) / args.steps)
-    print(json.dumps({"warmup_seconds": warmup, "step_seconds": statistics.median(intervals)}))
+        for _ in range(args.warmup):
+            side.step()
+        warmup[name] = time.perf_counter() - begin
+    seconds = {name: [] for name in sides}
+    for _ in range(args.rounds):
+        for name, side in sides.items():
+            begin = time.perf_counter()
+            for _ in range(args.steps):
+                side.step()
+            seconds[name].append((time.perf_counter() - begin) / args.steps)
+    ratios = [p / c for p, c in zip(seconds["plain"], seconds["compiled"])]
+    print(json.dumps({"compile_seconds": warmup["compiled"] - warmup["plain"], "speedup": statistics.median(ratios),
+                      "plain_step_seconds": statistics.median(seconds["plain"])}))
 
 
-def measure(args, profile: str, mode: str) -> dict:
-    command = [sys.executable, __file__, "--child", mode, "--profiles", profile, "--threads", str(args.threads),
-               "--warmup", str(args.warmup), "--steps", str(args.steps), "--intervals", str(args.intervals)]
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def measure(args, profile: str) -> dict:
+    command = [sys.executable, __file__, "--child", "--profiles", profile, "--threads", str(args.threads),
+               "--warmup", str(args.warmup), "--steps", str(args.steps), "--rounds", str(args.rounds)]
+    # A fresh inductor cache: the first compile on a machine is a cold one (a warm cache takes ~1 s).
+    cache = tempfile.mkdtemp(prefix="compile-gain-cache-")
+    done = subprocess.run(command, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": cache})
     if done.returncode:
-        raise SystemExit(f"{profile} {mode} failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"{profile} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profiles", nargs="+", default=["iteration1"], choices=sorted(PROFILES))
-    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--processes", type=int, default=2, help="fresh processes per profile (medians taken)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--intervals", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=6, help="turns of --steps steps each side takes")
     parser.add_argument("--write", action="store_true", help=f"store the figures in {FIGURES.relative_to(ROOT)}")
-    parser.add_argument("--child", choices=("plain", "compiled"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         args.profile = args.profiles[0]
@@ -88,18 +102,19 @@ def main() -> None:
     load = os.getloadavg()[0]
     for profile in args.profiles:
         compile_seconds, speedups, plain_steps = [], [], []
-        for pair in range(args.pairs):
-            plain, compiled = measure(args, profile, "plain"), measure(args, profile, "compiled")
-            compile_seconds.append(compiled["warmup_seconds"] - plain["warmup_seconds"])
-            speedups.append(plain["step_seconds"] / compiled["step_seconds"])
-            plain_steps.append(plain["step_seconds"])
-            print(f"{profile} pair {pair + 1}/{args.pairs}: plain {plain['step_seconds'] * 1000:.0f} ms/step, compiled "
-                  f"{compiled['step_seconds'] * 1000:.0f} ms/step (x{speedups[-1]:.3f}), compile "
-                  f"{compile_seconds[-1]:.1f} s", flush=True)
+        for run in range(args.processes):
+            figures_ = measure(args, profile)
+            compile_seconds.append(figures_["compile_seconds"])
+            speedups.append(figures_["speedup"])
+            plain_steps.append(figures_["plain_step_seconds"])
+            print(f"{profile} process {run + 1}/{args.processes}: plain {plain_steps[-1] * 1000:.0f} ms/step, "
+                  f"compiled x{speedups[-1]:.3f} (median of {args.rounds} turns), compile {compile_seconds[-1]:.1f} s",
+                  flush=True)
         entry = {"compile_seconds": round(statistics.median(compile_seconds), 1),
                  "speedup": round(statistics.median(speedups), 3),
                  "plain_step_seconds": round(statistics.median(plain_steps), 4), "precision": "fp32",
-                 "source": (f"scripts/compile_gain.py, {args.pairs} interleaved pairs, {args.threads} threads, fp32, "
+                 "source": (f"scripts/compile_gain.py, {args.processes} processes of {args.rounds} interleaved turns, "
+                            f"cold inductor cache, {args.threads} threads, fp32, "
                             f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
                             f"{os.cpu_count()} CPUs, load average {load:.1f} at start, "
                             f"{datetime.date.today().isoformat()}")}

@@ -137,8 +137,8 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
     # The final norm keeps its fp32 input, and the output head its (compute-dtype) input.
     activations = blocks + tokens * model.n_embd * (FP32 + precision_bytes)
     # The output layer and cross-entropy run fused, a chunk of rows at a time (model/fused_loss.py):
-    # no full logits exist. At its peak one chunk's logits and the log-sum-exp's temporary are alive
-    # (fp32; under autocast also the chunk's low-precision logits and gradient), and the weight
+    # no full logits exist. At its peak one chunk's logits and their log-softmax are alive (fp32;
+    # under autocast also the chunk's low-precision logits and gradient), and the weight
     # gradient it computed ahead of backward (fp32, vocabulary x width) is kept until backward. Its
     # input gradient replaces the head input the plain Linear saved (counted in activations).
     rows = chunk_rows(model.vocab_size, tokens)

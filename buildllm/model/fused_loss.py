@@ -19,8 +19,12 @@ from __future__ import annotations
 import torch
 
 # Rows per chunk: chunk logits of at most this many bytes (fp32). Measured at iteration 1 (2048 rows,
-# vocabulary 4096, 2 threads; scripts/fused_loss_chunks.py): 512-row chunks (8 MiB) were fastest.
-CHUNK_BYTES = 8 * 2**20
+# vocabulary 4096; scripts/fused_loss_chunks.py, forward + backward against the plain computation,
+# 2026-12-01 on a 2-core EPYC shared with other jobs): 1 thread: 256 rows x1.51, 512 x1.58, 1024
+# x1.39, 2048 x1.31; 2 threads with the cores oversubscribed (every extra kernel launch waits for a
+# descheduled thread): 512 x0.82, 1024 x1.04, 2048 x1.24. 1024-row chunks (16 MiB) win in both
+# conditions, at half the plain path's largest tensor.
+CHUNK_BYTES = 16 * 2**20
 
 
 def chunk_rows(vocab_size: int, rows: int) -> int:
@@ -41,38 +45,42 @@ class _LinearCrossEntropy(torch.autograd.Function):
         step = chunk_rows(weight.shape[0], rows)
         xc, wc = x.to(dtype), weight.to(dtype)
         grad_x = torch.empty_like(xc) if want_x_grad else None
-        grad_w = None
-        total = None
+        grad_w, total = None, None
+        minus_one = torch.full((step, 1), -1.0, device=x.device)
         with torch.autocast(x.device.type, enabled=False):
             for start in range(0, rows, step):
                 end = min(start + step, rows)
-                logits = (xc[start:end] @ wc.t()).float()
                 target = targets[start:end].unsqueeze(1)
-                lse = torch.logsumexp(logits, dim=1, keepdim=True)
-                part = (lse - logits.gather(1, target)).sum()
+                # One log-softmax kernel per chunk (max, exp-sum and subtraction while the rows are in cache).
+                log_probs = torch.log_softmax((xc[start:end] @ wc.t()).float(), dim=1)
+                part = log_probs.gather(1, target).sum()
                 total = part if total is None else total + part
                 if not (want_x_grad or want_w_grad):
                     continue
-                # d(mean loss)/d(logits) = (softmax - one_hot) / rows, computed in place over the chunk.
-                grad = logits.sub_(lse).exp_()
-                grad.scatter_add_(1, target, torch.full_like(target, -1, dtype=grad.dtype))
-                grad = grad.mul_(1.0 / rows).to(dtype)
+                # d(summed loss)/d(logits) = softmax - one_hot, in place over the chunk; the 1/rows of the
+                # mean is applied once, in backward, to the two small gradients instead of every chunk.
+                grad = log_probs.exp_().scatter_add_(1, target, minus_one[:end - start]).to(dtype)
                 if want_x_grad:
                     torch.mm(grad, wc, out=grad_x[start:end])
                 if want_w_grad:
-                    # Accumulated in fp32 across chunks, as the plain graph's fp32 weight gradient is.
-                    part_w = (grad.t() @ xc[start:end]).float()
-                    grad_w = part_w if grad_w is None else grad_w.add_(part_w)
+                    if grad_w is None:
+                        grad_w = (grad.t() @ xc[start:end]).float()
+                    elif dtype == torch.float32:
+                        grad_w.addmm_(grad.t(), xc[start:end])
+                    else:  # accumulated in fp32 across chunks, as the plain graph's fp32 weight gradient is
+                        grad_w.add_(grad.t() @ xc[start:end])
         ctx.save_for_backward(grad_x, grad_w)
-        ctx.dtypes = (x.dtype, weight.dtype)
-        return total / rows
+        ctx.dtypes, ctx.rows = (x.dtype, weight.dtype), rows
+        return -total / rows
 
     @staticmethod
     def backward(ctx, grad_loss):
         grad_x, grad_w = ctx.saved_tensors
         x_dtype, w_dtype = ctx.dtypes
-        dx = grad_x.mul_(grad_loss).to(x_dtype) if grad_x is not None else None
-        dw = grad_w.mul_(grad_loss).to(w_dtype) if grad_w is not None else None
+        scale = grad_loss / ctx.rows
+        # Cast first (the input is fp32 even under autocast), then scale: no extra low-precision rounding.
+        dx = grad_x.to(x_dtype).mul_(scale) if grad_x is not None else None
+        dw = grad_w.to(w_dtype).mul_(scale) if grad_w is not None else None
         return dx, dw, None, None, None, None
 
 
