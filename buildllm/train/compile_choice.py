@@ -34,7 +34,7 @@ def plan_compile(plan, planned_steps: int | None) -> CompileDecision:
 
     profile = load_profile(plan.profile.name)
     measured = measurements().get(plan.profile.name, {}).get(plan.device.kind, {})
-    same = (plan.model == profile.model and plan.batch_size == profile.runtime(plan.device.kind).batch_size
+    same = (plan.model == profile.model and plan.batch_size == profile.runtime(plan.device.runtime_defaults).batch_size
             and plan.precision.precision == measured.get("precision", "fp32"))
     return decide_compile(plan.config.train.compile, plan.profile.name, plan.device.kind, planned_steps, same)
 
