@@ -115,16 +115,50 @@ def child(args) -> None:
     print(json.dumps({"side": args.child, "tokens_per_second": statistics.median(rates), "intervals": rates}))
 
 
+def turns(args) -> None:
+    """--turns: both sides in one process, taking turns of --steps steps for --intervals rounds; on a
+    machine whose load changes from minute to minute, a turn's pair of timings is seconds apart,
+    so the ratio per turn is fairer than that of two processes minutes apart."""
+    plan = our_plan(args)
+    total = args.warmup + args.intervals * args.steps
+    steps = {"ours": ours(args, plan, total), "reference": reference(args, plan, total)}
+    for step in steps.values():
+        for _ in range(args.warmup):
+            step()
+    seconds = {name: [] for name in steps}
+    for _ in range(args.intervals):
+        for name, step in steps.items():
+            begin = time.perf_counter()
+            for _ in range(args.steps):
+                step()
+            seconds[name].append(time.perf_counter() - begin)
+    rates = {name: [args.steps * plan.tokens_per_step / t for t in values] for name, values in seconds.items()}
+    ratios = [a / b for a, b in zip(rates["ours"], rates["reference"])]
+    print(json.dumps({"ours": statistics.median(rates["ours"]), "reference": statistics.median(rates["reference"]),
+                      "ratio": statistics.median(ratios)}))
+
+
+def optional_flags(args) -> list[str]:
+    flags = ["--batch-size", str(args.batch_size)] if args.batch_size else []
+    flags += ["--architecture", args.architecture] if args.architecture else []
+    return flags + (["--compile"] if args.compile else [])
+
+
+def run_turns(args) -> tuple[float, float, float]:
+    command = [sys.executable, __file__, args.reference, "--child", "turns", "--profile", args.profile,
+               "--threads", str(args.threads), "--warmup", str(args.warmup), "--steps", str(args.steps),
+               "--intervals", str(args.intervals), "--precision", args.precision] + optional_flags(args)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"turns failed:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["ours"], result["reference"], result["ratio"]
+
+
 def run_child(args, side: str) -> float:
     command = [sys.executable, __file__, args.reference, "--child", side, "--profile", args.profile,
                "--threads", str(args.threads), "--warmup", str(args.warmup), "--steps", str(args.steps),
-               "--intervals", str(args.intervals), "--precision", args.precision]
-    if args.batch_size:
-        command += ["--batch-size", str(args.batch_size)]
-    if args.architecture:
-        command += ["--architecture", args.architecture]
-    if args.compile:
-        command += ["--compile"]
+               "--intervals", str(args.intervals), "--precision", args.precision] + optional_flags(args)
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{side} failed:\n{done.stderr[-3000:]}")
@@ -146,21 +180,31 @@ def main() -> None:
                         help="the reference has the classic architecture only")
     parser.add_argument("--compile", action="store_true", help="torch.compile our model (train.compile: true)")
     parser.add_argument("--target", type=float, default=None, help="median ratio to reach (exit 1 below it)")
-    parser.add_argument("--child", choices=("ours", "reference"), help=argparse.SUPPRESS)
+    parser.add_argument("--turns", action="store_true",
+                        help="both sides in each fresh process, alternating every --steps steps (see turns())")
+    parser.add_argument("--child", choices=("ours", "reference", "turns"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not Path(args.reference).is_file():
         raise SystemExit(f"reference {args.reference} is not a file; pass the path of nanoGPT's model.py")
+    if args.child == "turns":
+        return turns(args)
     if args.child:
         return child(args)
     target = args.target if args.target is not None else TARGETS.get(args.profile, 1.0)
     print(json.dumps({"script": "side_by_side", "profile": args.profile, "pairs": args.pairs, "threads": args.threads,
                       "precision": args.precision, "warmup": args.warmup, "steps": args.steps,
-                      "intervals": args.intervals, "reference": str(args.reference)}), flush=True)
+                      "intervals": args.intervals, "turns": args.turns, "reference": str(args.reference)}), flush=True)
     mine, theirs, ratios = [], [], []
     for pair in range(args.pairs):
-        mine.append(run_child(args, "ours"))
-        theirs.append(run_child(args, "reference"))
-        ratios.append(mine[-1] / theirs[-1])
+        if args.turns:
+            ours_rate, reference_rate, ratio = run_turns(args)
+            mine.append(ours_rate)
+            theirs.append(reference_rate)
+            ratios.append(ratio)
+        else:
+            mine.append(run_child(args, "ours"))
+            theirs.append(run_child(args, "reference"))
+            ratios.append(mine[-1] / theirs[-1])
         print(f"pair {pair + 1}/{args.pairs}: ours {mine[-1]:,.0f} tokens/s, reference {theirs[-1]:,.0f} tokens/s, "
               f"ratio {ratios[-1]:.3f}", flush=True)
     ratio = statistics.median(ratios)
