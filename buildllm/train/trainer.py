@@ -13,9 +13,7 @@ loss or out-of-memory stops with the last good checkpoint kept; Ctrl-C (or SIGTE
 from __future__ import annotations
 
 import math
-import signal
 import sys
-import threading
 from contextlib import nullcontext
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -26,6 +24,7 @@ from tqdm import tqdm
 
 from buildllm.train import checkpoint
 from buildllm.train.compile_choice import plan_compile
+from buildllm.train.stop import StopRequest
 from buildllm.train import distributed
 from buildllm.train import storage
 from buildllm.config import Config, config_to_dict, knobs, value_at
@@ -152,7 +151,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate
         accum = self.config.train.grad_accum
-        total = None
+        total = None  # the loss summed on the device: reading it would make the host wait
         for micro in range(accum):
             inputs, targets = self.device.put(*self.cursor.next(), pin=True)
             # Gradients are averaged across processes once per step, on the last micro-batch.
@@ -175,9 +174,8 @@ class Trainer:
         return loss
 
     def read_losses(self, losses: list[torch.Tensor]) -> list[float]:
-        """The losses of the last len(losses) steps as floats, in one device sync; a non-finite one
-        stops training, reporting the first step it happened at. The caller reads before every
-        checkpoint, so no checkpoint holds a step after a non-finite loss."""
+        """The last len(losses) steps' losses as floats, in one device sync; a non-finite one stops
+        training at the first step it happened (read before each checkpoint: none holds a later step)."""
         if not losses:
             return []
         values = torch.stack(losses).tolist()
@@ -289,33 +287,6 @@ def train(config: Config, under_dvc: bool = False) -> dict:
     return metrics
 
 
-class StopRequest:
-    """Ctrl-C or SIGTERM asks the loop to stop after the current step, so the checkpoint it saves is
-    a whole step's state."""
-
-    def __init__(self):
-        self.requested, self._previous, self.signals = False, {}, []
-
-    def __enter__(self) -> "StopRequest":
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        # Only a second Ctrl-C stops at once: torchrun follows a terminal's Ctrl-C with its own SIGTERM.
-        if self.requested and signum == signal.SIGINT and self.signals.count(signal.SIGINT):
-            raise KeyboardInterrupt
-        if not self.requested:
-            print("\nstopping after this step to save a checkpoint (Ctrl-C again stops at once)", file=sys.stderr)
-        self.requested = True
-        self.signals.append(signum)
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
 def resume_advice(under_dvc: bool) -> str:
     if under_dvc:  # DVC deletes a stage's outputs before it runs: `dvc repro train` would start over
         return ("`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
@@ -406,8 +377,7 @@ def record(trainer: Trainer, validation: float | None) -> dict:
 def settle(trainer: Trainer, pending: list, seconds: float) -> None:
     """Read the losses of the steps since the last read (one sync; raises NonFiniteLoss at the first
     bad step) and book the steps with an equal share of the time they took together."""
-    losses = trainer.read_losses(pending)
-    pending.clear()
+    losses, pending[:] = trainer.read_losses(pending), []
     for loss in losses:
         trainer.log.add_step(loss, seconds / len(losses))
     trainer.train_seconds += seconds
@@ -418,8 +388,8 @@ def finish(trainer: Trainer, status: str, extra: dict) -> dict:
     progress = {"optimizer_steps": trainer.step_count, "tokens_processed": trainer.tokens_seen,
                 "train_seconds": trainer.train_seconds, "resumed": trainer.resumed_from is not None,
                 "resumed_from_step": trainer.resumed_from or 0}
-    compiled = {"compile_enabled": trainer.compile.enabled, "compile_reason": trainer.compile.reason}
-    return trainer.log.finish(status, progress, {**trainer.memory.read(), **compiled, **extra})
+    return trainer.log.finish(status, progress, {**trainer.memory.read(), "compile_enabled": trainer.compile.enabled,
+                                                 "compile_reason": trainer.compile.reason, **extra})
 
 
 def kept(trainer: Trainer) -> str:
