@@ -60,13 +60,16 @@ def test_gradient_accumulation_equals_the_larger_batch(paths):
     # Micro-batches of 8 twice take the same examples as one batch of 16, so the steps agree.
     big, accumulated = trainer_for(paths), trainer_for(paths, **{"train.batch_size": 8, "train.grad_accum": 2})
     assert big.planned_steps == accumulated.planned_steps == 20
+    initial = {name: weight.clone() for name, weight in big.model.state_dict().items()}
     for _ in range(3):
         assert float(big.step()) == pytest.approx(float(accumulated.step()), rel=1e-5)
     # AdamW divides by the gradient's root mean square, so where a gradient is near zero a rounding
-    # difference (two micro-batch sums instead of one) moves a weight by a few 1e-5 in three steps
-    # (seen with the plain and the fused loss alike): a few percent of one step's update.
+    # difference (two micro-batch sums instead of one) can move a single weight by ~1e-4 in three
+    # steps (seen with the plain and the fused loss alike). Per tensor, the two runs' weights agree
+    # to 0.1% of how far the three steps moved them (1.7e-4 measured).
     for name, weight in big.model.state_dict().items():
-        torch.testing.assert_close(weight, accumulated.model.state_dict()[name], rtol=1e-3, atol=5e-5)
+        moved = (weight - initial[name]).norm()
+        assert (weight - accumulated.model.state_dict()[name]).norm() <= 1e-3 * moved + 1e-7, name
 
 
 def test_checkpoint_state_continues_bitwise(paths, tmp_path):
