@@ -48,7 +48,7 @@ def table_peak(gpu_name: str, precision: str, tf32: bool) -> Peak | None:
     key = "tf32" if precision == "fp32" and tf32 else precision
     for pattern, peaks in GPU_PEAKS.items():
         if re.search(rf"\b{pattern}\b", gpu_name, re.IGNORECASE) and key in peaks:
-            return Peak(peaks[key] * TERA, f"datasheet: NVIDIA {pattern} {key} dense")
+            return Peak(peaks[key] * TERA, f"datasheet: {pattern} {key}")  # dense figures
     return None
 
 
@@ -91,7 +91,7 @@ def measured_peak(device, precision: str, rates: list[float]) -> Peak:
     The median, not the best: a typical rate under the same conditions as the steps, so a steady
     background load slows numerator and denominator alike, where the best of a few would be one
     lucky moment that a rerun does not repeat (MFU must agree between two runs within 3%)."""
-    return Peak(statistics.median(rates), f"measured in run: {matmul_size(device)}^3 {precision} matmuls")
+    return Peak(statistics.median(rates), f"measured: {matmul_size(device)}^3 {precision} matmuls")
 
 
 def peak_flops(device, precision: str, tf32: bool, threads: int, rates: list[float] | None = None) -> Peak:
