@@ -4,7 +4,7 @@ A training step's memory peaks at one of two moments, and the estimate takes the
   1. the start of backward: weights + AdamW state + activations saved for backward + the logits'
      cross-entropy tensors (+ autocast's low-precision weight copies). No gradient exists yet:
      the Trainer frees them after every step (zero_grad(set_to_none=True)). The logits term is
-     now one chunk of the fused output layer + cross-entropy and the weight gradient it keeps.
+     one chunk of the fused output layer + cross-entropy and the weight gradient it keeps.
   2. the optimizer step: weights + AdamW state + gradients. Activations are gone, and no logits
      are held (the fused loss never materialises them).
 Small models peak at 1 (logits and activations scale with batch x sequence); a large model at a
@@ -137,10 +137,11 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
     # The final norm keeps its fp32 input, and the output head its (compute-dtype) input.
     activations = blocks + tokens * model.n_embd * (FP32 + precision_bytes)
     # The output layer and cross-entropy run fused, a chunk of rows at a time (model/fused_loss.py):
-    # no full logits exist. At its peak one chunk's logits and their log-softmax are alive (fp32;
-    # under autocast also the chunk's low-precision logits and gradient), and the weight
-    # gradient it computed ahead of backward (fp32, vocabulary x width) is kept until backward. Its
-    # input gradient replaces the head input the plain Linear saved (counted in activations).
+    # no full logits exist. Its chunk tensors are allocated once per call and reused by every chunk:
+    # fp32 logits and log-probabilities (the latter turned into the gradient in place); under
+    # autocast also the low-precision logits and gradient. The weight gradient it computed ahead
+    # of backward (fp32, vocabulary x width) is kept until backward. Its input gradient replaces
+    # the head input the plain Linear saved (counted in activations).
     rows = chunk_rows(model.vocab_size, tokens)
     chunk = rows * model.vocab_size * (2 * FP32 + (2 * precision_bytes if precision_bytes != FP32 else 0))
     logits = chunk + model.vocab_size * model.n_embd * FP32
@@ -163,9 +164,31 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
     allocator = 0
     if device.host_memory:
         runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if precision_bytes != FP32 else 0)
-        allocator = int(live * CPU_ALLOCATOR_OVERHEAD) + runtime
+        allocator = int(live * CPU_ALLOCATOR_OVERHEAD) + runtime + remade_after_backward(
+            activations, per_layer, gradient_checkpointing, grad_accum)
     return MemoryEstimate(weights=weights, optimizer=optimizer, allocator=allocator, **parts,
                           spread=SPREAD.get(device.kind, OTHER_DEVICE_SPREAD))
+
+
+def remade_after_backward(activations: int, per_layer: int, gradient_checkpointing: bool,
+                          grad_accum: int) -> int:
+    """CPU: activations allocated again after a backward pass has reshaped glibc's heap.
+
+    glibc keeps freed heap blocks, and a tensor made after a backward lands in them only where a
+    hole of its size is free: the backward interleaved gradients and temporaries with the freed
+    activations. With the mmap threshold pinned (MALLOC_MMAP_THRESHOLD_=131072: every tensor
+    returned on free) the resident growth matched the live tensors; unpinned, gradient accumulation
+    (gpt_first_cpu b16 accum 4; activations 66 MiB) grew by 80 MiB more, and gradient checkpointing
+    (b24; 24 MiB per recomputed block) by 73 MiB (both measured before the fused loss reused its
+    chunk buffers; after, 213 and 152 MiB against estimates of 221 and 136). So: one micro-batch's
+    activations, and one recomputed block's (each block is rebuilt beside the gradient temporaries
+    of the block after it). Without either, the forward reuses the previous step's blocks in the
+    same order and CPU_ALLOCATOR_OVERHEAD covers it.
+    """
+    remade = activations if grad_accum > 1 else 0
+    if gradient_checkpointing:
+        remade += per_layer
+    return remade
 
 
 def checkpoint_bytes(parameters: int) -> int:
