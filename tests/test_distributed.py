@@ -43,8 +43,11 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     for a, b in zip(single["rows"][1:], double["rows"][1:]):
         assert float(b["train_loss"]) == pytest.approx(float(a["train_loss"]), rel=1e-4)
     assert two["final_validation_loss"] == pytest.approx(one["final_validation_loss"], rel=1e-4)
+    # AdamW divides by a gradient's root mean square, so where a gradient is near zero the rounding of
+    # two processes' averaged gradients can move one weight by ~1e-4 in 20 steps (seen: one of 16,384).
+    # Per tensor, the runs agree to 1e-4 of the weights' size; a missed step or other data would not.
     for name, weight in single["state"]["model"].items():
-        torch.testing.assert_close(double["state"]["model"][name], weight, rtol=1e-3, atol=2e-5)
+        assert (double["state"]["model"][name] - weight).norm() <= 1e-4 * weight.norm() + 1e-6, name
     # Only rank 0 wrote: one set of checkpoints, no second lock or temp file.
     assert sorted(p.name for p in (tmp_path / "two" / "run").iterdir()) == [
         checkpoint.checkpoint_name(18), checkpoint.checkpoint_name(20)]
