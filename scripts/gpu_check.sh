@@ -72,7 +72,7 @@ if [[ "$DEVICE" == cpu ]]; then
   PRECISIONS=(bf16 fp16 fp32)
   BOUNDS=$'benchmark: {warmup_steps: 1, measured_steps: 4, intervals: 2}\ntrain: {training_examples: 64, validation_examples: 16, threads: 1}'
   TESTS="${GPU_CHECK_TESTS:-tests/test_cuda.py}"
-  MEMORY_ARGS=(--profiles tiny --batch-sizes 8)
+  MEMORY_ARGS=(--sets fitted --profiles tiny --batch-sizes 8)
   ESTIMATE_ARGS=(--preset tiny --warmup-steps 1 --measured-steps 4 --intervals 2 --factor 3 --threads 1)
   LARGE="--preset tiny"
   FINDER_BOUNDS=$'benchmark: {warmup_steps: 1, measured_steps: 2, intervals: 1, max_batch_size: 16}\ntrain: {training_examples: 64, validation_examples: 16, threads: 1}'

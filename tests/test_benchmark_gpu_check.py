@@ -69,7 +69,7 @@ def test_the_whole_loop_runs_on_the_cpu(tmp_path):
     plain, compiled = (combined[f"benchmark_presettiny_bf16_b{found}{suffix}"] for suffix in ("", "_compile"))
     assert plain["batch_size"] == compiled["batch_size"] == found
     assert not plain["compile_enabled"] and compiled["compile_enabled"] and compiled["tokens_per_second"] > 0
-    assert combined["memory_truth"]["tiny_fp32_b8_ratio"] > 0
+    assert combined["memory_truth"]["fitted_tiny_fp32_b8_ratio"] > 0
     assert combined["estimate_truth"]["actual_seconds"] > 0
     assert json.loads((out / "env.json").read_text())["resolved_device"] == "cpu"
     assert "skipped" in (out / "pytest_cuda.log").read_text()
