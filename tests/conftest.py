@@ -50,6 +50,20 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
+def use_docs_corpus(project: Path) -> None:
+    """Point the project copy at a small user corpus (60 of Python's documentation topics as .txt
+    files under my_texts/, corpus name python_docs): real stages, short runs."""
+    import yaml
+    from pydoc_data.topics import topics
+
+    (project / "my_texts").mkdir()
+    for title in sorted(topics)[:60]:
+        (project / "my_texts" / f"{title}.txt").write_text(topics[title])
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["corpus"].update(source="files", files=["my_texts/*.txt"], name="python_docs")
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return copy_project(tmp_path / "project")

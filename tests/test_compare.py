@@ -418,8 +418,8 @@ def test_a_metrics_folder_from_another_machine_is_compared_with_the_same_checks(
 
 def test_metrics_folders_alone_need_no_dvc(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # not a DVC project: `dvc exp show` would fail here
-    a = write_folder(tmp_path / "cpu", benchmark(), params_data=params(device="cpu", precision="fp32"))
-    b = write_folder(tmp_path / "gpu", benchmark("cuda", "bf16", 300000.0, spread=(0.0, 0.0, 0.0, 0.0)),
+    write_folder(tmp_path / "cpu", benchmark(), params_data=params(device="cpu", precision="fp32"))
+    write_folder(tmp_path / "gpu", benchmark("cuda", "bf16", 300000.0, spread=(0.0, 0.0, 0.0, 0.0)),
                      params_data=params(device="cuda", precision="bf16"))
     assert main(["compare", "cpu", "gpu", "--out", "reports/x"]) == 0
     out = capsys.readouterr().out

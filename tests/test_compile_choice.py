@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
-
 from buildllm.cli import build_parser, config_from_args
 from buildllm.config import load_config
 from buildllm.device.cpu_bf16 import precision_advice

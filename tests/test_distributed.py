@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from buildllm.train import checkpoint
 from train_fixtures import make_token_files, train_args

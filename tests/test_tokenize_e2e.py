@@ -4,12 +4,10 @@ import json
 import re
 
 import pytest
-import yaml
-from pydoc_data.topics import topics
 
 from buildllm.data.windows import Windows, load_tokens
 from buildllm.data.tokenization import load_tokenizer
-from conftest import run
+from conftest import run, use_docs_corpus
 
 COMMON_WORDS = {"the", "of", "and", "in", "is", "a", "to", "was"}
 
@@ -44,12 +42,7 @@ def test_dvc_repro_tokenize_on_the_default_corpus_and_on_a_glob(project):
     assert "didn't change, skipping" in run(["dvc", "repro", "tokenize"], project).stdout
 
     # A user's own corpus by a glob: the same outputs under the corpus's own name.
-    (project / "my_texts").mkdir()
-    for name in sorted(topics)[:60]:
-        (project / "my_texts" / f"{name}.txt").write_text(topics[name])
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params["corpus"].update(source="files", files=["my_texts/*.txt"], name="python_docs")
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    use_docs_corpus(project)
     run(["dvc", "repro", "tokenize"], project)
     load_tokenizer(project / "tokenizer" / "python_docs_4096_tokenizer.json", expected_vocab=4096)
     tokens = load_tokens(project / "data" / "tokens" / "python_docs_4096" / "train_tokens.pt", vocab_size=4096)
