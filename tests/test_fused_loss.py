@@ -50,6 +50,31 @@ def test_fused_loss_and_gradients_equal_the_plain_computation(precision, small_c
     assert dx.dtype == x.dtype and dw.dtype == weight.dtype
 
 
+def test_a_target_far_below_its_row_keeps_an_exact_finite_loss(small_chunks):
+    # On the CPU the loss is log(softmax) at the target; a target logit 200 below the row's largest
+    # underflows that softmax to 0, where log-softmax still gives the exact loss (about 200).
+    torch.manual_seed(0)
+    x = torch.randn(100, 32)
+    x[7] = 0.0
+    x[7, 0] = 10.0
+    weight = torch.randn(96, 32) * 0.1
+    weight[:, 0] = 0.0
+    weight[3, 0], weight[5, 0] = 10.0, -10.0  # row 7: logit 100 for class 3, -100 for class 5
+    targets = torch.randint(0, 96, (100,))
+    targets[7] = 5
+    x.requires_grad_(), weight.requires_grad_()
+    fused = linear_cross_entropy(x, weight, targets)
+    fused.backward()
+    dx, dw = x.grad.clone(), weight.grad.clone()
+    x.grad = weight.grad = None
+    plain = plain_linear_cross_entropy(x, weight, targets)
+    plain.backward()
+    assert torch.isfinite(fused) and plain.item() > 2.0  # row 7 alone adds 200 / 100 rows
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dx, x.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dw, weight.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_without_gradients_only_the_loss_is_computed(small_chunks):
     x, weight = torch.randn(100, 32, requires_grad=True), torch.randn(96, 32, requires_grad=True)
     targets = torch.randint(0, 96, (100,))

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import torch
 
+from buildllm.device.queue import reads_wait_for_a_queue
+
 # Rows per chunk: chunk logits of at most this many bytes (fp32). Measured at iteration 1 (2048 rows,
-# vocabulary 4096; scripts/fused_loss_chunks.py, forward + backward against the plain computation,
-# 2026-12-01 on a 2-core EPYC shared with other jobs): 1 thread: 256 rows x1.51, 512 x1.58, 1024
-# x1.39, 2048 x1.31; 2 threads with the cores oversubscribed (every extra kernel launch waits for a
-# descheduled thread): 512 x0.82, 1024 x1.04, 2048 x1.24. 1024-row chunks (16 MiB) win in both
-# conditions, at half the plain path's largest tensor.
-CHUNK_BYTES = 16 * 2**20
+# vocabulary 4096; scripts/fused_loss_chunks.py, forward + backward against the plain computation).
+# On a quiet 2-core EPYC, 2 threads: 256 rows x1.86, 512 x1.86, 1024 x1.73, 2048 x1.36; whole train
+# steps, 1024- against 512-row chunks taken in turns in one process (8 rounds of 8 steps): 512 rows
+# x1.029. With the cores oversubscribed by other jobs, 1024 rows did better (512 x0.82, 1024 x1.04):
+# the quiet machine is the one a benchmark is read on. 512 rows (8 MiB) also halve the chunk buffers.
+CHUNK_BYTES = 8 * 2**20
 
 
 def chunk_rows(vocab_size: int, rows: int) -> int:
@@ -46,6 +48,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
         xc, wc = x.to(dtype), weight.to(dtype)
         grad_x = torch.empty_like(xc) if want_x_grad else None
         grad_w, total = None, None
+        training = want_x_grad or want_w_grad
+        # One softmax kernel per chunk instead of log-softmax + exp (x1.4 for these kernels at 512 rows
+        # of 4096, 2 threads), at the cost of a check per chunk for a target probability that
+        # underflowed; where reading a value stalls a queue (GPUs) that check would stall it once per
+        # chunk, so log-softmax + exp run there.
+        via_softmax = training and not reads_wait_for_a_queue(x.device)
         minus_one = torch.full((step, 1), -1.0, device=x.device)
         # The chunk tensors are allocated once per call and every chunk writes into them (out=). With a
         # fresh 16 MiB block per chunk, glibc's resident memory grew by chunks (small tensors are carved
@@ -57,7 +65,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         log_probs_buffer = torch.empty_like(logits)
         low = dtype != torch.float32
         logits_low = torch.empty(step, vocab, dtype=dtype, device=x.device) if low else None
-        grad_low = torch.empty_like(logits_low) if low and (want_x_grad or want_w_grad) else None
+        grad_low = torch.empty_like(logits_low) if low and training else None
         with torch.autocast(x.device.type, enabled=False):
             for start in range(0, rows, step):
                 end = min(start + step, rows)
@@ -68,15 +76,26 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 else:  # logits in the compute dtype, then fp32, as the plain .float() does
                     torch.mm(xc[start:end], wc.t(), out=logits_low[:n])
                     logits[:n].copy_(logits_low[:n])
-                # One log-softmax kernel per chunk (max, exp-sum and subtraction while the rows are in cache).
-                log_probs = torch._log_softmax(logits[:n], 1, False, out=log_probs_buffer[:n])
-                part = log_probs.gather(1, target).sum()
+                if via_softmax:  # the gradient needs the softmax, the loss only its log at each row's target
+                    probs = torch._softmax(logits[:n], 1, False, out=log_probs_buffer[:n])
+                    picked = probs.gather(1, target).log_()
+                    if not bool(torch.isfinite(picked).all()):
+                        # A target's probability underflowed to 0 (its logit ~100 below the row's largest):
+                        # log-softmax keeps that loss exact and finite.
+                        picked = torch.log_softmax(logits[:n], 1).gather(1, target)
+                else:
+                    # One log-softmax kernel per chunk (max, exp-sum and subtraction while the rows are in cache).
+                    probs = torch._log_softmax(logits[:n], 1, False, out=log_probs_buffer[:n])
+                    picked = probs.gather(1, target)
+                part = picked.sum()
                 total = part if total is None else total + part
-                if not (want_x_grad or want_w_grad):
+                if not training:
                     continue
+                if not via_softmax:
+                    probs = probs.exp_()
                 # d(summed loss)/d(logits) = softmax - one_hot, in place over the chunk; the 1/rows of the
                 # mean is applied once, in backward, to the two small gradients instead of every chunk.
-                grad = log_probs.exp_().scatter_add_(1, target, minus_one[:n])
+                grad = probs.scatter_add_(1, target, minus_one[:n])
                 if grad_low is not None:
                     grad = grad_low[:n].copy_(grad)
                 if want_x_grad:
