@@ -1,4 +1,4 @@
-"""Flat JSON metrics files that `dvc metrics diff` compares across experiments, and their notes.
+"""Flat JSON metrics files, their summaries that DVC shows, and their notes.
 
 Flat: one level of keys. Numbers stay numbers (DVC hides a number stored as a string and shows no
 delta for strings); None is refused rather than silently dropped.
@@ -9,6 +9,12 @@ a metric nor the same on two machines). Sentences (reasons, sources, methods, ad
 companion `<stage>_notes.json` beside it, which is not a DVC metric. A long label of our own is a
 bug and fails loudly; the labels in SHORTENED (processor name, platform, a path, how a peak was
 measured) are cut to fit here, with their full text kept in the notes.
+
+DVC shows every metric key of every metrics file as a column of one table (`dvc metrics show`,
+`dvc exp show`), so the full records (about 150 keys) made lines 3,900 characters wide. DVC is
+therefore given a summary per stage, `metrics/summary/<stage>.json`: the few figures a person
+compares at a glance, under short names (SUMMARY). The full record stays in `metrics/<stage>.json`,
+a stage output committed with each experiment, where the later stages and `buildllm compare` read it.
 """
 
 from __future__ import annotations
@@ -32,6 +38,19 @@ NOTE_SUFFIXES = ("_reason", "_advice")   # sentences: notes only
 # metrics file keeps the label cut to fit, which reports read; the notes keep the full text.
 SHORTENED = ("platform", "processor", "gpu_name", "checkpoint_directory", "tokenizer", "peak_flops_source",
              "peak_memory_method")
+# stage -> {name in the summary: (key in the full record, scale)}; a key the record lacks (a benchmark
+# that ran out of memory has no speed) is left out of the summary.
+SUMMARY = {
+    "corpus": {"characters": ("characters", 1)},
+    "tokenize": {"tokens": ("train_tokens", 1)},
+    "dry_run": {"parameters": ("parameters", 1), "estimate_mib": ("memory_estimate_total_bytes", 2**-20)},
+    "benchmark": {"tokens_per_s": ("tokens_per_second", 1), "peak_mib": ("peak_memory_bytes", 2**-20),
+                  "mfu": ("mfu", 1)},
+    "estimate": {"minutes": ("estimated_seconds", 1 / 60)},
+    "preflight": {"failed": ("checks_failed", 1)},
+    "train": {"tokens_per_s": ("tokens_per_second", 1), "val_loss": ("final_validation_loss", 1)},
+}
+SUMMARY_DIGITS = 4  # significant digits: DVC prints five, and timings do not hold more
 _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")
 
 
@@ -87,9 +106,31 @@ def notes_path(path: str | Path) -> Path:
     return path.with_name(f"{path.stem}_notes.json")
 
 
+def summary_path(path: str | Path) -> Path:
+    path = Path(path)
+    return path.parent / "summary" / path.name
+
+
+def _significant(value: float) -> float | int:
+    if isinstance(value, int) or value == 0:
+        return value
+    rounded = float(f"{value:.{SUMMARY_DIGITS}g}")
+    return int(rounded) if rounded.is_integer() and abs(rounded) >= 10**(SUMMARY_DIGITS - 1) else rounded
+
+
+def summarize(stage: str, values: Mapping[str, Any]) -> dict:
+    summary = {}
+    for name, (key, scale) in SUMMARY.get(stage, {}).items():
+        value = values.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        summary[name] = _significant(value * scale if scale != 1 else value)
+    return summary
+
+
 def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
-    """Write the metrics file and, when there are any, its notes (an old notes file is removed, so
-    notes never outlive the run they describe)."""
+    """Write the metrics file, its summary for a pipeline stage, and, when there are any, its notes
+    (an old notes file is removed, so notes never outlive the run they describe)."""
     path = Path(path)
     values, notes = split(metrics)
     companion = notes_path(path)
@@ -98,6 +139,9 @@ def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
     elif companion.exists():
         companion.unlink()
     atomic_write_text(path, json.dumps(values, indent=2) + "\n")
+    if path.stem in SUMMARY:
+        summary_path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(summary_path(path), json.dumps(summarize(path.stem, values), indent=2) + "\n")
     return path
 
 

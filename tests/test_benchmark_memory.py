@@ -75,8 +75,8 @@ def test_parts_sum_to_the_total_and_the_peak_moment_is_named():
     # A small model at its default batch peaks at the start of backward: activations and logits,
     # no gradients yet; on CUDA there is no CPU allocator term.
     assert estimate.peak_moment == "start of backward" and estimate.gradients == 0
-    # The fused loss: one chunk of 1024 rows (fp32 logits and log-probabilities), plus its weight gradient.
-    assert estimate.logits == 1024 * model.vocab_size * 8 + model.vocab_size * model.n_embd * 4
+    # The fused loss: one chunk of 512 rows (fp32 logits and probabilities), plus its weight gradient.
+    assert estimate.logits == 512 * model.vocab_size * 8 + model.vocab_size * model.n_embd * 4
     assert estimate.allocator > 0
     assert estimate_training_memory(model, parameters, 16, 4, CUDA).allocator == 0
 

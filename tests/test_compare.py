@@ -34,6 +34,13 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE = "b" * 40
 
 
+@pytest.fixture(autouse=True)
+def outside_the_checkout(tmp_path, monkeypatch):
+    # Compare reads the workspace's full metrics records from the current folder (and an experiment's
+    # through git); the made-up `exp show` rows here must not meet the checkout's own files.
+    monkeypatch.chdir(tmp_path)
+
+
 def benchmark(device="cpu", precision="fp32", tokens_per_second=10000.0, batch_size=32, threads=2,
               spread=(-0.06, -0.02, 0.02, 0.06), **extra):
     steps = tokens_per_second / (batch_size * 64)
@@ -463,3 +470,25 @@ def test_one_run_s_metrics_file_alone_is_compared_too(tmp_path):
     assert folder.params_recorded and folder.params["device"] == "cuda" and "benchmark" in folder.metrics
     assert c.speedups[folder.name].estimate == pytest.approx(25.0)
     assert "planned_tokens 1000000 vs not recorded" in c.differences  # no estimate.json beside it
+
+
+def test_full_records_come_from_each_commit_and_the_workspace(tmp_path):
+    # DVC shows only the summaries; a stage's full record is read from the experiment's commit with
+    # git, the workspace's from disk, and an experiment row made before the summaries keeps its own.
+    from buildllm.report.experiments import full_record, read_experiments
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "benchmark.json").write_text(json.dumps(benchmark(tokens_per_second=1111.0)))
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m"], cwd=tmp_path, check=True)
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    (tmp_path / "metrics" / "benchmark.json").write_text(json.dumps(benchmark(tokens_per_second=2222.0)))
+    assert full_record(rev, "benchmark")["tokens_per_second"] == 1111.0
+    assert full_record("workspace", "benchmark")["tokens_per_second"] == 2222.0
+    assert full_record(rev, "train") is None and full_record("0" * 40, "benchmark") is None
+    old = {"rev": rev, "name": "main", "data": {"metrics": {"metrics/benchmark.json": {"data": {"tokens_per_second": 5.0}}}}}
+    baselines, _ = read_experiments([old])
+    assert baselines[0].metrics["benchmark"] == {"tokens_per_second": 5.0}
+    baselines, _ = read_experiments([{"rev": rev, "name": "main", "data": {}}])
+    assert baselines[0].metric("tokens_per_second") == 1111.0

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from buildllm.metrics import CUT_LABEL, MAX_LABEL, MetricValueError, notes_path, read_metrics, short_label, write_metrics
+from conftest import copy_project, run
+
+from buildllm.metrics import (CUT_LABEL, MAX_LABEL, SUMMARY, MetricValueError, notes_path, read_metrics, short_label,
+                              summarize, summary_path, write_metrics)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,6 +53,7 @@ def test_the_committed_metrics_fit_a_terminal():
     """The default pipeline's own metrics (committed from a real `dvc repro`): short values only, so a
     `dvc metrics diff` row (path, metric, old value, new value, change) fits in 160 columns."""
     metrics = [p for p in sorted((ROOT / "metrics").glob("*.json")) if not p.stem.endswith("_notes")]
+    metrics += sorted((ROOT / "metrics" / "summary").glob("*.json"))
     assert {p.stem for p in metrics} >= {"corpus", "tokenize", "dry_run", "benchmark", "estimate", "train"}
     for path in metrics:
         for key, value in json.loads(path.read_text()).items():
@@ -57,3 +62,33 @@ def test_the_committed_metrics_fit_a_terminal():
             # dvc metrics diff: 2 spaces between columns; a change is a number or "-".
             row = len(f"metrics/{path.name}") + len(key) + 2 * len(shown) + len(shown) + 4 * 2
             assert row <= 160, f"{path.name}: {key}={value!r} makes a {row}-column row"
+
+
+def test_a_pipeline_stage_writes_its_summary_for_dvc(tmp_path):
+    path = write_metrics(tmp_path / "benchmark.json", {"tokens_per_second": 12345.678, "peak_memory_bytes": 3 * 2**20,
+                                                       "mfu": 0.512345, "device": "cpu"})
+    assert summary_path(path) == tmp_path / "summary" / "benchmark.json"
+    # Four significant digits under short names; the full record keeps every key as it was.
+    assert json.loads(summary_path(path).read_text()) == {"tokens_per_s": 12350, "peak_mib": 3.0, "mfu": 0.5123}
+    assert json.loads(path.read_text())["tokens_per_second"] == 12345.678
+    # A benchmark that ran out of memory has no speed: its summary leaves the figure out, never invents it.
+    write_metrics(path, {"oom": True, "peak_memory_bytes": 2**30})
+    assert json.loads(summary_path(path).read_text()) == {"peak_mib": 1024.0}
+    # A file that is no pipeline stage's (a sweep's, a batch search's) has no summary.
+    assert not summary_path(write_metrics(tmp_path / "sweep.json", {"a": 1})).exists()
+
+
+def test_dvc_metrics_show_of_the_default_pipeline_fits_160_columns(tmp_path):
+    """Real `dvc metrics show` over the summaries the default pipeline committed (a real `dvc repro`):
+    one row per stage, every line at most 160 characters."""
+    project = copy_project(tmp_path / "project")
+    shutil.copytree(ROOT / "metrics" / "summary", project / "metrics" / "summary")
+    result = run(["dvc", "metrics", "show"], project)
+    rows = result.stdout.splitlines()
+    assert rows[0].split()[0] == "Path" and len(rows) == 1 + len(SUMMARY), result.stdout
+    assert {row.split()[0] for row in rows[1:]} == {f"metrics/summary/{stage}.json" for stage in SUMMARY}
+    assert max(len(row) for row in rows) <= 160, result.stdout
+    # Each summary holds its stage's figures from the full record beside it.
+    for stage in SUMMARY:
+        full = json.loads((ROOT / "metrics" / f"{stage}.json").read_text())
+        assert json.loads((ROOT / "metrics" / "summary" / f"{stage}.json").read_text()) == summarize(stage, full)

@@ -47,7 +47,8 @@ def bound(project: Path) -> None:
 
 
 def files(project: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((project / "metrics").glob("*"))}
+    return {p.relative_to(project).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((project / "metrics").rglob("*")) if p.is_file()}
 
 
 def lines(result) -> list[str]:
@@ -82,10 +83,15 @@ def check(command: str, result, project: Path) -> None:
         pass  # the exit code (checked by the caller); the runs are read by the commands after them
     elif command.startswith("dvc queue status"):
         wait_for_queue(project, result)
+    elif command.startswith("dvc metrics show"):
+        rows = result.stdout.splitlines()
+        assert rows[0].startswith("Path") and max(len(row) for row in rows) <= WIDTH, out
+        assert any(row.startswith("metrics/summary/") for row in rows[1:]), out
     elif command.startswith("dvc metrics diff"):
         # One row per metric that differs, and every row fits a terminal.
         assert "| Path" in out and max(len(line) for line in result.stdout.splitlines()) <= WIDTH, out
-        assert ("estimated_seconds" if "estimate.json" in command else "tokens_per_second") in out
+        # Without --targets the stages' summaries (short names); with one, that stage's full record.
+        assert ("estimated_seconds" if "estimate.json" in command else "tokens_per_s") in out
     elif command.startswith("buildllm compare"):
         target = re.search(r"--out (\S+)", command)
         assert (project / f"{target.group(1) if target else 'reports/comparison'}.md").exists(), out

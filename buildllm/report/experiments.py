@@ -1,8 +1,9 @@
 """DVC's record of experiments, read into one Experiment per run.
 
-The source is `dvc exp show --json`: typed params and metrics per commit, each experiment's run
-state (a failed queued run still lists metrics: its baseline's), and the content hashes of the
-data each stage read. Nothing is parsed from a printed table.
+The source is `dvc exp show --json`: typed params per commit, each experiment's run state (a failed
+queued run still lists metrics: its baseline's), and the content hashes of the data each stage
+read; the stages' full metrics records come from each commit through git (full_record). Nothing is
+parsed from a printed table.
 
 Or a metrics folder brought from another machine: the same record, read from the files a run
 left (see read_folder).
@@ -91,14 +92,35 @@ def flatten(tree: Any, prefix: str = "") -> dict:
     return flat
 
 
+def full_record(rev: str | None, stage: str) -> dict | None:
+    """A stage's full metrics record as the commit `rev` holds it (the workspace's from disk). DVC
+    shows only the stages' summaries (buildllm/metrics.py); the full record is a stage output that
+    each experiment commits, so it is read from git. Commits made before the summaries existed
+    have it as a DVC metric, which `exp show` gives directly (see _record)."""
+    path = metrics_path(stage)
+    if not rev:
+        return None
+    if rev == "workspace":
+        text = path.read_text() if path.is_file() else None
+    else:
+        shown = subprocess.run(["git", "show", f"{rev}:{path.as_posix()}"], capture_output=True, text=True)
+        text = shown.stdout if shown.returncode == 0 else None
+    try:
+        record = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def _record(entry: dict, name: str, baseline: str, baseline_name: str | None, executor: dict | None) -> Experiment:
     data = entry.get("data") or {}
     params = flatten(((data.get("params") or {}).get("params.yaml") or {}).get("data") or {})
     metrics = {}
     for stage in STAGES:
         found = (data.get("metrics") or {}).get(metrics_path(stage).as_posix()) or {}
-        if isinstance(found.get("data"), dict):
-            metrics[stage] = found["data"]
+        record = found.get("data") if isinstance(found.get("data"), dict) else full_record(entry.get("rev"), stage)
+        if record is not None:
+            metrics[stage] = record
     roots = (DATA.as_posix(), TOKENIZERS.as_posix())
     # Data identity by content hash: the tokenize stage's outputs as dvc.lock records them (exp show
     # merges deps across stages, so a stage that never ran can blank a dep's hash there).
