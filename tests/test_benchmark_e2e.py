@@ -37,15 +37,21 @@ def test_repro_then_experiments_diff_speed_and_memory(project, tmp_path, monkeyp
     for precision in ("fp32", "bf16"):
         run(["dvc", "exp", "run", "-n", f"cpu-{precision}", "-S", f"precision={precision}", "benchmark", "estimate"],
             project)
+    # DVC's own diff: the stages' summaries, and a full record when it is named.
     diff = json.loads(run(["dvc", "metrics", "diff", "cpu-fp32", "cpu-bf16", "--json"], project).stdout)
-    changes = diff["metrics/benchmark.json"]
-    for key in ("tokens_per_second", "steps_per_second", "peak_memory_bytes"):
+    changes = diff["metrics/summary/benchmark.json"]
+    for key in ("tokens_per_s", "peak_mib"):
         assert isinstance(changes[key]["diff"], (int, float)), (key, changes.get(key))
         assert changes[key]["old"] > 0 and changes[key]["new"] > 0
-    assert "metrics/estimate.json" in diff
-    # Each experiment really ran in its precision (a string: the diff hides it, `exp show` has it).
+    assert "metrics/summary/estimate.json" in diff
+    full = json.loads(run(["dvc", "metrics", "diff", "cpu-fp32", "cpu-bf16", "--targets", "metrics/benchmark.json",
+                           "--json"], project).stdout)["metrics/benchmark.json"]
+    for key in ("tokens_per_second", "steps_per_second", "peak_memory_bytes"):
+        assert isinstance(full[key]["diff"], (int, float)), (key, full.get(key))
+    # Each experiment really ran in its precision: its commit holds its full record (a stage output).
     shown = json.loads(run(["dvc", "exp", "show", "--json"], project).stdout)
     revs = [rev for baseline in shown for exp in baseline.get("experiments") or [] for rev in exp["revs"]]
     for precision in ("fp32", "bf16"):
         rev = next(rev for rev in revs if rev.get("name") == f"cpu-{precision}")
-        assert rev["data"]["metrics"]["metrics/benchmark.json"]["data"]["precision"] == precision
+        record = json.loads(run(["git", "show", f"{rev['rev']}:metrics/benchmark.json"], project).stdout)
+        assert record["precision"] == precision
