@@ -2,8 +2,8 @@
 
 Known NVIDIA GPUs: dense (no sparsity) tensor-core figures from NVIDIA's datasheets, by name and
 dtype. Everything else (CPUs, Apple GPUs, GPUs not in the table): measured by the run itself, with
-a short large matmul in the run's dtype and thread count (the benchmark: just before and just
-after its measured steps, the median of ten timed matmuls). Nothing is cached outside the project:
+a short large matmul in the run's dtype and thread count (the benchmark: at the edges of each of its
+measured intervals, see MatmulProbe). Nothing is cached outside the project:
 the metrics file records the peak it used and where it came from, so its MFU can be recomputed
 from that file alone, and no other run's history (or a file DVC cannot see) moves it.
 A Device answers with Device.peak_flops(); `device` below is that Device.
@@ -52,19 +52,7 @@ def table_peak(gpu_name: str, precision: str, tf32: bool) -> Peak | None:
     return None
 
 
-def matmul_rates(device, dtype: torch.dtype, size: int, repeats: int = 5) -> list[float]:
-    """FLOP/s of each of `repeats` timed size^3 matmuls (after one untimed call)."""
-    a = torch.randn(size, size, device=device.device, dtype=dtype)
-    b = torch.randn(size, size, device=device.device, dtype=dtype)
-    torch.matmul(a, b)  # first call pays for kernel selection and allocation
-    device.synchronize()
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        device.synchronize()
-        rates.append(2 * size**3 / (time.perf_counter() - start))
-    return rates
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def matmul_size(device) -> int:
@@ -72,12 +60,51 @@ def matmul_size(device) -> int:
     return 2048 if device.kind == "cpu" else 8192
 
 
+class MatmulProbe:
+    """Timed size^3 matmuls in the run's dtype and threads, on buffers made once: probing between a
+    benchmark's measured intervals then allocates nothing, so the run's measured peak memory stays
+    its own. Every rate taken is kept in `rates`, in order."""
+
+    def __init__(self, device, precision: str):
+        self.device, self.size = device, matmul_size(device)
+        dtype = DTYPES[precision]
+        self.a = torch.randn(self.size, self.size, device=device.device, dtype=dtype)
+        self.b = torch.randn(self.size, self.size, device=device.device, dtype=dtype)
+        self.out = torch.matmul(self.a, self.b)  # the first call pays for kernel selection and allocation
+        device.synchronize()
+        self.rates: list[float] = []
+
+    def sample(self, repeats: int = 3) -> list[float]:
+        """FLOP/s of each of `repeats` timed matmuls."""
+        taken = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.matmul(self.a, self.b, out=self.out)
+            self.device.synchronize()
+            taken.append(2 * self.size**3 / (time.perf_counter() - start))
+        self.rates += taken
+        return taken
+
+    def close(self) -> None:
+        del self.a, self.b, self.out
+        self.device.release_cached_memory()  # the matmul's blocks must not count in the run's reserved memory
+
+
+def interval_probe(device, precision: str) -> MatmulProbe | None:
+    """A probe a benchmark keeps through its measured intervals, or None: where the device's memory
+    is the run's budget (GPUs: 768 MiB of fp32 matmul buffers at 8192^3) holding it would shrink
+    that budget and the benchmark would no longer fit what training fits, so there the peak is
+    sampled before and after the steps instead (sample_peak). On the CPU it holds 48 MiB of 24 GiB."""
+    return MatmulProbe(device, precision) if device.host_memory else None
+
+
 def sample_peak(device, precision: str) -> list[float]:
     """One in-run sample of the matmul rate (FLOP/s, 5 timed matmuls) in the run's dtype and threads."""
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    rates = matmul_rates(device, dtype, matmul_size(device))
-    device.release_cached_memory()  # the matmul's blocks must not count in the run's reserved memory
-    return rates
+    probe = MatmulProbe(device, precision)
+    try:
+        return probe.sample(5)
+    finally:
+        probe.close()
 
 
 def table_or_none(device, precision: str, tf32: bool) -> Peak | None:
@@ -86,7 +113,7 @@ def table_or_none(device, precision: str, tf32: bool) -> Peak | None:
 
 
 def measured_peak(device, precision: str, rates: list[float]) -> Peak:
-    """The median of this run's timed matmuls (the benchmark's: taken before and after its steps).
+    """The median of this run's timed matmuls (the benchmark's: taken around each measured interval).
 
     The median, not the best: a typical rate under the same conditions as the steps, so a steady
     background load slows numerator and denominator alike, where the best of a few would be one

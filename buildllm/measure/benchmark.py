@@ -6,9 +6,11 @@ It runs the Trainer's own step (the same code path as `train`) on the real token
      (thermal throttling, a competing job) shows as the intervals' coefficient of variation;
   3. one validation pass and one checkpoint save, timed and sized, for the estimate;
   4. FLOPs per token from the model's shapes and a peak for this device and precision: MFU. The
-     peak is a datasheet figure for known GPUs, else measured by this run just before and just
-     after the steps (outside the memory measurement), and recorded: MFU = achieved_flops ÷
-     peak_flops, recomputable from the metrics file alone.
+     peak is a datasheet figure for known GPUs (MFU = achieved_flops ÷ peak_flops), else measured
+     by this run: on the CPU at the edges of each measured interval, on buffers made before the
+     memory measurement (MFU is then the median of the intervals' own, each against the peak at its
+     edges, interval_<i>_peak_flops); on other devices before and after the steps (achieved ÷ the
+     median of those). Either way recomputable from the metrics file alone.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from buildllm.device.hardware import environment
 from buildllm.device.health import interval_trend
 from buildllm.measure.breakdown import describe as describe_parts, overheads, step_breakdown
 from buildllm.errors import TrainingFailed
-from buildllm.model.flops import flops_per_token, matmul_parameters, mfu
+from buildllm.model.flops import flops_per_token, interval_mfu, matmul_parameters, mfu
 from buildllm.measure.memory_estimate import plan_memory
-from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning
+from buildllm.measure.noise import (coefficient_of_variation, interval_metrics, interval_peaks, interval_rates,
+                                    noise_warning)
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
-from buildllm.device.peak_flops import sample_peak, table_or_none
+from buildllm.device.peak_flops import MatmulProbe, interval_probe, sample_peak, table_or_none
 from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
 from buildllm.train.plots import write_png
 from buildllm.device.oom import advice, out_of_memory
@@ -43,11 +46,13 @@ from buildllm.train.trainer import Trainer
 
 
 def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool = True,
-            progress: bool = True) -> dict:
+            progress: bool = True, probe: MatmulProbe | None = None) -> dict:
     """Time warm-up and measured steps of one plan; returns flat figures (no file written).
 
     extras=False skips the timed validation pass and checkpoint save (the batch finder and the
-    sweep only need speed and memory)."""
+    sweep only need speed and memory). A probe times matmuls at the edges of every measured
+    interval (outside the intervals' own time): each interval's peak is the median of the rates at
+    its two edges."""
     bench = plan.config.benchmark
     scratch = Path(tempfile.mkdtemp(prefix="buildllm-benchmark-"))
     try:
@@ -61,6 +66,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         per_interval = [bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
                         for i in range(bench.intervals)]
         rates, losses, seconds = [], [], []
+        edges = [probe.sample()] if probe else []
         with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not progress) as bar:
             for steps in (n for n in per_interval if n > 0):
                 begin = plan.device.timed()
@@ -69,6 +75,8 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
                     bar.update()
                 seconds.append(plan.device.timed() - begin)
                 rates.append(steps / seconds[-1])
+                if probe:
+                    edges.append(probe.sample())
         # The intervals' own time: the bar's redraws between them are not training, and the overall
         # rate then lies between the slowest and the fastest interval, as it must.
         measured_seconds = sum(seconds)
@@ -105,6 +113,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "interval_steps_per_second_max": max(rates),
         "throughput_cv": coefficient_of_variation(rates),
         **interval_metrics(rates),
+        **{f"interval_{i}_peak_flops": statistics.median(edges[i - 1] + edges[i]) for i in range(1, len(edges))},
         **interval_trend(rates),  # a steady fall suggests throttling (preflight's cooling check)
         "validation_examples": len(validation),
         "validation_seconds": validation_seconds,
@@ -132,9 +141,12 @@ def benchmark(config: Config, write: bool = True) -> dict:
     # Interpreter start, imports, device initialisation and token loading: a run pays them too.
     process_startup = time.time() - psutil.Process().create_time()
     known_peak = table_or_none(plan.device, plan.precision.precision, plan.precision.tf32_enabled)
-    before = [] if known_peak else sample_peak(plan.device, plan.precision.precision)
+    # Made before the Trainer, so its buffers are in the memory baseline, not the measured peak.
+    probe = None if known_peak else interval_probe(plan.device, plan.precision.precision)
+    measured_apart = not known_peak and probe is None
+    before = sample_peak(plan.device, plan.precision.precision) if measured_apart else []
     try:
-        figures = measure(plan, train, validation)
+        figures = measure(plan, train, validation, probe=probe)
     except Exception as exc:
         if not out_of_memory(exc):
             raise
@@ -144,17 +156,24 @@ def benchmark(config: Config, write: bool = True) -> dict:
             write_metrics(metrics_path("benchmark"), oom)
         raise TrainingFailed(f"out of memory at batch size {plan.batch_size} on {plan.device.device}; "
                              + advice(plan.batch_size)) from None
-    after = [] if known_peak else sample_peak(plan.device, plan.precision.precision)
-    peak = plan.device.peak_flops(plan.precision.precision, plan.precision.tf32_enabled, plan.threads,
-                                  rates=before + after)
+    finally:
+        if probe:
+            probe.close()
+    after = sample_peak(plan.device, plan.precision.precision) if measured_apart else []
+    rates = probe.rates if probe else before + after
+    peak = plan.device.peak_flops(plan.precision.precision, plan.precision.tf32_enabled, plan.threads, rates=rates)
     achieved = figures["flops_per_token"] * figures["tokens_per_second"]
+    steps, peaks = interval_rates(figures), interval_peaks(figures)
     metrics = {
         **base, "oom": False, **figures, "process_startup_seconds": process_startup,
         "achieved_flops": achieved, "peak_flops": peak.flops, "peak_flops_source": peak.source,
-        # Each side's median matmul rate (0 for a datasheet peak): far apart, the machine's load changed.
-        "peak_flops_before": statistics.median(before) if before else 0.0,
-        "peak_flops_after": statistics.median(after) if after else 0.0,
-        "mfu": mfu(figures["flops_per_token"], figures["tokens_per_second"], peak.flops),
+        # The matmul rate before the first and after the last interval (0 for a datasheet peak): far
+        # apart, the machine's load changed during the run.
+        "peak_flops_before": statistics.median(before or rates[:3]) if rates else 0.0,
+        "peak_flops_after": statistics.median(after or rates[-3:]) if rates else 0.0,
+        # Measured peak: each interval against the matmuls at its edges (model/flops.py interval_mfu).
+        "mfu": (interval_mfu(figures["flops_per_token"], plan.tokens_per_step, steps, peaks) if peaks
+                else mfu(figures["flops_per_token"], figures["tokens_per_second"], peak.flops)),
         "memory_estimate_ratio": estimate.total / figures["peak_memory_bytes"] if figures["peak_memory_bytes"] else 0.0,
     }
     if write:

@@ -25,6 +25,15 @@ def interval_metrics(rates: list) -> dict:
     return {f"interval_{i}_steps_per_second": float(rate) for i, rate in enumerate(rates, start=1)}
 
 
+def interval_peaks(metrics: dict) -> list:
+    """The matmul peak (FLOP/s) measured at each interval's edges, in order; [] for a datasheet peak."""
+    peaks, i = [], 1
+    while isinstance(metrics.get(f"interval_{i}_peak_flops"), (int, float)):
+        peaks.append(float(metrics[f"interval_{i}_peak_flops"]))
+        i += 1
+    return peaks
+
+
 def interval_rates(metrics: dict) -> list:
     """The per-interval rates a benchmark recorded, in order; [] for a benchmark older than them."""
     rates, i = [], 1

@@ -35,3 +35,13 @@ def flops_per_token(config: GPTConfig, matmul_params: int) -> int:
 
 def mfu(flops_per_token_: float, tokens_per_second: float, peak_flops: float) -> float:
     return flops_per_token_ * tokens_per_second / peak_flops if peak_flops > 0 else 0.0
+
+
+def interval_mfu(flops_per_token_: float, tokens_per_step: int, steps_per_second: list[float],
+                 peaks: list[float]) -> float:
+    """The median over measured intervals of each interval's MFU against the peak measured at its
+    own edges. A machine whose load changes within a run slows an interval and the matmuls beside
+    it alike, so the ratio holds where one peak for the whole run would not (two runs agree)."""
+    ratios = sorted(mfu(flops_per_token_, rate * tokens_per_step, peak) for rate, peak in zip(steps_per_second, peaks))
+    middle = len(ratios) // 2
+    return (ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2) if ratios else 0.0
