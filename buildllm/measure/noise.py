@@ -25,22 +25,22 @@ def interval_metrics(rates: list) -> dict:
     return {f"interval_{i}_steps_per_second": float(rate) for i, rate in enumerate(rates, start=1)}
 
 
+def _numbered(metrics: dict, key: str) -> list:
+    """The values of key.format(1), key.format(2), ... up to the first one missing, in order."""
+    values = []
+    while isinstance(metrics.get(key.format(len(values) + 1)), (int, float)):
+        values.append(float(metrics[key.format(len(values) + 1)]))
+    return values
+
+
 def interval_peaks(metrics: dict) -> list:
     """The matmul peak (FLOP/s) measured at each interval's edges, in order; [] for a datasheet peak."""
-    peaks, i = [], 1
-    while isinstance(metrics.get(f"interval_{i}_peak_flops"), (int, float)):
-        peaks.append(float(metrics[f"interval_{i}_peak_flops"]))
-        i += 1
-    return peaks
+    return _numbered(metrics, "interval_{}_peak_flops")
 
 
 def interval_rates(metrics: dict) -> list:
     """The per-interval rates a benchmark recorded, in order; [] for a benchmark older than them."""
-    rates, i = [], 1
-    while isinstance(metrics.get(f"interval_{i}_steps_per_second"), (int, float)):
-        rates.append(float(metrics[f"interval_{i}_steps_per_second"]))
-        i += 1
-    return rates
+    return _numbered(metrics, "interval_{}_steps_per_second")
 
 
 def coefficient_of_variation(rates: list) -> float:
