@@ -47,3 +47,13 @@ def test_peak_table_matches_whole_names_most_specific_first():
     assert table_peak("NVIDIA A100-SXM4-80GB", "fp32", True).flops == pytest.approx(156e12)  # TF32 allowed
     assert table_peak("Tesla T4", "bf16", False) is None  # no bf16 entry: the peak is measured instead
     assert table_peak("Some Future GPU", "bf16", True) is None
+
+
+def test_interval_mfu_pairs_each_interval_with_its_own_peak():
+    # A load that halves both the steps and the matmuls in interval 2 leaves its MFU as it was;
+    # against one peak for the whole run the two intervals would read 0.5 and 0.25.
+    from buildllm.model.flops import interval_mfu
+
+    assert interval_mfu(1e6, 100, [2.0, 1.0, 2.0], [4e8, 2e8, 4e8]) == pytest.approx(0.5)
+    assert interval_mfu(1e6, 100, [2.0, 1.0], [4e8, 4e8]) == pytest.approx((0.5 + 0.25) / 2)
+    assert interval_mfu(1e6, 100, [], []) == 0.0

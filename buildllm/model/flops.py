@@ -11,6 +11,8 @@ MFU = FLOPs per token x measured tokens/s / peak FLOP/s of the device in the run
 
 from __future__ import annotations
 
+import statistics
+
 import torch.nn as nn
 
 from buildllm.model.gpt import GPTConfig
@@ -41,7 +43,6 @@ def interval_mfu(flops_per_token_: float, tokens_per_step: int, steps_per_second
                  peaks: list[float]) -> float:
     """The median over measured intervals of each interval's MFU against the peak measured at its
     own edges. A machine whose load changes within a run slows an interval and the matmuls beside
-    it alike, so the ratio holds where one peak for the whole run would not (two runs agree)."""
-    ratios = sorted(mfu(flops_per_token_, rate * tokens_per_step, peak) for rate, peak in zip(steps_per_second, peaks))
-    middle = len(ratios) // 2
-    return (ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2) if ratios else 0.0
+    it alike, so the ratio moves less from run to run than against one peak for the whole run."""
+    ratios = [mfu(flops_per_token_, rate * tokens_per_step, peak) for rate, peak in zip(steps_per_second, peaks)]
+    return statistics.median(ratios) if ratios else 0.0
