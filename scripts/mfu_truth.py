@@ -10,6 +10,7 @@ A busy machine moves both the steps and the in-run matmul peak; run it on a quie
 
     python scripts/mfu_truth.py                       # iteration 1 (gpt_first_cpu) on the CPU, 2 runs
     python scripts/mfu_truth.py --runs 4 --preset tiny
+    python scripts/mfu_truth.py --runs 4 --measured-steps 60 --intervals 12   # a longer benchmark
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ def params_for(args) -> dict:
     train_settings = {"train_tokens": str(train), "validation_tokens": str(validation)}
     if args.threads:
         train_settings["threads"] = args.threads
-    return {**chosen, "device": args.device, "precision": args.precision, "train": train_settings}
+    params = {**chosen, "device": args.device, "precision": args.precision, "train": train_settings}
+    if args.measured_steps:  # a longer benchmark: more intervals, each paired with its own peak
+        params["benchmark"] = {"measured_steps": args.measured_steps, "intervals": args.intervals}
+    return params
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--measured-steps", type=int, help="the benchmark's measured steps (default: params.yaml's)")
+    parser.add_argument("--intervals", type=int, default=4, help="with --measured-steps: how many intervals")
     args = parser.parse_args(argv)
     params = params_for(args)
     print(f"{'run':>4}{'tokens/s':>12}{'achieved TFLOP/s':>18}{'peak TFLOP/s':>14}{'before':>8}{'after':>8}"
