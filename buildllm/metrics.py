@@ -124,7 +124,7 @@ def summarize(stage: str, values: Mapping[str, Any]) -> dict:
         value = values.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        summary[name] = _significant(value * scale if scale != 1 else value)
+        summary[name] = _significant(value * scale)  # a scale of 1 keeps an int an int
     return summary
 
 

@@ -28,8 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from buildllm.measure.noise import interval_peaks, interval_rates  # noqa: E402
-from buildllm.model.flops import interval_mfu  # noqa: E402
+from buildllm.measure.benchmark import mfu_from_metrics  # noqa: E402
 TARGET = 0.03
 
 
@@ -79,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             m = json.loads((work / "metrics" / "benchmark.json").read_text())
         # Recomputed from the file alone, as a reader of the metrics would: each interval against the
         # peak measured at its edges, the median of those (a datasheet peak: achieved ÷ peak).
-        peaks = interval_peaks(m)
-        recomputed = (interval_mfu(m["flops_per_token"], m["tokens_per_step"], interval_rates(m), peaks) if peaks
-                      else m["flops_per_token"] * m["tokens_per_second"] / m["peak_flops"])
+        recomputed = mfu_from_metrics(m)
         if abs(recomputed - m["mfu"]) > 1e-9 * max(m["mfu"], 1):
             print(f"run {run}: MFU {m['mfu']} is not what its own file gives ({recomputed})")
             return 1

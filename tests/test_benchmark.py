@@ -125,8 +125,8 @@ def test_only_the_cpu_keeps_a_matmul_probe_through_the_intervals():
     assert interval_probe(Device("cuda:1", "cuda:1", "cuda", "test"), "bf16") is None
     probe = interval_probe(Device("cpu", "cpu", "cpu", "test"), "fp32")
     buffers = (probe.a.data_ptr(), probe.b.data_ptr(), probe.out.data_ptr())
-    rates = probe.sample(2) + probe.sample(1)
+    first, second = probe.sample(2), probe.sample(1)
     # Every sample reuses the buffers made at the start (nothing allocated between intervals) and is kept.
     assert (probe.a.data_ptr(), probe.b.data_ptr(), probe.out.data_ptr()) == buffers
-    assert probe.rates == rates and len(rates) == 3 and min(rates) > 0
+    assert probe.samples == [first, second] and len(first) == 2 and len(second) == 1 and min(first + second) > 0
     probe.close()

@@ -63,7 +63,7 @@ def matmul_size(device) -> int:
 class MatmulProbe:
     """Timed size^3 matmuls in the run's dtype and threads, on buffers made once: probing between a
     benchmark's measured intervals then allocates nothing, so the run's measured peak memory stays
-    its own. Every rate taken is kept in `rates`, in order."""
+    its own. Each sample's rates are kept in `samples`, in order."""
 
     def __init__(self, device, precision: str):
         self.device, self.size = device, matmul_size(device)
@@ -72,7 +72,7 @@ class MatmulProbe:
         self.b = torch.randn(self.size, self.size, device=device.device, dtype=dtype)
         self.out = torch.matmul(self.a, self.b)  # the first call pays for kernel selection and allocation
         device.synchronize()
-        self.rates: list[float] = []
+        self.samples: list[list[float]] = []
 
     def sample(self, repeats: int = 3) -> list[float]:
         """FLOP/s of each of `repeats` timed matmuls."""
@@ -82,7 +82,7 @@ class MatmulProbe:
             torch.matmul(self.a, self.b, out=self.out)
             self.device.synchronize()
             taken.append(2 * self.size**3 / (time.perf_counter() - start))
-        self.rates += taken
+        self.samples.append(taken)
         return taken
 
     def close(self) -> None:

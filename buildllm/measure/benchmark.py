@@ -66,7 +66,8 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         per_interval = [bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
                         for i in range(bench.intervals)]
         rates, losses, seconds = [], [], []
-        edges = [probe.sample()] if probe else []
+        if probe:
+            probe.sample()
         with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not progress) as bar:
             for steps in (n for n in per_interval if n > 0):
                 begin = plan.device.timed()
@@ -76,7 +77,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
                 seconds.append(plan.device.timed() - begin)
                 rates.append(steps / seconds[-1])
                 if probe:
-                    edges.append(probe.sample())
+                    probe.sample()
         # The intervals' own time: the bar's redraws between them are not training, and the overall
         # rate then lies between the slowest and the fastest interval, as it must.
         measured_seconds = sum(seconds)
@@ -113,7 +114,8 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "interval_steps_per_second_max": max(rates),
         "throughput_cv": coefficient_of_variation(rates),
         **interval_metrics(rates),
-        **{f"interval_{i}_peak_flops": statistics.median(edges[i - 1] + edges[i]) for i in range(1, len(edges))},
+        **({f"interval_{i}_peak_flops": statistics.median(probe.samples[i - 1] + probe.samples[i])
+            for i in range(1, len(probe.samples))} if probe else {}),
         **interval_trend(rates),  # a steady fall suggests throttling (preflight's cooling check)
         "validation_examples": len(validation),
         "validation_seconds": validation_seconds,
@@ -159,23 +161,23 @@ def benchmark(config: Config, write: bool = True) -> dict:
     finally:
         if probe:
             probe.close()
-    after = sample_peak(plan.device, plan.precision.precision) if measured_apart else []
-    rates = probe.rates if probe else before + after
+    # The matmul samples in time order: at every interval's edges, or just before and after the steps.
+    edges = probe.samples if probe else []
+    if measured_apart:
+        edges = [before, sample_peak(plan.device, plan.precision.precision)]
+    rates = [rate for edge in edges for rate in edge]
     peak = plan.device.peak_flops(plan.precision.precision, plan.precision.tf32_enabled, plan.threads, rates=rates)
     achieved = figures["flops_per_token"] * figures["tokens_per_second"]
-    steps, peaks = interval_rates(figures), interval_peaks(figures)
     metrics = {
         **base, "oom": False, **figures, "process_startup_seconds": process_startup,
         "achieved_flops": achieved, "peak_flops": peak.flops, "peak_flops_source": peak.source,
         # The matmul rate before the first and after the last interval (0 for a datasheet peak): far
         # apart, the machine's load changed during the run.
-        "peak_flops_before": statistics.median(before or rates[:3]) if rates else 0.0,
-        "peak_flops_after": statistics.median(after or rates[-3:]) if rates else 0.0,
-        # Measured peak: each interval against the matmuls at its edges (model/flops.py interval_mfu).
-        "mfu": (interval_mfu(figures["flops_per_token"], plan.tokens_per_step, steps, peaks) if peaks
-                else mfu(figures["flops_per_token"], figures["tokens_per_second"], peak.flops)),
+        "peak_flops_before": statistics.median(edges[0]) if edges else 0.0,
+        "peak_flops_after": statistics.median(edges[-1]) if edges else 0.0,
         "memory_estimate_ratio": estimate.total / figures["peak_memory_bytes"] if figures["peak_memory_bytes"] else 0.0,
     }
+    metrics["mfu"] = mfu_from_metrics(metrics)
     if write:
         write_metrics(metrics_path("benchmark"), metrics)
     print(summary(metrics))
@@ -186,6 +188,15 @@ def benchmark(config: Config, write: bool = True) -> dict:
     if metrics["precision_advice"]:
         print(f"precision: {metrics['precision_advice']}")
     return metrics
+
+
+def mfu_from_metrics(m: dict) -> float:
+    """MFU from a benchmark's metrics alone: each interval against the peak measured at its edges
+    (the median of those; model/flops.py interval_mfu), or achieved ÷ peak for a peak taken once."""
+    peaks = interval_peaks(m)
+    if peaks:
+        return interval_mfu(m["flops_per_token"], m["tokens_per_step"], interval_rates(m), peaks)
+    return mfu(m["flops_per_token"], m["tokens_per_second"], m["peak_flops"])
 
 
 def summary(m: dict) -> str:

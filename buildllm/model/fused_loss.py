@@ -40,6 +40,22 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
+def _target_log_probs(logits, out, target, via_softmax: bool, want_softmax: bool):
+    """Each row's log-probability of its target and, when wanted, the rows' softmax (written in `out`)."""
+    if via_softmax:  # the gradient needs the softmax, the loss only its log at each row's target
+        probs = torch._softmax(logits, 1, False, out=out)
+        picked = probs.gather(1, target).log_()
+        if not bool(torch.isfinite(picked).all()):
+            # A target's probability underflowed to 0 (its logit ~100 below the row's largest):
+            # log-softmax keeps that loss exact and finite.
+            picked = torch.log_softmax(logits, 1).gather(1, target)
+        return picked, probs
+    # One log-softmax kernel per chunk (max, exp-sum and subtraction while the rows are in cache).
+    log_probs = torch._log_softmax(logits, 1, False, out=out)
+    picked = log_probs.gather(1, target)
+    return picked, (log_probs.exp_() if want_softmax else None)
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, targets, dtype, want_x_grad, want_w_grad):
@@ -62,7 +78,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # without; 164 MiB with the buffers reused. The arithmetic is unchanged.
         vocab = weight.shape[0]
         logits = torch.empty(step, vocab, dtype=torch.float32, device=x.device)
-        log_probs_buffer = torch.empty_like(logits)
+        probs_buffer = torch.empty_like(logits)
         low = dtype != torch.float32
         logits_low = torch.empty(step, vocab, dtype=dtype, device=x.device) if low else None
         grad_low = torch.empty_like(logits_low) if low and training else None
@@ -76,23 +92,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 else:  # logits in the compute dtype, then fp32, as the plain .float() does
                     torch.mm(xc[start:end], wc.t(), out=logits_low[:n])
                     logits[:n].copy_(logits_low[:n])
-                if via_softmax:  # the gradient needs the softmax, the loss only its log at each row's target
-                    probs = torch._softmax(logits[:n], 1, False, out=log_probs_buffer[:n])
-                    picked = probs.gather(1, target).log_()
-                    if not bool(torch.isfinite(picked).all()):
-                        # A target's probability underflowed to 0 (its logit ~100 below the row's largest):
-                        # log-softmax keeps that loss exact and finite.
-                        picked = torch.log_softmax(logits[:n], 1).gather(1, target)
-                else:
-                    # One log-softmax kernel per chunk (max, exp-sum and subtraction while the rows are in cache).
-                    probs = torch._log_softmax(logits[:n], 1, False, out=log_probs_buffer[:n])
-                    picked = probs.gather(1, target)
+                picked, probs = _target_log_probs(logits[:n], probs_buffer[:n], target, via_softmax, training)
                 part = picked.sum()
                 total = part if total is None else total + part
                 if not training:
                     continue
-                if not via_softmax:
-                    probs = probs.exp_()
                 # d(summed loss)/d(logits) = softmax - one_hot, in place over the chunk; the 1/rows of the
                 # mean is applied once, in backward, to the two small gradients instead of every chunk.
                 grad = probs.scatter_add_(1, target, minus_one[:n])
