@@ -72,7 +72,7 @@ if [[ "$DEVICE" == cpu ]]; then
   PRECISIONS=(bf16 fp16 fp32)
   BOUNDS=$'benchmark: {warmup_steps: 1, measured_steps: 4, intervals: 2}\ntrain: {training_examples: 64, validation_examples: 16, threads: 1}'
   TESTS="${GPU_CHECK_TESTS:-tests/test_cuda.py}"
-  MEMORY_ARGS=(--sets fitted --profiles tiny --batch-sizes 8)
+  MEMORY_ARGS=(--sets fitted --profiles tiny --batch-sizes 8 --repeats 1)
   ESTIMATE_ARGS=(--preset tiny --warmup-steps 1 --measured-steps 4 --intervals 2 --factor 3 --threads 1)
   LARGE="--preset tiny"
   FINDER_BOUNDS=$'benchmark: {warmup_steps: 1, measured_steps: 2, intervals: 1, max_batch_size: 16}\ntrain: {training_examples: 64, validation_examples: 16, threads: 1}'
@@ -81,7 +81,7 @@ else
   PRECISIONS=(bf16 fp16 fp32)
   BOUNDS=$'benchmark: {warmup_steps: 3, measured_steps: 20, intervals: 4}\ntrain: {training_examples: 800, validation_examples: 64}'
   TESTS="${GPU_CHECK_TESTS:-tests}"
-  MEMORY_ARGS=(--profiles gpt_first_cpu small gpt_42m gpt_100m --batch-sizes 8 32)
+  MEMORY_ARGS=(--profiles gpt_first_cpu small gpt_42m gpt_100m --batch-sizes 8 32 --repeats 1)
   ESTIMATE_ARGS=(--iteration 1 --precision bf16 --factor 10)
   LARGE="--iteration 3"
   FINDER_BOUNDS=$'benchmark: {warmup_steps: 2, measured_steps: 4, intervals: 1, max_batch_size: 256}\ntrain: {training_examples: 2048, validation_examples: 64}'

@@ -1,8 +1,8 @@
 """Memory truth: the dry run's memory estimate against the benchmark's measured peak, per shape.
 
 Two sets of shapes, printed apart:
-- fitted: each profile at three batch sizes, the shapes the CPU constants in
-  buildllm/measure/memory_estimate.py were chosen on;
+- fitted: each profile at three batch sizes, and seven gradient-checkpointing shapes: the shapes the
+  CPU constants and checkpointing's range in buildllm/measure/memory_estimate.py were chosen on;
 - held out: shapes no constant was chosen on (the modern architecture, gradient accumulation,
   gradient checkpointing, other sequence lengths, odd batch sizes, and bf16 with each). A model
   that only fits its calibration shapes fails here.
@@ -10,7 +10,8 @@ Two sets of shapes, printed apart:
 For each shape a fresh process (so one shape's memory cannot colour the next) builds the plan,
 loads the token files and runs the benchmark's own measurement (the Trainer's step, warm-up and
 measured steps) around buildllm.device.peak_memory.PeakMemory. It prints the estimate, the
-measured peak and their ratio. Target: the measured peak inside the estimate's stated range
+measured peak (the median of --repeats fresh processes, each run's figure beside it) and their
+ratio. Target: the measured peak inside the estimate's stated range
 (memory_estimate_low/high: -15%/+25% on the CPU, where glibc's retained blocks vary from run to
 run; ±15% on CUDA); how many ratios fall within ±15% is printed beside. The script exits 1 when
 a figure misses its target.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,13 +76,28 @@ class Shape:
         return "_".join(self.label.replace(" ", "_").split("__")).strip("_")
 
 
+# Gradient checkpointing's range (buildllm/measure/memory_estimate.py, remade_after_backward) was
+# chosen on these, fp32: they belong with the fitted set. gpt_first_cpu b24 was a held-out shape
+# until its miss led to that range.
+FITTED_CHECKPOINTING = [
+    Shape("gpt_first_cpu", 8, checkpointing=True),
+    Shape("gpt_first_cpu", 24, checkpointing=True),
+    Shape("gpt_first_cpu", 48, checkpointing=True),
+    Shape("student", 16, checkpointing=True),
+    Shape("student", 16, architecture="modern", checkpointing=True),
+    Shape("tiny", 64, checkpointing=True),
+    Shape("small", 4, checkpointing=True),
+]
+
 # Never used to choose a constant: other architectures, accumulation, checkpointing, sequence
 # lengths and odd batch sizes, each in fp32 and in bf16. All use the 4,096-token vocabulary, so
 # the iteration-1 token files are enough, and all take seconds each on two CPU cores.
 _HELD_OUT_FP32 = [
     Shape("student", 12, architecture="modern"),
     Shape("gpt_first_cpu", 16, grad_accum=4),
-    Shape("gpt_first_cpu", 24, checkpointing=True),
+    Shape("gpt_first_cpu", 32, checkpointing=True, sequence_length=96),
+    Shape("student", 28, checkpointing=True),
+    Shape("tiny", 100, checkpointing=True, grad_accum=2),
     Shape("small", 6, sequence_length=64),
     Shape("tiny", 37),
     Shape("small", 3, architecture="modern", grad_accum=2, checkpointing=True, sequence_length=128),
@@ -136,8 +153,8 @@ def run_set(name: str, shapes: list[Shape], args, limit: float, results: dict) -
     print(f"\n{name} set ({len(shapes)} shapes); target: the measured peak inside the estimate's stated range",
           flush=True)
     print(f"{'shape':<48}{'estimate MiB':>13}{'range MiB':>16}{'measured MiB':>14}{'ratio':>7}"
-          + (f"{'reserved MiB':>14}{'ratio':>7}" if cuda else ""), flush=True)
-    within = measured = close = 0
+          + f"{'runs MiB':>14}" + (f"{'reserved MiB':>14}{'ratio':>7}" if cuda else ""), flush=True)
+    within = measured = close = single_misses = singles = 0
     for shape in shapes:
         settings = overrides(shape, args.device)
         try:
@@ -155,17 +172,22 @@ def run_set(name: str, shapes: list[Shape], args, limit: float, results: dict) -
         if estimate.high > limit:
             print(f"{label}  skipped: over {args.max_fraction:.0%} of the memory available", flush=True)
             continue
-        result = measured_peak(settings)
-        if not result:
+        tries = [measured_peak(settings) for _ in range(args.repeats)]
+        if not all(tries):
             print(f"{label}  did not fit (out of memory)", flush=True)
             continue
-        peak = result["peak_memory_bytes"]
+        tries.sort(key=lambda t: t["peak_memory_bytes"])
+        peaks = [t["peak_memory_bytes"] for t in tries]
+        peak = statistics.median(peaks)
+        result = tries[len(tries) // 2]  # the median run's reserved figure (CUDA)
+        single_misses += sum(not estimate.low <= p <= estimate.high for p in peaks)
+        singles += len(peaks)
         ratio = estimate.total / peak
         ok = estimate.low <= peak <= estimate.high
         measured += 1
         within += ok
         close += abs(ratio - 1) <= TARGET
-        line = f"{label}{peak / 2**20:>14.1f}{ratio:>7.3f}"
+        line = f"{label}{peak / 2**20:>14.1f}{ratio:>7.3f}{peaks[0] / 2**20:>9.0f}-{peaks[-1] / 2**20:.0f}"
         if cuda and result.get("peak_memory_reserved_bytes"):
             reserved = result["peak_memory_reserved_bytes"]
             line += f"{reserved / 2**20:>14.1f}{estimate.total / reserved:>7.3f}"
@@ -174,7 +196,7 @@ def run_set(name: str, shapes: list[Shape], args, limit: float, results: dict) -
         results.update({f"{name}_{shape.key}_estimate_bytes": estimate.total,
                         f"{name}_{shape.key}_measured_bytes": peak, f"{name}_{shape.key}_ratio": ratio})
     print(f"{name}: {within} of {measured} shapes inside the stated range; {close} of {measured} ratios within "
-          f"±{TARGET:.0%}", flush=True)
+          f"±{TARGET:.0%}; {single_misses} of {singles} single runs outside the range", flush=True)
     return within, measured
 
 
@@ -189,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", type=int, nargs="+", help="for the fitted set, instead of each profile's three")
     parser.add_argument("--max-fraction", type=float, default=0.6,
                         help="skip shapes whose estimate exceeds this share of the memory available now")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="fresh processes per shape; the median peak is judged (glibc's retained blocks move "
+                             "one run's peak by up to ±10%%), and every run's figure is shown")
     parser.add_argument("--json", type=Path, help="also write the figures as flat JSON metrics here")
     args = parser.parse_args(argv)
     json_path = args.json.resolve() if args.json else None  # before the chdir below
@@ -197,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     limit = available_bytes(args.device) * args.max_fraction
     fitted = [Shape(profile, batch_size, precision) for precision in args.precision for profile in args.profiles
               for batch_size in args.batch_sizes or SHAPES[profile]]
+    if not args.batch_sizes:
+        fitted += [s for s in FITTED_CHECKPOINTING if s.profile in args.profiles and s.precision in args.precision]
     held_out = [s for s in HELD_OUT if s.precision != "fp16" or args.device != "cpu"]
     results: dict = {}
     verdicts = {name: run_set(name, shapes, args, limit, results)

@@ -46,7 +46,8 @@ CPU_ALLOCATOR_OVERHEAD = 0.12
 # 327, 328 and 348 MiB in five fresh processes (estimate 289). Over the fitted and the held-out
 # shapes of scripts/memory_truth.py the measured peak was 0.90-1.21 x the estimate, the high side
 # on fp32 shapes unlike the fitted ones (accumulation, checkpointing, other sequence lengths):
-# stated as -15% / +25%.
+# stated as -15% / +25%. With gradient checkpointing the high side also covers glibc keeping every
+# rebuilt block (remade_after_backward).
 # CUDA: the allocated peak is the live tensors plus the kernels' workspaces (cuBLAS, attention)
 # and the allocator's 512-byte rounding: ±15% is stated, which the truth script checks there.
 # MPS and XLA: the driver's figures are not modelled beyond the tensors.
@@ -166,8 +167,11 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
         runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if precision_bytes != FP32 else 0)
         allocator = int(live * CPU_ALLOCATOR_OVERHEAD) + runtime + remade_after_backward(
             activations, per_layer, gradient_checkpointing, grad_accum)
-    return MemoryEstimate(weights=weights, optimizer=optimizer, allocator=allocator, **parts,
-                          spread=SPREAD.get(device.kind, OTHER_DEVICE_SPREAD))
+    spread = SPREAD.get(device.kind, OTHER_DEVICE_SPREAD)
+    if device.host_memory and gradient_checkpointing:
+        total = live + allocator
+        spread = (spread[0], spread[1] + (model.n_layer - 1) * per_layer / total)
+    return MemoryEstimate(weights=weights, optimizer=optimizer, allocator=allocator, **parts, spread=spread)
 
 
 def remade_after_backward(activations: int, per_layer: int, gradient_checkpointing: bool,
@@ -177,13 +181,20 @@ def remade_after_backward(activations: int, per_layer: int, gradient_checkpointi
     glibc keeps freed heap blocks, and a tensor made after a backward lands in them only where a
     hole of its size is free: the backward interleaved gradients and temporaries with the freed
     activations. With the mmap threshold pinned (MALLOC_MMAP_THRESHOLD_=131072: every tensor
-    returned on free) the resident growth matched the live tensors; unpinned, gradient accumulation
-    (gpt_first_cpu b16 accum 4; activations 66 MiB) grew by 80 MiB more, and gradient checkpointing
-    (b24; 24 MiB per recomputed block) by 73 MiB (both measured before the fused loss reused its
-    chunk buffers; after, 213 and 152 MiB against estimates of 221 and 136). So: one micro-batch's
-    activations, and one recomputed block's (each block is rebuilt beside the gradient temporaries
-    of the block after it). Without either, the forward reuses the previous step's blocks in the
-    same order and CPU_ALLOCATOR_OVERHEAD covers it.
+    returned on free) the resident growth matched the live tensors plus the runtime; unpinned,
+    gradient accumulation (gpt_first_cpu b16 accum 4; activations 66 MiB) grew by 80 MiB more. So
+    one micro-batch's activations are counted again. Without accumulation or checkpointing, the
+    forward reuses the previous step's blocks in the same order and CPU_ALLOCATOR_OVERHEAD covers it.
+
+    Gradient checkpointing rebuilds each block in backward beside the gradient temporaries of the
+    block after it, and how many rebuilt blocks glibc then keeps apart varies with the shape: on
+    seven checkpointed fp32 shapes (scripts/memory_truth.py, FITTED_CHECKPOINTING) the resident
+    growth beyond the pinned run was 1.75 to 3.8 blocks' activations, and never more than all
+    n_layer of them (then checkpointing saves no resident memory at all). The estimate counts one
+    block here, the least seen, and its stated range reaches all n_layer (estimate_training_memory).
+    Pinning the threshold at 1 MiB would keep the saving (81 MiB against 146-161 at gpt_first_cpu
+    b24), but the step then ran at 0.68x the speed with checkpointing and 0.72x without (medians of 4
+    interleaved pairs each, gpt_first_cpu b24 and b16), so the runtime leaves glibc alone.
     """
     remade = activations if grad_accum > 1 else 0
     if gradient_checkpointing:
