@@ -2,8 +2,8 @@
 
 Each run is `python -m buildllm benchmark` as a user runs it, in a temporary folder whose
 params.yaml points at the project's token files (nothing in the project is touched). MFU must be
-recomputable from each run's own metrics file (the median over its intervals of each interval's
-achieved FLOP/s ÷ the peak measured at that interval's edges; achieved_flops ÷ peak_flops for a
+recomputable from each run's own metrics file (on the CPU the median over its measured steps of
+each step's achieved FLOP/s ÷ the matmul rate measured beside it; achieved_flops ÷ peak_flops for a
 datasheet peak) and no file outside the run may decide it.
 Target: every run's MFU within ±3% of every other's; the script exits 1 when it misses.
 A busy machine moves both the steps and the in-run matmul peak; run it on a quiet one.
@@ -46,7 +46,7 @@ def params_for(args) -> dict:
     if args.threads:
         train_settings["threads"] = args.threads
     params = {**chosen, "device": args.device, "precision": args.precision, "train": train_settings}
-    if args.measured_steps:  # a longer benchmark: more intervals, each paired with its own peak
+    if args.measured_steps:  # a longer benchmark: more steps, each paired with the matmuls beside it
         params["benchmark"] = {"measured_steps": args.measured_steps, "intervals": args.intervals}
     return params
 
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(result.stdout[-2000:], result.stderr[-2000:], file=sys.stderr)
                 return 1
             m = json.loads((work / "metrics" / "benchmark.json").read_text())
-        # Recomputed from the file alone, as a reader of the metrics would: each interval against the
-        # peak measured at its edges, the median of those (a datasheet peak: achieved ÷ peak).
+        # Recomputed from the file alone, as a reader of the metrics would: each step against the
+        # peak measured beside it, the median of those (a datasheet peak: achieved ÷ peak).
         recomputed = mfu_from_metrics(m)
         if abs(recomputed - m["mfu"]) > 1e-9 * max(m["mfu"], 1):
             print(f"run {run}: MFU {m['mfu']} is not what its own file gives ({recomputed})")

@@ -4,6 +4,7 @@ the out-of-memory path, and the preset/thread sweep."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -65,14 +66,17 @@ def test_benchmark_records_every_field_and_the_numbers_agree(tokens, workdir, ca
     assert m["time_to_first_step_seconds"] <= m["warmup_seconds"]
     # What the estimate adds around the steps: the process's start-up and the closing loss plot.
     assert m["process_startup_seconds"] > 0 and m["plot_seconds"] > 0
-    # The peak is this run's own, measured at the edges of each interval and recorded in the file: MFU
-    # is recomputable from it (each interval against its edges' peak, the median of those), and no
-    # file outside the project decides it.
-    peaks = [m[f"interval_{i}_peak_flops"] for i in (1, 2)]
-    assert "interval_3_peak_flops" not in m and min(peaks) > 0 and m["peak_flops"] > 0
-    own = sorted(m["flops_per_token"] * m["tokens_per_step"] * m[f"interval_{i}_steps_per_second"] / peaks[i - 1]
-                 for i in (1, 2))
-    assert m["mfu"] == pytest.approx(sum(own) / 2)
+    # The peak is this run's own, measured beside every measured step and recorded in the file: MFU
+    # is recomputable from it (each step against the matmuls beside it, the median of those), and no
+    # file outside the project decides it. The intervals are the sums of their steps' times.
+    n = m["measured_steps"]
+    times = [m[f"step_{i}_seconds"] for i in range(1, n + 1)]
+    peaks = [m[f"step_{i}_peak_flops"] for i in range(1, n + 1)]
+    assert f"step_{n + 1}_seconds" not in m and f"step_{n + 1}_peak_flops" not in m
+    assert min(times) > 0 and min(peaks) > 0 and m["peak_flops"] > 0
+    assert m["measured_seconds"] == pytest.approx(sum(times))
+    own = [m["flops_per_token"] * m["tokens_per_step"] / t / p for t, p in zip(times, peaks)]
+    assert m["mfu"] == pytest.approx(statistics.median(own))
     assert m["peak_flops_before"] > 0 and m["peak_flops_after"] > 0
     assert not [v for v in m.values() if isinstance(v, str) and (str(workdir) in v or str(Path.home()) in v)]
 
@@ -117,13 +121,13 @@ def test_sweep_prints_one_row_per_combination(tokens, workdir, capsys):
                           for k in ("steps_per_second", "tokens_per_second", "data_share")}
 
 
-def test_only_the_cpu_keeps_a_matmul_probe_through_the_intervals():
+def test_only_the_cpu_keeps_a_matmul_probe_through_the_steps():
     from buildllm.device.device import Device
-    from buildllm.device.peak_flops import interval_probe
+    from buildllm.device.peak_flops import step_probe
 
     # A GPU's memory is its run's budget: no buffers held there (and none allocated here, without CUDA).
-    assert interval_probe(Device("cuda:1", "cuda:1", "cuda", "test"), "bf16") is None
-    probe = interval_probe(Device("cpu", "cpu", "cpu", "test"), "fp32")
+    assert step_probe(Device("cuda:1", "cuda:1", "cuda", "test"), "bf16") is None
+    probe = step_probe(Device("cpu", "cpu", "cpu", "test"), "fp32")
     buffers = (probe.a.data_ptr(), probe.b.data_ptr(), probe.out.data_ptr())
     first, second = probe.sample(2), probe.sample(1)
     # Every sample reuses the buffers made at the start (nothing allocated between intervals) and is kept.

@@ -49,11 +49,11 @@ def test_peak_table_matches_whole_names_most_specific_first():
     assert table_peak("Some Future GPU", "bf16", True) is None
 
 
-def test_interval_mfu_pairs_each_interval_with_its_own_peak():
+def test_paired_mfu_pairs_each_step_with_its_own_peak():
     # A load that halves both the steps and the matmuls in interval 2 leaves its MFU as it was;
     # against one peak for the whole run the two intervals would read 0.5 and 0.25.
-    from buildllm.model.flops import interval_mfu
+    from buildllm.model.flops import paired_mfu
 
-    assert interval_mfu(1e6, 100, [2.0, 1.0, 2.0], [4e8, 2e8, 4e8]) == pytest.approx(0.5)
-    assert interval_mfu(1e6, 100, [2.0, 1.0], [4e8, 4e8]) == pytest.approx((0.5 + 0.25) / 2)
-    assert interval_mfu(1e6, 100, [], []) == 0.0
+    assert paired_mfu(1e6, 100, [2.0, 1.0, 2.0], [4e8, 2e8, 4e8]) == pytest.approx(0.5)
+    assert paired_mfu(1e6, 100, [2.0, 1.0], [4e8, 4e8]) == pytest.approx((0.5 + 0.25) / 2)
+    assert paired_mfu(1e6, 100, [], []) == 0.0

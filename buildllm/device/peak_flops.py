@@ -2,8 +2,8 @@
 
 Known NVIDIA GPUs: dense (no sparsity) tensor-core figures from NVIDIA's datasheets, by name and
 dtype. Everything else (CPUs, Apple GPUs, GPUs not in the table): measured by the run itself, with
-a short large matmul in the run's dtype and thread count (the benchmark: at the edges of each of its
-measured intervals, see MatmulProbe). Nothing is cached outside the project:
+a short large matmul in the run's dtype and thread count (the benchmark on the CPU: between its
+measured steps, see MatmulProbe). Nothing is cached outside the project:
 the metrics file records the peak it used and where it came from, so its MFU can be recomputed
 from that file alone, and no other run's history (or a file DVC cannot see) moves it.
 A Device answers with Device.peak_flops(); `device` below is that Device.
@@ -62,7 +62,7 @@ def matmul_size(device) -> int:
 
 class MatmulProbe:
     """Timed size^3 matmuls in the run's dtype and threads, on buffers made once: probing between a
-    benchmark's measured intervals then allocates nothing, so the run's measured peak memory stays
+    benchmark's measured steps then allocates nothing, so the run's measured peak memory stays
     its own. Each sample's rates are kept in `samples`, in order."""
 
     def __init__(self, device, precision: str):
@@ -74,7 +74,7 @@ class MatmulProbe:
         device.synchronize()
         self.samples: list[list[float]] = []
 
-    def sample(self, repeats: int = 3) -> list[float]:
+    def sample(self, repeats: int = 1) -> list[float]:
         """FLOP/s of each of `repeats` timed matmuls."""
         taken = []
         for _ in range(repeats):
@@ -90,8 +90,8 @@ class MatmulProbe:
         self.device.release_cached_memory()  # the matmul's blocks must not count in the run's reserved memory
 
 
-def interval_probe(device, precision: str) -> MatmulProbe | None:
-    """A probe a benchmark keeps through its measured intervals, or None: where the device's memory
+def step_probe(device, precision: str) -> MatmulProbe | None:
+    """A probe a benchmark keeps through its measured steps, or None: where the device's memory
     is the run's budget (GPUs: 768 MiB of fp32 matmul buffers at 8192^3) holding it would shrink
     that budget and the benchmark would no longer fit what training fits, so there the peak is
     sampled before and after the steps instead (sample_peak). On the CPU it holds 48 MiB of 24 GiB."""
@@ -113,7 +113,7 @@ def table_or_none(device, precision: str, tf32: bool) -> Peak | None:
 
 
 def measured_peak(device, precision: str, rates: list[float]) -> Peak:
-    """The median of this run's timed matmuls (the benchmark's: taken around each measured interval).
+    """The median of this run's timed matmuls (the benchmark's: taken between its measured steps).
 
     The median, not the best: a typical rate under the same conditions as the steps, so a steady
     background load slows numerator and denominator alike, where the best of a few would be one

@@ -7,10 +7,10 @@ It runs the Trainer's own step (the same code path as `train`) on the real token
   3. one validation pass and one checkpoint save, timed and sized, for the estimate;
   4. FLOPs per token from the model's shapes and a peak for this device and precision: MFU. The
      peak is a datasheet figure for known GPUs (MFU = achieved_flops ÷ peak_flops), else measured
-     by this run: on the CPU at the edges of each measured interval, on buffers made before the
-     memory measurement (MFU is then the median of the intervals' own, each against the peak at its
-     edges, interval_<i>_peak_flops); on other devices before and after the steps (achieved ÷ the
-     median of those). Either way recomputable from the metrics file alone.
+     by this run: on the CPU between the measured steps, on buffers made before the memory
+     measurement (MFU is then the median of the steps' own, each against the matmuls beside it,
+     step_<i>_seconds and step_<i>_peak_flops); on other devices before and after the steps
+     (achieved ÷ the median of those). Either way recomputable from the metrics file alone.
 """
 
 from __future__ import annotations
@@ -32,13 +32,12 @@ from buildllm.device.hardware import environment
 from buildllm.device.health import interval_trend
 from buildllm.measure.breakdown import describe as describe_parts, overheads, step_breakdown
 from buildllm.errors import TrainingFailed
-from buildllm.model.flops import flops_per_token, interval_mfu, matmul_parameters, mfu
+from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu
 from buildllm.measure.memory_estimate import plan_memory
-from buildllm.measure.noise import (coefficient_of_variation, interval_metrics, interval_peaks, interval_rates,
-                                    noise_warning)
+from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
-from buildllm.device.peak_flops import MatmulProbe, interval_probe, sample_peak, table_or_none
+from buildllm.device.peak_flops import MatmulProbe, step_probe, sample_peak, table_or_none
 from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
 from buildllm.train.plots import write_png
 from buildllm.device.oom import advice, out_of_memory
@@ -50,9 +49,9 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
     """Time warm-up and measured steps of one plan; returns flat figures (no file written).
 
     extras=False skips the timed validation pass and checkpoint save (the batch finder and the
-    sweep only need speed and memory). A probe times matmuls at the edges of every measured
-    interval (outside the intervals' own time): each interval's peak is the median of the rates at
-    its two edges."""
+    sweep only need speed and memory). A probe times one matmul before the first measured step and
+    after every one (outside the steps' own time): each step's peak is the mean of the two rates
+    beside it."""
     bench = plan.config.benchmark
     scratch = Path(tempfile.mkdtemp(prefix="buildllm-benchmark-"))
     try:
@@ -65,19 +64,29 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         warmed = plan.device.timed()
         per_interval = [bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
                         for i in range(bench.intervals)]
-        rates, losses, seconds = [], [], []
+        rates, losses, seconds, step_seconds = [], [], [], []
         if probe:
-            probe.sample()
+            probe.sample(1)
         with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not progress) as bar:
             for steps in (n for n in per_interval if n > 0):
-                begin = plan.device.timed()
-                for _ in range(steps):
-                    losses.append(trainer.step())
-                    bar.update()
-                seconds.append(plan.device.timed() - begin)
-                rates.append(steps / seconds[-1])
                 if probe:
-                    probe.sample()
+                    # CPU: each step timed alone, with one matmul after it, so every step has the
+                    # machine's matmul rate on both sides, a fraction of a second away. Only the
+                    # steps' time counts; an interval's is the sum of its steps'.
+                    for _ in range(steps):
+                        begin = plan.device.timed()
+                        losses.append(trainer.step())
+                        step_seconds.append(plan.device.timed() - begin)
+                        probe.sample(1)
+                        bar.update()
+                    seconds.append(sum(step_seconds[-steps:]))
+                else:  # no sync per step: it would stall an accelerator's queue
+                    begin = plan.device.timed()
+                    for _ in range(steps):
+                        losses.append(trainer.step())
+                        bar.update()
+                    seconds.append(plan.device.timed() - begin)
+                rates.append(steps / seconds[-1])
         # The intervals' own time: the bar's redraws between them are not training, and the overall
         # rate then lies between the slowest and the fastest interval, as it must.
         measured_seconds = sum(seconds)
@@ -114,7 +123,8 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "interval_steps_per_second_max": max(rates),
         "throughput_cv": coefficient_of_variation(rates),
         **interval_metrics(rates),
-        **({f"interval_{i}_peak_flops": statistics.median(probe.samples[i - 1] + probe.samples[i])
+        **{f"step_{i}_seconds": taken for i, taken in enumerate(step_seconds, start=1)},
+        **({f"step_{i}_peak_flops": statistics.median(probe.samples[i - 1] + probe.samples[i])
             for i in range(1, len(probe.samples))} if probe else {}),
         **interval_trend(rates),  # a steady fall suggests throttling (preflight's cooling check)
         "validation_examples": len(validation),
@@ -144,7 +154,7 @@ def benchmark(config: Config, write: bool = True) -> dict:
     process_startup = time.time() - psutil.Process().create_time()
     known_peak = table_or_none(plan.device, plan.precision.precision, plan.precision.tf32_enabled)
     # Made before the Trainer, so its buffers are in the memory baseline, not the measured peak.
-    probe = None if known_peak else interval_probe(plan.device, plan.precision.precision)
+    probe = None if known_peak else step_probe(plan.device, plan.precision.precision)
     measured_apart = not known_peak and probe is None
     before = sample_peak(plan.device, plan.precision.precision) if measured_apart else []
     try:
@@ -161,7 +171,7 @@ def benchmark(config: Config, write: bool = True) -> dict:
     finally:
         if probe:
             probe.close()
-    # The matmul samples in time order: at every interval's edges, or just before and after the steps.
+    # The matmul samples in time order: between the steps, or just before and after them.
     edges = probe.samples if probe else []
     if measured_apart:
         edges = [before, sample_peak(plan.device, plan.precision.precision)]
@@ -191,11 +201,11 @@ def benchmark(config: Config, write: bool = True) -> dict:
 
 
 def mfu_from_metrics(m: dict) -> float:
-    """MFU from a benchmark's metrics alone: each interval against the peak measured at its edges
-    (the median of those; model/flops.py interval_mfu), or achieved ÷ peak for a peak taken once."""
-    peaks = interval_peaks(m)
+    """MFU from a benchmark's metrics alone: each step against the peak measured beside it (the
+    median of those; model/flops.py paired_mfu), or achieved ÷ peak for a peak taken once."""
+    peaks = step_peaks(m)
     if peaks:
-        return interval_mfu(m["flops_per_token"], m["tokens_per_step"], interval_rates(m), peaks)
+        return paired_mfu(m["flops_per_token"], m["tokens_per_step"], [1 / s for s in step_times(m)], peaks)
     return mfu(m["flops_per_token"], m["tokens_per_second"], m["peak_flops"])
 
 

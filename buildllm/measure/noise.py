@@ -33,9 +33,15 @@ def _numbered(metrics: dict, key: str) -> list:
     return values
 
 
-def interval_peaks(metrics: dict) -> list:
-    """The matmul peak (FLOP/s) measured at each interval's edges, in order; [] for a datasheet peak."""
-    return _numbered(metrics, "interval_{}_peak_flops")
+def step_peaks(metrics: dict) -> list:
+    """The matmul peak (FLOP/s) measured beside each measured step, in order; [] where the peak was
+    not measured between the steps (a datasheet peak, a GPU)."""
+    return _numbered(metrics, "step_{}_peak_flops")
+
+
+def step_times(metrics: dict) -> list:
+    """Each measured step's seconds, where the steps were timed one by one (the CPU)."""
+    return _numbered(metrics, "step_{}_seconds")
 
 
 def interval_rates(metrics: dict) -> list:
