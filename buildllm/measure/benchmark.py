@@ -181,8 +181,8 @@ def benchmark(config: Config, write: bool = True) -> dict:
     metrics = {
         **base, "oom": False, **figures, "process_startup_seconds": process_startup,
         "achieved_flops": achieved, "peak_flops": peak.flops, "peak_flops_source": peak.source,
-        # The matmul rate before the first and after the last interval (0 for a datasheet peak): far
-        # apart, the machine's load changed during the run.
+        # The matmul rate before the first and after the last measured step (0 for a datasheet
+        # peak): far apart, the machine's load changed during the run.
         "peak_flops_before": statistics.median(edges[0]) if edges else 0.0,
         "peak_flops_after": statistics.median(edges[-1]) if edges else 0.0,
         "memory_estimate_ratio": estimate.total / figures["peak_memory_bytes"] if figures["peak_memory_bytes"] else 0.0,

@@ -22,7 +22,7 @@ The estimate states a range (low, high) for what the model cannot pin down; see 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_rows
@@ -167,11 +167,13 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
         runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if precision_bytes != FP32 else 0)
         allocator = int(live * CPU_ALLOCATOR_OVERHEAD) + runtime + remade_after_backward(
             activations, per_layer, gradient_checkpointing, grad_accum)
-    spread = SPREAD.get(device.kind, OTHER_DEVICE_SPREAD)
+    estimate = MemoryEstimate(weights=weights, optimizer=optimizer, allocator=allocator, **parts,
+                              spread=SPREAD.get(device.kind, OTHER_DEVICE_SPREAD))
     if device.host_memory and gradient_checkpointing:
-        total = live + allocator
-        spread = (spread[0], spread[1] + (model.n_layer - 1) * per_layer / total)
-    return MemoryEstimate(weights=weights, optimizer=optimizer, allocator=allocator, **parts, spread=spread)
+        # glibc may keep every block rebuilt in backward, not only the one counted (remade_after_backward).
+        low, high = estimate.spread
+        estimate = replace(estimate, spread=(low, high + (model.n_layer - 1) * per_layer / estimate.total))
+    return estimate
 
 
 def remade_after_backward(activations: int, per_layer: int, gradient_checkpointing: bool,
