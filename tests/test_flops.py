@@ -32,6 +32,29 @@ def test_matmul_parameters_count_tied_embedding_once_and_skip_positions():
     assert matmul_parameters(model) == 12 * L * d * d + V * d
 
 
+@pytest.mark.parametrize("architecture", ["classic", "modern"])
+def test_the_mfu_ceiling_times_every_matmul_that_mfu_counts(architecture):
+    """scripts/mfu_ceiling.py's matmul part must run the FLOPs of MFU's numerator, no more, no
+    fewer: a Linear it missed would raise the ceiling it prints."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "mfu_ceiling.py"
+    spec = importlib.util.spec_from_file_location("mfu_ceiling", path)
+    ceiling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ceiling)
+    base = load_profile("gpt_first_cpu").model
+    config = GPTConfig(**{**vars(base), "architecture": architecture, "n_layer": 2})
+    model = build_model(config)
+    rows = 2 * config.sequence_length
+    work, flops = ceiling.matmul_work(model, rows, chunk=config.sequence_length)
+    with FlopCounterMode(display=False) as counter:
+        work()
+    assert counter.get_total_flops() == flops == 6 * matmul_parameters(model) * rows
+    attention = flops_per_token(config, matmul_parameters(model)) * rows - flops
+    assert attention == 12 * config.n_layer * config.n_embd * config.sequence_length * rows
+
+
 def test_mfu_is_the_ratio():
     assert mfu(6e6, 1000, 1.2e10) == pytest.approx(0.5)
     assert mfu(6e6, 1000, 0) == 0.0
