@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 
 import torch
@@ -145,20 +144,13 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.65, help="an MFU to set against the ceiling")
     args = parser.parse_args()
 
-    from buildllm.config import load_config
-    from buildllm.data.windows import Windows
     from buildllm.model.flops import flops_per_token, matmul_parameters
     from buildllm.model.fused_loss import chunk_rows
-    from buildllm.plan import apply_plan, make_plan
-    from buildllm.train.trainer import Trainer
+    from profile_step import random_token_trainer  # scripts/ is on the path of a script it runs
 
-    settings = {"device": "cpu", "precision": "fp32", "train.threads": args.threads, "train.compile": "false",
-                "train.training_examples": None}
-    settings.update({"iteration": 1} if args.profile == "iteration1" else {"preset": args.profile})
-    if args.architecture:
-        settings["model.architecture"] = args.architecture
-    plan = make_plan(load_config(None, settings))
-    apply_plan(plan)
+    trainer = random_token_trainer(args.profile, args.architecture, "fp32", args.threads,
+                                   args.rounds * (args.repeats + 1) + 4, **{"train.compile": "false"})
+    plan = trainer.plan
     if plan.config.train.gradient_checkpointing or plan.config.train.grad_accum != 1:
         raise SystemExit("mfu_ceiling: this profile uses gradient checkpointing or accumulation, "
                          "which the parts do not model; pick a profile without them")
@@ -167,10 +159,6 @@ def main() -> None:
     chunk = chunk_rows(config.vocab_size, rows)
     if rows % chunk:
         raise SystemExit(f"mfu_ceiling: {rows} rows are not a whole number of {chunk}-row loss chunks")
-    count = (args.rounds * (args.repeats + 1) + 4) * rows + 1
-    tokens = torch.randint(config.vocab_size, (count,), generator=torch.Generator().manual_seed(0))
-    trainer = Trainer(plan, Windows(tokens.to(torch.uint16), config.sequence_length), None,
-                      directory=tempfile.mkdtemp(prefix="mfu-ceiling-"))
     model = trainer.model
     step_flops = flops_per_token(config, matmul_parameters(model)) * rows
 

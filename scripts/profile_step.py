@@ -39,6 +39,29 @@ def group_of(name: str) -> str:
     return "the rest"
 
 
+def random_token_trainer(profile: str, architecture: str | None, precision: str, threads: int, steps: int,
+                         **settings):
+    """A Trainer of a profile on the CPU, on random tokens enough for `steps` steps (also used by
+    scripts/mfu_ceiling.py); `settings` overrides more knobs."""
+    from buildllm.config import load_config
+    from buildllm.data.windows import Windows
+    from buildllm.plan import apply_plan, make_plan
+    from buildllm.train.trainer import Trainer
+
+    settings = {"device": "cpu", "precision": precision, "train.threads": threads,
+                "train.training_examples": None, **settings}
+    settings.update({"iteration": 1} if profile == "iteration1" else {"preset": profile})
+    if architecture:
+        settings["model.architecture"] = architecture
+    plan = make_plan(load_config(None, settings))
+    apply_plan(plan)
+    length, batch = plan.model.sequence_length, plan.batch_size
+    tokens = torch.randint(plan.model.vocab_size, (steps * batch * length + 1,),
+                           generator=torch.Generator().manual_seed(0))
+    return Trainer(plan, Windows(tokens.to(torch.uint16), length), None,
+                   directory=tempfile.mkdtemp(prefix=f"{profile}-random-tokens-"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="iteration1", choices=("iteration1", "student", "small", "tiny"))
@@ -50,23 +73,10 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
 
-    from buildllm.config import load_config
-    from buildllm.data.windows import Windows
-    from buildllm.plan import apply_plan, make_plan
-    from buildllm.train.trainer import Trainer
-
-    settings = {"device": "cpu", "precision": args.precision, "train.threads": args.threads,
-                "train.training_examples": None}
-    settings.update({"iteration": 1} if args.profile == "iteration1" else {"preset": args.profile})
-    if args.architecture:
-        settings["model.architecture"] = args.architecture
-    plan = make_plan(load_config(None, settings))
-    apply_plan(plan)
+    trainer = random_token_trainer(args.profile, args.architecture, args.precision, args.threads,
+                                   args.warmup + args.steps + 1)
+    plan = trainer.plan
     length, batch = plan.model.sequence_length, plan.batch_size
-    count = (args.warmup + args.steps + 1) * batch * length + 1
-    tokens = torch.randint(plan.model.vocab_size, (count,), generator=torch.Generator().manual_seed(0))
-    trainer = Trainer(plan, Windows(tokens.to(torch.uint16), length), None,
-                      directory=tempfile.mkdtemp(prefix="profile-step-"))
     for _ in range(args.warmup):
         trainer.step()
     begin = time.perf_counter()
