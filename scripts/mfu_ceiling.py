@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -35,7 +36,7 @@ def timed(work, repeats: int) -> float:
     return (time.perf_counter() - begin) / repeats
 
 
-def matmul_work(model, rows: int, chunk: int) -> tuple[callable, float]:
+def matmul_work(model, rows: int, chunk: int) -> tuple[Callable[[], None], int]:
     """Every matmul of one step: (work, FLOPs). Weight-shaped operands as the Linear layers use them."""
     calls, flops = [], 0
     for module in model.blocks.modules():
