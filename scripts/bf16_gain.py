@@ -15,33 +15,16 @@ import argparse
 import datetime
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 import yaml
 
+from random_tokens import PROFILES, cpu_plan, random_token_trainer
+
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "buildllm" / "device" / "cpu_bf16_measurements.yaml"
-PROFILES = {"iteration1": ("gpt_first_cpu", {"iteration": 1}), "student": ("student", {"preset": "student"}),
-            "small": ("small", {"preset": "small"}), "tiny": ("tiny", {"preset": "tiny"})}
-
-
-def trainer(profile: str, precision: str, threads: int, steps: int):
-    from buildllm.config import load_config
-    from buildllm.data.windows import Windows
-    from buildllm.plan import apply_plan, make_plan
-    from buildllm.train.trainer import Trainer
-
-    settings = {**PROFILES[profile][1], "device": "cpu", "precision": precision, "train.threads": threads,
-                "train.training_examples": None, "train.compile": "false"}
-    plan = make_plan(load_config(None, settings))
-    apply_plan(plan)
-    length = plan.model.sequence_length
-    tokens = torch.randint(plan.model.vocab_size, ((steps + 1) * plan.batch_size * length + 1,),
-                           generator=torch.Generator().manual_seed(0)).to(torch.uint16)
-    return Trainer(plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(prefix="bf16-gain-"))
 
 
 def main() -> None:
@@ -59,7 +42,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     for profile in args.profiles:
         total = args.warmup + args.rounds * args.steps
-        sides = {p: trainer(profile, p, args.threads, total) for p in ("fp32", "bf16")}
+        sides = {p: random_token_trainer(cpu_plan(profile, p, args.threads, settings={"train.compile": "false"}), total)
+                 for p in ("fp32", "bf16")}
         for side in sides.values():
             for _ in range(args.warmup):
                 side.step()
@@ -73,7 +57,7 @@ def main() -> None:
                 seconds[name] = time.perf_counter() - begin
             ratios.append(seconds["fp32"] / seconds["bf16"])
         speedup = statistics.median(ratios)
-        name = PROFILES[profile][0]
+        name = sides["fp32"].plan.profile.name
         print(f"{profile}: bf16 autocast x{speedup:.3f} fp32's speed (median of {args.rounds} rounds, "
               f"min {min(ratios):.3f}, max {max(ratios):.3f})", flush=True)
         figures.setdefault(name, {})["bf16_speedup"] = round(speedup, 3)

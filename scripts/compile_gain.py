@@ -27,27 +27,13 @@ from pathlib import Path
 import torch
 import yaml
 
+from random_tokens import PROFILES, cpu_plan, random_token_trainer
+
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "buildllm" / "train" / "compile_measurements.yaml"
-PROFILES = {"iteration1": {"iteration": 1}, "student": {"preset": "student"}, "small": {"preset": "small"},
-            "tiny": {"preset": "tiny"}}
-
-
 def trainer(args, compiled: bool):
-    from buildllm.config import load_config
-    from buildllm.data.windows import Windows
-    from buildllm.plan import apply_plan, make_plan
-    from buildllm.train.trainer import Trainer
-
-    settings = {**PROFILES[args.profile], "device": "cpu", "precision": "fp32", "train.threads": args.threads,
-                "train.training_examples": None, "train.compile": "true" if compiled else "false"}
-    plan = make_plan(load_config(None, settings))
-    apply_plan(plan)
-    length, steps = plan.model.sequence_length, args.warmup + args.rounds * args.steps
-    tokens = torch.randint(plan.model.vocab_size, ((steps + 1) * plan.batch_size * length + 1,),
-                           generator=torch.Generator().manual_seed(0)).to(torch.uint16)
-    return Trainer(plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(prefix="compile-gain-"))
-
+    plan = cpu_plan(args.profile, "fp32", args.threads, settings={"train.compile": "true" if compiled else "false"})
+    return random_token_trainer(plan, args.warmup + args.rounds * args.steps)
 
 def child(args) -> None:
     # Both trainers in one process, taking turns (a few steps each, round after round): a competing

@@ -26,6 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from random_tokens import PROFILES, cpu_plan, random_token_trainer
+
 
 def timed(work, repeats: int) -> float:
     """Seconds per call of `work`, after one untimed call."""
@@ -110,14 +112,17 @@ def norm_work(model, rows: int):
 
 
 def loss_softmax_work(vocab: int, rows: int, chunk: int):
-    logits, probs = torch.randn(chunk, vocab), torch.empty(chunk, vocab)
+    """The fused loss's own per-chunk work beside its matmuls: target log-probabilities and softmax,
+    then softmax minus one-hot (the logits' gradient), on the CPU's path (via the softmax)."""
+    from buildllm.model.fused_loss import _target_log_probs
+
+    logits, buffer = torch.randn(chunk, vocab), torch.empty(chunk, vocab)
     target = torch.randint(vocab, (chunk, 1))
     minus_one = torch.full((chunk, 1), -1.0)
 
     def work():
         for _ in range(rows // chunk):
-            torch._softmax(logits, 1, False, out=probs)
-            probs.gather(1, target)
+            _, probs = _target_log_probs(logits, buffer, target, via_softmax=True, want_softmax=True)
             probs.scatter_add_(1, target, minus_one)
     return work
 
@@ -137,7 +142,7 @@ def optimizer_work(trainer):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", default="iteration1", choices=("iteration1", "student", "small", "tiny"))
+    parser.add_argument("--profile", default="iteration1", choices=sorted(PROFILES))
     parser.add_argument("--architecture", choices=("classic", "modern"), default=None)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
@@ -145,13 +150,11 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.65, help="an MFU to set against the ceiling")
     args = parser.parse_args()
 
+    from buildllm.device.peak_flops import MatmulProbe
     from buildllm.model.flops import flops_per_token, matmul_parameters
     from buildllm.model.fused_loss import chunk_rows
-    from profile_step import random_token_trainer  # scripts/ is on the path of a script it runs
 
-    trainer = random_token_trainer(args.profile, args.architecture, "fp32", args.threads,
-                                   args.rounds * (args.repeats + 1) + 4, **{"train.compile": "false"})
-    plan = trainer.plan
+    plan = cpu_plan(args.profile, "fp32", args.threads, args.architecture, {"train.compile": "false"})
     if plan.config.train.gradient_checkpointing or plan.config.train.grad_accum != 1:
         raise SystemExit("mfu_ceiling: this profile uses gradient checkpointing or accumulation, "
                          "which the parts do not model; pick a profile without them")
@@ -160,12 +163,11 @@ def main() -> None:
     chunk = chunk_rows(config.vocab_size, rows)
     if rows % chunk:
         raise SystemExit(f"mfu_ceiling: {rows} rows are not a whole number of {chunk}-row loss chunks")
+    trainer = random_token_trainer(plan, 2 + args.rounds * (args.repeats + 1))
     model = trainer.model
     step_flops = flops_per_token(config, matmul_parameters(model)) * rows
 
-    size = 2048
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    out = a @ b
+    probe = MatmulProbe(plan.device, "fp32")  # the benchmark's own peak measurement
     matmuls, matmul_flops = matmul_work(model, rows, chunk)
     parts = [
         ("matmuls", matmuls),
@@ -179,7 +181,7 @@ def main() -> None:
         trainer.step()
     for _ in range(args.rounds):
         times["step"].append(timed(trainer.step, args.repeats))
-        times["peak"].append(2 * size**3 / timed(lambda: torch.mm(a, b, out=out), args.repeats))
+        times["peak"].append(statistics.median(probe.sample(args.repeats)))
         for name, work in parts:
             times[name].append(timed(work, args.repeats))
         times["AdamW + clipping"].append(timed(optimizer_work(trainer), args.repeats))
@@ -198,7 +200,7 @@ def main() -> None:
 
     print(f"{args.profile} {config.architecture} fp32, batch {batch} x {config.sequence_length}, "
           f"{args.threads} threads; {args.rounds} rounds x {args.repeats} calls, medians over rounds")
-    print(f"2048^3 matmul peak {peak / 1e9:.0f} GFLOP/s; model FLOPs per step {step_flops / 1e9:.2f} G "
+    print(f"{probe.size}^3 matmul peak {peak / 1e9:.0f} GFLOP/s; model FLOPs per step {step_flops / 1e9:.2f} G "
           f"(matmul weights {matmul_flops / step_flops:.0%}, attention the rest)")
     print(f"whole step: {step * 1e3:.1f} ms, MFU {over_rounds(lambda r: step_flops / times['step'][r] / times['peak'][r]):.1%}")
     print("| part | ms per step | share of the step | MFU if the step were these parts alone |")

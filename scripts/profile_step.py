@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import collections
-import tempfile
 import time
 
-import torch
 from torch.profiler import ProfilerActivity, profile
+
+from random_tokens import PROFILES, cpu_plan, random_token_trainer
 
 # An operator goes to the first group with a key in its name, so the norms come before the
 # optimizer's "norm" (gradient clipping's vector norm). On the CPU the flash attention kernel does
@@ -39,32 +39,9 @@ def group_of(name: str) -> str:
     return "the rest"
 
 
-def random_token_trainer(profile: str, architecture: str | None, precision: str, threads: int, steps: int,
-                         **settings):
-    """A Trainer of a profile on the CPU, on random tokens enough for `steps` steps (also used by
-    scripts/mfu_ceiling.py); `settings` overrides more knobs."""
-    from buildllm.config import load_config
-    from buildllm.data.windows import Windows
-    from buildllm.plan import apply_plan, make_plan
-    from buildllm.train.trainer import Trainer
-
-    settings = {"device": "cpu", "precision": precision, "train.threads": threads,
-                "train.training_examples": None, **settings}
-    settings.update({"iteration": 1} if profile == "iteration1" else {"preset": profile})
-    if architecture:
-        settings["model.architecture"] = architecture
-    plan = make_plan(load_config(None, settings))
-    apply_plan(plan)
-    length, batch = plan.model.sequence_length, plan.batch_size
-    tokens = torch.randint(plan.model.vocab_size, (steps * batch * length + 1,),
-                           generator=torch.Generator().manual_seed(0))
-    return Trainer(plan, Windows(tokens.to(torch.uint16), length), None,
-                   directory=tempfile.mkdtemp(prefix=f"{profile}-random-tokens-"))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", default="iteration1", choices=("iteration1", "student", "small", "tiny"))
+    parser.add_argument("--profile", default="iteration1", choices=sorted(PROFILES))
     parser.add_argument("--architecture", choices=("classic", "modern"), default=None)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--threads", type=int, default=2)
@@ -73,9 +50,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
 
-    trainer = random_token_trainer(args.profile, args.architecture, args.precision, args.threads,
-                                   args.warmup + args.steps + 1)
-    plan = trainer.plan
+    plan = cpu_plan(args.profile, args.precision, args.threads, args.architecture)
+    trainer = random_token_trainer(plan, args.warmup + args.steps)
     length, batch = plan.model.sequence_length, plan.batch_size
     for _ in range(args.warmup):
         trainer.step()

@@ -23,46 +23,25 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-PROFILES = {"iteration1": {"iteration": 1}, "student": {"preset": "student"}, "small": {"preset": "small"},
-            "tiny": {"preset": "tiny"}}
+from random_tokens import PROFILES, cpu_plan, random_token_trainer, random_tokens
+
 TARGETS = {"iteration1": 1.3}
 
 
 def our_plan(args):
-    from buildllm.config import load_config
-    from buildllm.plan import apply_plan, make_plan
-
-    settings = {**PROFILES[args.profile], "device": "cpu", "precision": args.precision,
-                "train.threads": args.threads, "train.training_examples": None}
+    settings = {"train.compile": True} if args.compile else {}
     if args.batch_size:
         settings["train.batch_size"] = args.batch_size
-    if args.architecture:
-        settings["model.architecture"] = args.architecture
-    if args.compile:
-        settings["train.compile"] = True
-    plan = make_plan(load_config(None, settings))
-    apply_plan(plan)
-    return plan
-
-
-def random_tokens(vocab: int, count: int) -> torch.Tensor:
-    return torch.randint(vocab, (count,), generator=torch.Generator().manual_seed(0), dtype=torch.int64).to(torch.uint16)
+    return cpu_plan(args.profile, args.precision, args.threads, args.architecture, settings)
 
 
 def ours(args, plan, steps: int):
-    from buildllm.data.windows import Windows
-    from buildllm.train.trainer import Trainer
-
-    length = plan.model.sequence_length
-    tokens = random_tokens(plan.model.vocab_size, (steps + 1) * plan.batch_size * length + 1)
-    trainer = Trainer(plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(prefix="side-by-side-"))
-    return trainer.step
+    return random_token_trainer(plan, steps).step
 
 
 def reference(args, plan, steps: int):
