@@ -31,9 +31,12 @@ from random_tokens import PROFILES, cpu_plan, random_token_trainer
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "buildllm" / "train" / "compile_measurements.yaml"
+
+
 def trainer(args, compiled: bool):
     plan = cpu_plan(args.profile, "fp32", args.threads, settings={"train.compile": "true" if compiled else "false"})
     return random_token_trainer(plan, args.warmup + args.rounds * args.steps)
+
 
 def child(args) -> None:
     # Both trainers in one process, taking turns (a few steps each, round after round): a competing
