@@ -22,14 +22,14 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def add_run_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """The course's flags, one per Config knob that declares a flag; `skip` leaves some out for a
-    command that gives them another meaning."""
+def add_run_flags(parser: argparse.ArgumentParser, command: str, skip: tuple[str, ...] = ()) -> None:
+    """The course's flags that `command` uses: one per Config knob that declares a flag and names the
+    command; `skip` leaves some out for a command that gives them another meaning."""
     parser.add_argument("--params", default="params.yaml", metavar="PATH",
                         help="params file (default: ./params.yaml if present)")
     for key, f, hint in knobs():
         flag = f.metadata.get("flag")
-        if not flag or flag in skip:
+        if not flag or flag in skip or command not in f.metadata["commands"]:
             continue
         meta, kind = f.metadata, base_type(hint)
         dest = "cfg:" + key
@@ -83,7 +83,7 @@ def cmd_env(args) -> None:
 
 def cmd_train(args) -> None:
     config = config_from_args(args)
-    call("buildllm.measure.dry_run:dry_run" if args.dry_run else "buildllm.train.trainer:train", config)
+    call("buildllm.predict.dry_run:dry_run" if args.dry_run else "buildllm.train.trainer:train", config)
 
 
 def cmd_benchmark(args) -> None:
@@ -117,28 +117,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, help_text, target in [
         ("dry-run", "resolve device, precision and profile; count parameters; estimate memory",
-         "buildllm.measure.dry_run:dry_run"),
+         "buildllm.predict.dry_run:dry_run"),
         ("corpus", "write the corpus's train and validation documents to data/", "buildllm.data.corpus:build_corpus"),
         ("tokenize", "train the BPE tokenizer and encode train and validation tokens",
          "buildllm.data.tokenization:tokenize_corpus"),
         ("estimate", "project the full run's time and storage from metrics/benchmark.json",
-         "buildllm.measure.estimate:estimate"),
+         "buildllm.predict.estimate:estimate"),
         ("preflight", "stop and check before a full run: device, precision, benchmark, estimate, disk, power, "
-                      "cooling, checkpoint directory", "buildllm.measure.preflight:preflight"),
+                      "cooling, checkpoint directory", "buildllm.predict.preflight:preflight"),
         ("fits", "the largest batch each profile and precision fits in 8 to 141 GiB, from the memory model",
-         "buildllm.measure.fits:fits"),
+         "buildllm.predict.fits:fits"),
     ]:
         p = sub.add_parser(name, help=help_text)
-        add_run_flags(p)
+        add_run_flags(p, name)
         p.set_defaults(handler=config_command(target))
 
     p = sub.add_parser("train", help="train a profile on the token tensors, with checkpoints and resume")
-    add_run_flags(p)
+    add_run_flags(p, "train")
     p.add_argument("--dry-run", action="store_true", help="plan and estimate only; train nothing")
     p.set_defaults(handler=cmd_train)
 
     p = sub.add_parser("benchmark", help="measure training speed, memory and MFU with the train code path")
-    add_run_flags(p, skip=("--threads", "--workers"))
+    add_run_flags(p, "benchmark", skip=("--threads", "--workers"))
     p.add_argument("--threads", type=int, nargs="+", metavar="N", help="torch threads; several values make a sweep")
     p.add_argument("--workers", type=int, nargs="+", metavar="N",
                    help="data-loader workers; several values make a sweep (with its data-wait share)")

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from buildllm.errors import ConfigError
-from buildllm.model import catalog
+from buildllm import profiles
 
 ARCHITECTURES = ("classic", "modern")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -26,16 +26,22 @@ CORPUS_SOURCES = ("wiki_vital", "shakespeare", "files")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps|xla)$")
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps, xla"
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+# Which commands offer a knob's flag: those that run or plan a model by default; a knob that only
+# matters to a training run (its checkpoints, logging, resume) is offered where a run is planned.
+MODEL_COMMANDS = ("dry-run", "train", "benchmark", "estimate", "preflight", "fits")
+PLANNING_COMMANDS = ("dry-run", "train", "estimate", "preflight")
+TRAIN_COMMANDS = ("train", "preflight")
 
 
 def knob(default: Any, *, choices: tuple | None = None, minimum: float | None = None,
          maximum: float | None = None, help: str = "", flag: str | None = None, metavar: str | None = None,
-         control: bool = False, resume: bool = False) -> Any:
+         control: bool = False, resume: bool = False, commands: tuple[str, ...] = MODEL_COMMANDS) -> Any:
     """A config field with everything said about it once: its checks (the declaration is the
     validation), its command-line flag and help (the CLI is generated from these), whether a report
-    always shows it as a key control, and whether a resume must find it unchanged."""
+    always shows it as a key control, whether a resume must find it unchanged, and which commands
+    offer its flag."""
     meta = {"choices": choices, "minimum": minimum, "maximum": maximum, "help": help, "flag": flag,
-            "metavar": metavar, "control": control, "resume": resume}
+            "metavar": metavar, "control": control, "resume": resume, "commands": commands}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -93,22 +99,22 @@ class TrainConfig:
                                        help="linear warm-up steps; default: 5%% of the planned optimizer steps")
     weight_decay: float = knob(0.1, minimum=0.0, resume=True, help="AdamW weight decay on matrices")
     grad_clip: float = knob(1.0, minimum=0.0, resume=True, help="gradient norm clip (0: off)")
-    log_interval: int = knob(10, minimum=1, flag="--log-interval", metavar="STEPS", help="steps between log rows")
+    log_interval: int = knob(10, minimum=1, flag="--log-interval", metavar="STEPS", help="steps between log rows", commands=PLANNING_COMMANDS)
     eval_interval: int = knob(50, minimum=0, flag="--eval-interval", metavar="STEPS",
-                              help="steps between validations (0: only at the end)")
+                              help="steps between validations (0: only at the end)", commands=PLANNING_COMMANDS)
     checkpoint_interval: int = knob(100, minimum=0, flag="--checkpoint-interval", metavar="STEPS",
-                                    help="steps between checkpoints (0: only at the end)")
+                                    help="steps between checkpoints (0: only at the end)", commands=PLANNING_COMMANDS)
     keep_checkpoints: int = knob(2, minimum=1, flag="--keep-checkpoints", metavar="N",
-                                 help="newest checkpoints kept on disk")
+                                 help="newest checkpoints kept on disk", commands=PLANNING_COMMANDS)
     checkpoint_directory: str = knob("checkpoints/run", flag="--checkpoint-directory", metavar="DIR",
-                                     help="where this run's checkpoints live; one run per directory")
+                                     help="where this run's checkpoints live; one run per directory", commands=PLANNING_COMMANDS)
     workers: Optional[int] = knob(None, minimum=0, flag="--workers", metavar="N",
                                   help="data-loader worker processes; default: the profile's")
     threads: Optional[int] = knob(None, minimum=1, flag="--threads", metavar="N", control=True,
                                   help="torch CPU threads; default: torch's")
     compile: str = knob("auto", choices=COMPILE_CHOICES, flag="--compile",
                         help="torch.compile the model: true, false, or auto (only where the measured speed-up "
-                             "pays back its compile time within this run; train/compile_choice.py)")
+                             "pays back its compile time within this run; buildllm/compile_choice.py)")
     gradient_checkpointing: bool = knob(False, flag="--gradient-checkpointing",
                                         help="recompute activations in backward to save memory")
     train_tokens: Optional[str] = knob(None, flag="--train-tokens", metavar="PATH", control=True,
@@ -117,8 +123,8 @@ class TrainConfig:
                                             help="validation token file; default: the tokenize stage's")
     tokenizer: Optional[str] = knob(None, flag="--tokenizer", metavar="PATH", control=True,
                                     help="tokenizer JSON; default: the tokenize stage's")
-    resume: bool = knob(False, flag="--resume", help="continue the checkpoint directory's run")
-    force: bool = knob(False, flag="--force", help="resume even where the run's settings changed")
+    resume: bool = knob(False, flag="--resume", help="continue the checkpoint directory's run", commands=TRAIN_COMMANDS)
+    force: bool = knob(False, flag="--force", help="resume even where the run's settings changed", commands=TRAIN_COMMANDS)
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,7 @@ class BenchmarkConfig:
     measured_steps: int = knob(20, minimum=2, control=True, help="timed steps")
     intervals: int = knob(4, minimum=1, help="the timed steps are split into this many intervals")
     memory_budget: Optional[str] = knob(None, flag="--memory-budget", metavar="SIZE",
-                                        help="batch-size finder's budget, e.g. 4GiB; default: free memory")
+                                        help="batch-size finder's budget, e.g. 4GiB; default: free memory", commands=("benchmark",))
     safety_margin: float = knob(0.1, minimum=0.0, maximum=0.9, help="batch finder keeps this share free")
     max_batch_size: int = knob(1024, minimum=1, help="batch finder's ceiling")
 
@@ -146,10 +152,10 @@ class Config:
     mps_fallback: bool = knob(False, flag="--mps-fallback",
                               help="on Apple MPS, run operators MPS lacks on the CPU instead of failing "
                                    "(sets PYTORCH_ENABLE_MPS_FALLBACK=1 before torch is imported)")
-    iteration: int = knob(1, choices=tuple(catalog.iterations()), flag="--iteration", control=True,
-                          help="the course's iteration: " + ", ".join(f"{n} {p}" for n, p in catalog.iterations().items()))
-    preset: Optional[str] = knob(None, choices=catalog.presets(), flag="--preset", control=True,
-                                 help="a preset replaces the iteration's profile")
+    iteration: int = knob(1, choices=tuple(profiles.iterations()), flag="--iteration", control=True,
+                          help="the course's iteration: " + ", ".join(f"{n} {p}" for n, p in profiles.iterations().items()), commands=MODEL_COMMANDS + ("tokenize",))
+    preset: Optional[str] = knob(None, choices=profiles.presets(), flag="--preset", control=True,
+                                 help="a preset replaces the iteration's profile", commands=MODEL_COMMANDS + ("tokenize",))
     seed: int = knob(1337, minimum=0, flag="--seed", metavar="N", resume=True, help="random seed")
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
@@ -157,6 +163,17 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
+
+
+def profile_for(config: Config) -> profiles.Profile:
+    """The profile the config selects, its model shape overridden by the `model:` values.
+
+    tokenize.vocab_size, when set, is the model's vocabulary too: the two must always agree."""
+    profile = profiles.selected(config.iteration, config.preset)
+    overrides = {k: v for k, v in vars(config.model).items() if v is not None}
+    if config.tokenize.vocab_size is not None:
+        overrides["vocab_size"] = config.tokenize.vocab_size
+    return replace(profile, model=replace(profile.model, **overrides))
 
 
 def knobs(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, Any]]:
@@ -315,4 +332,4 @@ def defaults_dict() -> dict:
 
 
 __all__ = ["Config", "CorpusConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "BenchmarkConfig",
-           "EstimateConfig", "knobs", "base_type", "control_keys", "value_at", "load_config", "with_overrides", "config_to_dict", "defaults_dict", "replace"]
+           "EstimateConfig", "profile_for", "knobs", "base_type", "control_keys", "value_at", "load_config", "with_overrides", "config_to_dict", "defaults_dict", "replace"]

@@ -1,8 +1,10 @@
-"""A run plan: the config resolved against this machine and the chosen profile.
+"""A run plan: every decision a run needs, made once, before anything is built.
 
-Every stage that runs a model (dry_run, train, benchmark, estimate) starts from the same plan, so
-they agree on device, precision, batch size and model shape, and every automatic choice carries
-its reason.
+make_plan resolves the config against this machine and the chosen profile: device, precision,
+batch size, workers, threads, the planned optimizer steps, torch.compile and fused AdamW (probed
+once, on the device). Each automatic choice carries its reason in `decisions`. The trainer, the
+benchmark, the dry run and the startup line read these fields and decide nothing again; facts()
+is the one flat record of them that the startup line, the metrics files and the run log share.
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from buildllm.config import Config
-from buildllm.errors import ConfigError
-from buildllm.model.gpt import GPTConfig, build_model
-from buildllm.train.optimizer import fused_adamw_support
-from buildllm.device.precision import PrecisionDecision, apply_matmul_settings, resolve_precision
-from buildllm.model.profiles import Profile, profile_for
+from buildllm import optimizer
+from buildllm.compile_choice import CompileDecision, decide_compile
+from buildllm.config import Config, profile_for
+from buildllm.data.windows import Windows, batches_per_epoch, load_tokens, planned_steps
 from buildllm.device.device import Device
+from buildllm.device.precision import PrecisionDecision, apply_matmul_settings, resolve_precision
 from buildllm.device.resolve import resolve_device
+from buildllm.errors import ConfigError, UserError
+from buildllm.model.gpt import GPTConfig, build_model
+from buildllm.paths import token_paths
+from buildllm.profiles import Profile, selected
 
 
 @dataclass(frozen=True)
@@ -36,15 +41,22 @@ class RunPlan:
     learning_rate: float
     threads: int
     parameters: int
+    processes: int = 1
+    training_examples: int | None = None  # None: unknown before the token file exists
+    planned_steps: int | None = None
+    compile: CompileDecision = CompileDecision(False, "not planned")
+    fused_adamw: bool = False
+    fused_adamw_reason: str = "not planned"
     decisions: dict = field(default_factory=dict)
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens in one optimizer step (all micro-batches of gradient accumulation)."""
+        """Tokens in one optimizer step of one process (all micro-batches of gradient accumulation)."""
         return self.batch_size * self.config.train.grad_accum * self.model.sequence_length
 
 
-def make_plan(config: Config) -> RunPlan:
+def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
+    """training_examples: the windows a caller has already loaded; otherwise counted from the token file."""
     profile = profile_for(config)
     model = profile.model
     if model.n_embd % model.n_head:
@@ -71,9 +83,35 @@ def make_plan(config: Config) -> RunPlan:
     threads = config.train.threads or torch.get_num_threads()
     decisions["threads"] = (f"{threads}: torch's default for this machine" if config.train.threads is None
                             else f"requested: {threads}")
+    # torchrun says how many processes share the run; each takes batch_size of every global batch.
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    examples = training_examples if training_examples is not None else count_training_examples(config, model)
+    t = config.train
+    steps = None if examples is None else planned_steps(batches_per_epoch(examples, batch_size * processes),
+                                                        t.epochs, t.grad_accum)
+    # A measurement of compile applies to the profile's own shape, batch and precision only.
+    base = selected(config.iteration, config.preset)
+    same_shape = (model == base.model and batch_size == defaults.batch_size)
+    compiled = decide_compile(t.compile, profile.name, device.kind, steps, same_shape, precision.precision)
+    decisions["compile"] = compiled.reason
+    fused, fused_reason = optimizer.fused_adamw_support(device.device)
+    decisions["fused_adamw"] = fused_reason
     parameters = build_model(model, "meta").num_parameters()
     return RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
-                   parameters, decisions)
+                   parameters, processes, examples, steps, compiled, fused, fused_reason, decisions)
+
+
+def count_training_examples(config: Config, model: GPTConfig) -> int | None:
+    """The training windows a run will use: the token file's, capped by train.training_examples; the
+    cap alone before the file exists (None when neither says)."""
+    limit = config.train.training_examples
+    train_path, _ = token_paths(config, model.vocab_size)
+    try:
+        if train_path.exists():
+            return len(Windows(load_tokens(train_path), model.sequence_length, limit))
+    except UserError:
+        pass  # an unreadable file is refused, with its reason, where the run loads it
+    return limit
 
 
 def apply_plan(plan: RunPlan) -> None:
@@ -83,12 +121,10 @@ def apply_plan(plan: RunPlan) -> None:
     apply_matmul_settings(plan.precision)
 
 
-def plan_metrics(plan: RunPlan, fused_adamw: tuple[bool, str] | None = None) -> dict:
-    """The plan as flat metrics: what ran, with which flags, and why.
-
-    fused_adamw: (built, reason) from an optimizer already built; otherwise it is probed here."""
-    fused, fused_reason = fused_adamw or fused_adamw_support(plan.device.device)
-    m = plan.model
+def facts(plan: RunPlan) -> dict:
+    """The plan as one flat record: what runs, with which flags, and why. The startup line, the
+    metrics files and the run log all start from it."""
+    m, p = plan.model, plan.precision
     return {
         "iteration": plan.config.iteration,
         "profile": plan.profile.name,
@@ -96,13 +132,13 @@ def plan_metrics(plan: RunPlan, fused_adamw: tuple[bool, str] | None = None) -> 
         "device": plan.device.device,
         "device_kind": plan.device.kind,
         "device_reason": plan.device.reason,
-        "precision": plan.precision.precision,
-        "precision_reason": plan.precision.reason,
-        "tf32_enabled": plan.precision.tf32_enabled,
-        "tensor_cores_enabled": plan.precision.tensor_cores_enabled,
-        "fused_adamw": fused,
-        "fused_adamw_reason": fused_reason,
-        "grad_scaler": plan.precision.grad_scaler,
+        "precision": p.precision,
+        "precision_reason": p.reason,
+        "tf32_enabled": p.tf32_enabled,
+        "tensor_cores_enabled": p.tensor_cores_enabled,
+        "grad_scaler": p.grad_scaler,
+        "fused_adamw": plan.fused_adamw,
+        "fused_adamw_reason": plan.fused_adamw_reason,
         "parameters": plan.parameters,
         "n_layer": m.n_layer,
         "n_head": m.n_head,
@@ -112,33 +148,24 @@ def plan_metrics(plan: RunPlan, fused_adamw: tuple[bool, str] | None = None) -> 
         "batch_size": plan.batch_size,
         "grad_accum": plan.config.train.grad_accum,
         "tokens_per_step": plan.tokens_per_step,
+        "processes": plan.processes,
+        **({"planned_steps": plan.planned_steps} if plan.planned_steps is not None else {}),
         "workers": plan.workers,
         "threads": plan.threads,
         "learning_rate": plan.learning_rate,
         "gradient_checkpointing": plan.config.train.gradient_checkpointing,
         "compile": plan.config.train.compile,
+        "compile_enabled": plan.compile.enabled,
+        "compile_reason": plan.compile.reason,
         # What torch saw at import (buildllm.cli.before_torch sets it when mps_fallback is asked for).
         "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
     }
 
 
-def startup_fields(plan: RunPlan, fused_adamw: tuple[bool, str] | None = None) -> dict:
-    """What a run's first line must make visible: where, in which precision, with which fast paths."""
-    fused, fused_reason = fused_adamw or fused_adamw_support(plan.device.device)
-    p = plan.precision
-    return {"device": plan.device.device, "device_reason": plan.device.reason, "precision": p.precision,
-            "tensor_cores_enabled": p.tensor_cores_enabled, "tf32_enabled": p.tf32_enabled,
-            "fused_adamw": fused, "fused_adamw_reason": fused_reason, "grad_scaler": p.grad_scaler,
-            "profile": plan.profile.name, "parameters": plan.parameters, "batch_size": plan.batch_size,
-            "workers": plan.workers, "sequence_length": plan.model.sequence_length,
-            "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1"}
-
-
-def announce(action: str, plan: RunPlan, fused_adamw: tuple[bool, str] | None = None, **sizes) -> dict:
-    """Say what is about to happen as one JSON line on stdout, before the long work starts.
-
-    fused_adamw: (built, reason) from an optimizer already built; otherwise it is probed here."""
-    line = {"action": action, **startup_fields(plan, fused_adamw), **sizes, "decisions": plan.decisions}
+def announce(action: str, plan: RunPlan, **sizes) -> dict:
+    """Say what is about to happen as one JSON line on stdout, before the long work starts; `sizes`
+    add to the plan's facts or replace them (a benchmark plans its own steps)."""
+    line = {"action": action, **facts(plan), **sizes, "decisions": plan.decisions}
     print(json.dumps(line), flush=True)
     sys.stdout.flush()
     return line

@@ -7,7 +7,7 @@ their first --warmup steps (compilation lands there); then they take turns, --st
 for --rounds rounds, so a competing job slows both alike. Compile seconds = compiled warm-up minus
 plain warm-up; speed-up = median over the turns of plain time / compiled time; medians over processes.
 --write stores the figures, with their source, in buildllm/train/compile_measurements.yaml, where
-`train.compile: auto` reads them (buildllm/train/compile_choice.py).
+`train.compile: auto` reads them (buildllm/compile_choice.py).
 """
 
 from __future__ import annotations

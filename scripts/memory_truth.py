@@ -2,7 +2,7 @@
 
 Two sets of shapes, printed apart:
 - fitted: each profile at three batch sizes, and seven gradient-checkpointing shapes: the shapes the
-  CPU constants and checkpointing's range in buildllm/measure/memory_estimate.py were chosen on;
+  CPU constants and checkpointing's range in buildllm/predict/memory_estimate.py were chosen on;
 - held out: shapes no constant was chosen on (the modern architecture, gradient accumulation,
   gradient checkpointing, other sequence lengths, odd batch sizes, and bf16 with each). A model
   that only fits its calibration shapes fails here.
@@ -76,7 +76,7 @@ class Shape:
         return "_".join(self.label.replace(" ", "_").split("__")).strip("_")
 
 
-# Gradient checkpointing's range (buildllm/measure/memory_estimate.py, remade_after_backward) was
+# Gradient checkpointing's range (buildllm/predict/memory_estimate.py, remade_after_backward) was
 # chosen on these, fp32: they belong with the fitted set. gpt_first_cpu b24 was a held-out shape
 # until its miss led to that range.
 FITTED_CHECKPOINTING = [
@@ -121,7 +121,7 @@ def overrides(shape: Shape, device: str) -> dict:
 
 def plan_and_estimate(settings: dict):
     from buildllm.config import load_config
-    from buildllm.measure.memory_estimate import plan_memory
+    from buildllm.predict.memory_estimate import plan_memory
     from buildllm.plan import make_plan
 
     config = load_config(None, settings)

@@ -2,6 +2,6 @@
 import sys
 
 from buildllm.cli import run_stage
-from buildllm.measure.dry_run import dry_run
+from buildllm.predict.dry_run import dry_run
 
 sys.exit(run_stage(dry_run))

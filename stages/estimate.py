@@ -2,6 +2,6 @@
 import sys
 
 from buildllm.cli import run_stage
-from buildllm.measure.estimate import estimate
+from buildllm.predict.estimate import estimate
 
 sys.exit(run_stage(estimate))

@@ -2,6 +2,6 @@
 import sys
 
 from buildllm.cli import run_stage
-from buildllm.measure.preflight import preflight_stage
+from buildllm.predict.preflight import preflight_stage
 
 sys.exit(run_stage(preflight_stage))

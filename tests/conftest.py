@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Tests live in one folder per package; their shared helpers (this file, train_fixtures) live here.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 # What a DVC run needs from the checkout; the package itself is installed (editable) in the venv.
 PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", ".dvc/config", ".dvcignore", ".gitignore", "buildllm"]
 

@@ -27,7 +27,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 
 from buildllm.atomic import atomic_open, atomic_path
-from buildllm.config import Config
+from buildllm.config import Config, profile_for
 from buildllm.data.corpus import END_OF_TEXT, SPLITS, count_documents, read_texts, split_files
 from buildllm.errors import UserError
 from buildllm.metrics import write_metrics
@@ -47,8 +47,6 @@ def token_dtype(vocab_size: int) -> torch.dtype:
 
 def vocab_size_for(config: Config) -> int:
     """The vocabulary the tokenizer is trained for: the model's (tokenize.vocab_size, else the profile's)."""
-    from buildllm.model.profiles import profile_for  # imports the model
-
     return profile_for(config).model.vocab_size
 
 

@@ -122,6 +122,23 @@ def batches_per_epoch(n_examples: int, batch_size: int) -> int:
     return n_examples // batch_size
 
 
+def planned_steps(batches_per_epoch: int, epochs: int, grad_accum: int) -> int:
+    """Optimizer steps of a run: the data cursor carries leftover micro-batches into the next epoch."""
+    return batches_per_epoch * epochs // grad_accum
+
+
+def optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int) -> int:
+    """The Trainer's count of a run's optimizer steps (batch_size: all processes' together); a plan
+    that makes none is refused with what to change. Partial batches are dropped, so every step
+    sees the same number of tokens."""
+    steps = planned_steps(batches_per_epoch(examples, batch_size), epochs, grad_accum)
+    if steps < 1:
+        raise UserError(f"{examples} examples in batches of {batch_size} x {grad_accum} accumulation steps over "
+                        f"{epochs} epoch(s) make no optimizer step; raise --training-examples or --epochs, "
+                        "or lower --batch-size or --grad-accum")
+    return steps
+
+
 def epoch_batches(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0,
                   rank: int = 0, world_size: int = 1):
     """Yield (batch_index, inputs, targets) for one epoch from `start_batch` on.

@@ -1,1 +1,2 @@
-"""Measurement before a long run: dry run, benchmark, estimate, memory estimate, batch finder, sweep."""
+"""Measurement, by running the train step: the benchmark, the batch-size finder, sweeps, the step's
+time breakdown and the noise statistics that say how far a figure can be trusted."""

@@ -33,12 +33,12 @@ from buildllm.device.health import interval_trend
 from buildllm.measure.breakdown import describe as describe_parts, overheads, step_breakdown
 from buildllm.errors import TrainingFailed
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu
-from buildllm.measure.memory_estimate import plan_memory
+from buildllm.predict.memory_estimate import plan_memory
 from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.device.peak_flops import MatmulProbe, step_probe, sample_peak, table_or_none
-from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
+from buildllm.plan import RunPlan, announce, apply_plan, facts, make_plan
 from buildllm.train.plots import write_png
 from buildllm.device.oom import advice, out_of_memory
 from buildllm.train.trainer import Trainer
@@ -105,7 +105,6 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
                       "benchmark", scratch / "train_loss.png")
             plot_seconds = time.perf_counter() - before
         matmuls = matmul_parameters(trainer.model)
-        compiled = trainer.compile
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     steps_per_second = bench.measured_steps / measured_seconds
@@ -134,7 +133,6 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "plot_seconds": plot_seconds,
         "flops_per_token": flops_per_token(plan.model, matmuls),
         **parts, **overheads(plan.config, validation_seconds, save_seconds),
-        "compile_enabled": compiled.enabled, "compile_reason": compiled.reason,
         **figures,
     }
 
@@ -148,7 +146,7 @@ def benchmark(config: Config, write: bool = True) -> dict:
              warmup_steps=bench.warmup_steps, measured_steps=bench.measured_steps,
              training_examples=len(train), validation_examples=len(validation))
     estimate = plan_memory(plan)
-    base = {**plan_metrics(plan), **environment(plan.device), "memory_estimate_total_bytes": estimate.total,
+    base = {**facts(plan), **environment(plan.device), "memory_estimate_total_bytes": estimate.total,
             **estimate.range_metrics(), "precision_advice": precision_advice(plan)}
     # Interpreter start, imports, device initialisation and token loading: a run pays them too.
     process_startup = time.time() - psutil.Process().create_time()

@@ -1,1 +1,1 @@
-"""The model: the GPT itself, the named profiles (shapes and runtime defaults), and its FLOPs."""
+"""The model: the GPT itself, its shape (shape.py, torch-free), the fused loss, and its FLOPs."""

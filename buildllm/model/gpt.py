@@ -8,7 +8,6 @@ Both use torch's scaled_dot_product_attention, so each device picks its fastest 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -16,33 +15,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from buildllm.model.fused_loss import linear_cross_entropy
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    architecture: str = "classic"
-    vocab_size: int = 4096
-    sequence_length: int = 128
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    dropout: float = 0.0
-    rope_base: float = 10000.0
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
-    @property
-    def bias(self) -> bool:
-        return self.architecture == "classic"
-
-    @property
-    def mlp_hidden(self) -> int:
-        if self.architecture == "classic":
-            return 4 * self.n_embd
-        # SwiGLU has three matrices instead of two: 2/3 of 4d keeps the parameter count of a 4d MLP.
-        return 64 * math.ceil(8 * self.n_embd / 3 / 64)
+from buildllm.model.shape import GPTConfig
 
 
 def norm_layer(config: GPTConfig) -> nn.Module:

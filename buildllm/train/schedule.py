@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from buildllm.data.windows import batches_per_epoch
-from buildllm.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -34,23 +32,6 @@ class Schedule:
         # Steps past the plan (a benchmark running longer than the run) stay on the floor.
         progress = min(1.0, (step - self.warmup_steps) / decay_steps)
         return self.floor + (self.peak - self.floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def planned_steps(batches_per_epoch: int, epochs: int, grad_accum: int) -> int:
-    """Optimizer steps of a run: the data cursor carries leftover micro-batches into the next epoch."""
-    return batches_per_epoch * epochs // grad_accum
-
-
-def optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int) -> int:
-    """The Trainer's count of a run's optimizer steps (batch_size: all processes' together); a plan
-    that makes none is refused with what to change. Partial batches are dropped, so every step
-    sees the same number of tokens."""
-    steps = planned_steps(batches_per_epoch(examples, batch_size), epochs, grad_accum)
-    if steps < 1:
-        raise UserError(f"{examples} examples in batches of {batch_size} x {grad_accum} accumulation steps over "
-                        f"{epochs} epoch(s) make no optimizer step; raise --training-examples or --epochs, "
-                        "or lower --batch-size or --grad-accum")
-    return steps
 
 
 def make_schedule(peak: float, total_steps: int, warmup_steps: int | None, min_ratio: float) -> Schedule:

@@ -23,7 +23,6 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from buildllm.train import checkpoint
-from buildllm.train.compile_choice import plan_compile
 from buildllm.train.stop import StopRequest
 from buildllm.train import distributed
 from buildllm.train import storage
@@ -35,13 +34,14 @@ from buildllm.errors import TrainingFailed, UserError
 from buildllm.model.gpt import build_model
 from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
 from buildllm.device.rng import rng_state, seed_all, set_rng_state
-from buildllm.train.optimizer import build_optimizer
+from buildllm.optimizer import build_optimizer
 from buildllm.paths import tokenizer_path
-from buildllm.plan import RunPlan, announce, apply_plan, make_plan, plan_metrics
+from buildllm.plan import RunPlan, announce, apply_plan, facts, make_plan
 from buildllm.train.run_log import RunLog
 from buildllm.device.precision import autocast, grad_scaler
 from buildllm.device.xla import step_boundary
-from buildllm.train.schedule import make_schedule, optimizer_steps
+from buildllm.train.schedule import make_schedule
+from buildllm.data.windows import optimizer_steps
 from buildllm.train.unigram import unigram_loss
 from buildllm.data.tokenization import load_tokenizer
 
@@ -118,23 +118,21 @@ class Trainer:
         seed_all(plan.config.seed)
         self.model = build_model(plan.model, self.device.device)
         self.model.gradient_checkpointing = cfg.gradient_checkpointing
-        self.optimizer, self.fused_adamw, self.fused_adamw_reason = build_optimizer(
-            self.model, plan.learning_rate, cfg.weight_decay, self.device.device)
+        self.optimizer = build_optimizer(self.model, plan.learning_rate, cfg.weight_decay, plan.fused_adamw)
         self.scaler = grad_scaler(plan.precision, self.device)
         self.ddp = None
         if self.world.distributed:
             self.ddp = DistributedDataParallel(self.model, device_ids=self.device.ddp_device_ids)
         module = self.ddp or self.model
         # The compiled wrapper is used for steps only; checkpoints come from the raw module.
-        self.compile = plan_compile(plan, self.planned_steps)
-        self.forward = torch.compile(module) if self.compile.enabled else module
+        self.forward = torch.compile(module) if plan.compile.enabled else module
         self.signature = run_signature(plan, self.world.size, len(train_windows))
         self.tokens_per_step = plan.tokens_per_step * self.world.size
         self.step_count, self.tokens_seen, self.train_seconds = 0, 0, 0.0
         self.learning_rate = self.schedule.rate(0)
         self.resumed_from: int | None = None
         self.log = RunLog(self.world, plan.tokens_per_step, {
-            **plan_metrics(plan, (self.fused_adamw, self.fused_adamw_reason)), "processes": self.world.size,
+            **facts(plan), "processes": self.world.size,
             "global_batch_size": plan.batch_size * cfg.grad_accum * self.world.size,
             "tokens_per_step": self.tokens_per_step, "planned_steps": self.planned_steps,
             "warmup_steps": self.schedule.warmup_steps, "epochs": cfg.epochs, "training_examples": len(train_windows),
@@ -303,8 +301,7 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
     """Train to the planned step; validate, log, checkpoint on the way; write the metrics."""
     cfg, world, device = trainer.config.train, trainer.world, trainer.device
     if world.is_main:
-        announce("train", trainer.plan, (trainer.fused_adamw, trainer.fused_adamw_reason),
-                 planned_steps=trainer.planned_steps, start_step=trainer.step_count,
+        announce("train", trainer.plan, planned_steps=trainer.planned_steps, start_step=trainer.step_count,
                  epochs=cfg.epochs, training_examples=len(trainer.train_windows),
                  validation_examples=len(trainer.validation_windows),
                  validation_windows_available=trainer.validation_windows.available, processes=world.size,
@@ -388,8 +385,7 @@ def finish(trainer: Trainer, status: str, extra: dict) -> dict:
     progress = {"optimizer_steps": trainer.step_count, "tokens_processed": trainer.tokens_seen,
                 "train_seconds": trainer.train_seconds, "resumed": trainer.resumed_from is not None,
                 "resumed_from_step": trainer.resumed_from or 0}
-    return trainer.log.finish(status, progress, {**trainer.memory.read(), "compile_enabled": trainer.compile.enabled,
-                                                 "compile_reason": trainer.compile.reason, **extra})
+    return trainer.log.finish(status, progress, {**trainer.memory.read(), **extra})
 
 
 def kept(trainer: Trainer) -> str:

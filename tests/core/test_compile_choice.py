@@ -8,8 +8,8 @@ from buildllm.cli import build_parser, config_from_args
 from buildllm.config import load_config
 from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.plan import make_plan
-from buildllm.train import compile_choice
-from buildllm.train.compile_choice import decide_compile, plan_compile
+from buildllm import compile_choice
+from buildllm.compile_choice import decide_compile
 
 FIGURES = {"student": {"cpu": {"speedup": 1.5, "compile_seconds": 30.0, "plain_step_seconds": 0.3,
                                "precision": "fp32", "source": "scripts/compile_gain.py, test figures"}},
@@ -39,11 +39,12 @@ def test_auto_compiles_only_when_the_gain_pays_back_the_compile_time_within_the_
 
 def test_a_measurement_applies_to_its_profiles_default_shape_only(monkeypatch):
     monkeypatch.setattr(compile_choice, "measurements", lambda: FIGURES)
-    default = make_plan(load_config(None, {"preset": "student", "device": "cpu"}))
-    assert plan_compile(default, 10**6).enabled
-    changed = make_plan(load_config(None, {"preset": "student", "device": "cpu", "train.batch_size": 3}))
-    decision = plan_compile(changed, 10**6)
-    assert not decision.enabled and "changes them" in decision.reason
+    default = make_plan(load_config(None, {"preset": "student", "device": "cpu"}), training_examples=10**6)
+    # The plan decides with the steps it plans (a million examples of the profile's batch).
+    assert default.compile.enabled and default.decisions["compile"] == default.compile.reason
+    changed = make_plan(load_config(None, {"preset": "student", "device": "cpu", "train.batch_size": 3}),
+                        training_examples=10**6)
+    assert not changed.compile.enabled and "changes them" in changed.compile.reason
 
 
 def test_the_stored_measurements_carry_figures_and_their_source():

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from buildllm.config import load_config
+from buildllm.config import load_config, profile_for
 from buildllm.model.gpt import GPTConfig, build_model
-from buildllm.model.profiles import available_profiles, load_profile, profile_for
+from buildllm.profiles import available_profiles, load_profile
 
 
 @pytest.mark.parametrize("name, expected, tolerance", [

@@ -13,7 +13,7 @@ import yaml
 
 from buildllm.config import Config, knobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 SECTIONS = {f.split(".")[0] for f, _, _ in knobs() if "." in f}
 TOP_KEYS = {key for key, _, _ in knobs() if "." not in key}

@@ -17,8 +17,8 @@ from buildllm.config import load_config
 from buildllm.device import health
 from buildllm.errors import UserError
 from buildllm.measure.benchmark import benchmark
-from buildllm.measure.estimate import estimate
-from buildllm.measure.preflight import preflight
+from buildllm.predict.estimate import estimate
+from buildllm.predict.preflight import preflight
 from buildllm.metrics import write_metrics
 from buildllm.train import checkpoint, storage
 

@@ -30,7 +30,7 @@ from buildllm.report.document import Heading, Table, to_html, to_markdown
 from buildllm.report.render import markdown, sections, write_report
 from buildllm.report.uncertainty import from_intervals, sign_interval, t975
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BASE = "b" * 40
 
 

@@ -21,13 +21,12 @@ def fused_adamw_support(device: str) -> tuple[bool, str]:
     return True, f"fused AdamW builds on {device}"
 
 
-def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float, device: str,
-                    betas: tuple[float, float] = (0.9, 0.95)) -> tuple[torch.optim.AdamW, bool, str]:
+def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float, fused: bool,
+                    betas: tuple[float, float] = (0.9, 0.95)) -> torch.optim.AdamW:
     """AdamW with weight decay on weight matrices and embeddings (as GPT-2 does), not on norms and biases:
     decay pulls a gain or an offset towards zero, which only distorts it."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    fused, reason = fused_adamw_support(device)
-    optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=True if fused else None)
-    return optimizer, fused, reason
+    # fused: the plan's probe (fused_adamw_support), made once per run on its device.
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=True if fused else None)

@@ -9,7 +9,7 @@ from buildllm.cli import main
 from buildllm.config import Config, defaults_dict, load_config
 from buildllm.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_params_yaml_holds_exactly_the_config_defaults():

@@ -1,7 +1,7 @@
 """`buildllm fits`: which GPU fits which profile, from the memory model alone (nothing is allocated).
 
 For each profile and precision, the largest batch size whose estimated training peak
-(buildllm.measure.memory_estimate, CUDA terms) stays under a memory size less the batch finder's
+(buildllm.predict.memory_estimate, CUDA terms) stays under a memory size less the batch finder's
 safety margin, for the common GPU sizes and this machine's own memory. The estimate grows with the
 batch size, so a bisection finds the largest that fits. The model's error against measured peaks
 is what scripts/memory_truth.py prints (target ±15%); the safety margin covers it and the CUDA
@@ -15,9 +15,9 @@ import torch
 
 from buildllm.config import Config
 from buildllm.device.device import Device
-from buildllm.measure.memory_estimate import estimate_training_memory
+from buildllm.predict.memory_estimate import estimate_training_memory
 from buildllm.model.gpt import build_model
-from buildllm.model.profiles import available_profiles, load_profile
+from buildllm.profiles import available_profiles, load_profile
 
 GIB = 2**30
 GPU_SIZES_GIB = (8, 12, 16, 24, 40, 48, 80, 141)

@@ -6,10 +6,10 @@ import pytest
 
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.measure.fits import GIB, GPU, fits_table, largest_batch
-from buildllm.measure.memory_estimate import estimate_training_memory
+from buildllm.predict.fits import GIB, GPU, fits_table, largest_batch
+from buildllm.predict.memory_estimate import estimate_training_memory
 from buildllm.model.gpt import build_model
-from buildllm.model.profiles import load_profile
+from buildllm.profiles import load_profile
 
 
 @pytest.mark.parametrize("name, precision_bytes, gib", [("gpt_42m", 2, 24), ("gpt_100m", 4, 16), ("tiny", 2, 8)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "buildllm"
+PACKAGE = Path(__file__).resolve().parents[2] / "buildllm"
 DEVICE_PACKAGE = PACKAGE / "device"
 KINDS = {"cpu", "cuda", "mps", "xla"}
 

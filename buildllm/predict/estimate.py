@@ -18,8 +18,8 @@ from buildllm.device.hardware import machine_name
 from buildllm.errors import UserError
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path, token_paths
-from buildllm.plan import RunPlan, make_plan, plan_metrics
-from buildllm.train.schedule import optimizer_steps
+from buildllm.plan import RunPlan, facts, make_plan
+from buildllm.data.windows import optimizer_steps
 from buildllm.units import duration
 
 # The controls a benchmark must share with the planned run for its speed to apply.
@@ -47,7 +47,7 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
         raise UserError("the benchmark ran out of memory, so there is no speed to project; "
                         "rerun the benchmark with a smaller --batch-size")
     plan = make_plan(config)
-    resolved = plan_metrics(plan)
+    resolved = facts(plan)
     # On the CPU the thread count sets the speed as much as the batch size does.
     keys = CONTROLS + (("threads",) if plan.device.threads_apply else ())
     plan_controls = {**{key: resolved[key] for key in keys},

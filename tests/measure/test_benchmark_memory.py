@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from buildllm.device.device import Device
-from buildllm.measure.memory_estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
+from buildllm.predict.memory_estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
 from buildllm.model.gpt import GPTConfig, build_model
-from buildllm.model.profiles import load_profile
+from buildllm.profiles import load_profile
 from train_fixtures import make_token_files
 
 CPU = Device("cpu", "cpu", "cpu", "test")
@@ -150,7 +150,7 @@ def test_estimate_is_within_15_percent_of_the_measured_cpu_peak(tmp_path):
 def test_the_memory_truth_held_out_shapes_are_never_fitted_shapes_and_cover_each_kind():
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "memory_truth.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "memory_truth.py"
     spec = importlib.util.spec_from_file_location("memory_truth", path)
     truth = importlib.util.module_from_spec(spec)
     sys.modules["memory_truth"] = truth  # dataclasses look their module up there

@@ -17,7 +17,7 @@ from buildllm.config import load_config
 from buildllm.data.corpus import END_OF_TEXT, PASSAGE_CHARS, build_corpus, is_validation, passages
 from buildllm.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_texts(folder: Path, count: int = 40) -> list[Path]:

@@ -20,13 +20,13 @@ from buildllm.device import health
 from buildllm.device.device import Device
 from buildllm.device.resolve import resolve_device, why_no_cuda
 from buildllm.errors import UserError
-from buildllm.measure.estimate import CONTROLS, planned_examples
-from buildllm.measure.memory_estimate import checkpoint_bytes
+from buildllm.predict.estimate import CONTROLS, planned_examples
+from buildllm.predict.memory_estimate import checkpoint_bytes
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path
-from buildllm.plan import RunPlan, make_plan, plan_metrics
+from buildllm.plan import RunPlan, facts, make_plan
 from buildllm.train import checkpoint, storage
-from buildllm.train.schedule import optimizer_steps
+from buildllm.data.windows import optimizer_steps
 from buildllm.train.trainer import run_signature
 from buildllm.units import duration, size
 
@@ -85,7 +85,7 @@ def matching_benchmark(plan: RunPlan) -> tuple[dict | None, str]:
     benchmark = read_metrics(path)
     if benchmark.get("oom"):
         return benchmark, ""
-    resolved = plan_metrics(plan)
+    resolved = facts(plan)
     keys = CONTROLS + (("threads",) if plan.device.threads_apply else ())
     differing = [key for key in keys if benchmark.get(key) != resolved[key]]
     if differing:

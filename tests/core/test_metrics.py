@@ -13,7 +13,7 @@ from conftest import copy_project, run
 from buildllm.metrics import (CUT_LABEL, MAX_LABEL, SUMMARY, MetricValueError, notes_path, read_metrics, short_label,
                               summarize, summary_path, write_metrics)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_reasons_go_to_the_notes_file_and_numbers_stay(tmp_path):

@@ -5,7 +5,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu
 from buildllm.model.gpt import GPTConfig, build_model
-from buildllm.model.profiles import load_profile
+from buildllm.profiles import load_profile
 
 
 @pytest.mark.parametrize("architecture", ["classic", "modern"])
@@ -39,7 +39,7 @@ def test_the_mfu_ceiling_times_every_matmul_that_mfu_counts(architecture, monkey
     import importlib.util
     from pathlib import Path
 
-    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
     monkeypatch.syspath_prepend(str(scripts))  # where the script's own imports are, as when it runs
     path = scripts / "mfu_ceiling.py"
     spec = importlib.util.spec_from_file_location("mfu_ceiling", path)

@@ -23,26 +23,16 @@ class CompileDecision:
 
 
 def measurements() -> dict:
-    path = resources.files("buildllm.train") / "compile_measurements.yaml"
+    path = resources.files("buildllm") / "compile_measurements.yaml"
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
-def plan_compile(plan, planned_steps: int | None) -> CompileDecision:
-    """decide_compile for a RunPlan: a measurement applies to its profile's default shape, batch and
-    precision on that device kind only."""
-    from buildllm.model.profiles import load_profile
-
-    profile = load_profile(plan.profile.name)
-    measured = measurements().get(plan.profile.name, {}).get(plan.device.kind, {})
-    same = (plan.model == profile.model and plan.batch_size == profile.runtime(plan.device.runtime_defaults).batch_size
-            and plan.precision.precision == measured.get("precision", "fp32"))
-    return decide_compile(plan.config.train.compile, plan.profile.name, plan.device.kind, planned_steps, same)
-
-
 def decide_compile(setting: str, profile: str, device_kind: str, planned_steps: int | None,
-                   shape_is_profiles: bool = True, figures: dict | None = None) -> CompileDecision:
-    """The decision for one run. planned_steps None (the dry run, before the data is counted) states
-    the break-even step count instead of a decision against it."""
+                   shape_is_profiles: bool = True, precision: str = "fp32", figures: dict | None = None
+                   ) -> CompileDecision:
+    """The decision for one run (made by the plan). A measurement applies to its profile's default
+    shape and batch, in the precision it was taken in, on that device kind only. planned_steps None
+    (before the data is counted) states the break-even step count instead of a decision against it."""
     if setting in ("true", "false"):
         return CompileDecision(setting == "true", f"train.compile: {setting}")
     figures = measurements() if figures is None else figures
@@ -50,7 +40,7 @@ def decide_compile(setting: str, profile: str, device_kind: str, planned_steps: 
     if measured is None:
         return CompileDecision(False, f"auto: not compiling; torch.compile was never measured for profile {profile} "
                                       f"on {device_kind} (scripts/compile_gain.py measures it)")
-    if not shape_is_profiles:
+    if not shape_is_profiles or precision != measured.get("precision", "fp32"):
         return CompileDecision(False, f"auto: not compiling; the measurement of profile {profile} on {device_kind} "
                                       "is for its default shape, batch and precision, and this run changes them")
     speedup, seconds, step = measured["speedup"], measured["compile_seconds"], measured["plain_step_seconds"]

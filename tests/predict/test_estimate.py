@@ -10,9 +10,9 @@ import pytest
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.device.hardware import machine_name
-from buildllm.measure.estimate import estimate, planned_examples
+from buildllm.predict.estimate import estimate, planned_examples
 from buildllm.units import duration as human_duration
-from buildllm.plan import make_plan, plan_metrics
+from buildllm.plan import facts, make_plan
 from train_fixtures import train_args
 
 
@@ -26,7 +26,7 @@ def settings(tokens, **extra) -> dict:
 def benchmark_record(config, **figures) -> dict:
     """What the benchmark writes: the plan's controls, this machine, and the measured figures."""
     plan = make_plan(config)
-    return {**plan_metrics(plan), "machine": machine_name(plan.device), "validation_examples":
+    return {**facts(plan), "machine": machine_name(plan.device), "validation_examples":
             planned_examples(plan, "validation"), "oom": False, "steps_per_second": 4.0, "tokens_per_second": 4096.0,
             "interval_steps_per_second_min": 3.2, "interval_steps_per_second_max": 5.0,
             "validation_seconds": 0.5, "checkpoint_save_seconds": 0.25, "checkpoint_bytes": 1_000_000,
@@ -129,7 +129,7 @@ def test_refuses_a_benchmark_from_another_machine_validation_size_or_workers(tok
 
 def test_refuses_an_out_of_memory_benchmark(tokens, workdir, capsys):
     config = load_config(None, {**settings(tokens), "train.grad_accum": 1})
-    write_benchmark(workdir, {**plan_metrics(make_plan(config)), "oom": True, "oom_batch_size": 8})
+    write_benchmark(workdir, {**facts(make_plan(config)), "oom": True, "oom_batch_size": 8})
     assert main(cli_args(tokens)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ran out of memory" in err and "--batch-size" in err

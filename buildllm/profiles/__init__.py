@@ -1,0 +1,91 @@
+"""Profiles: named model shapes with their CPU and GPU runtime defaults, one YAML file each.
+
+A file's `iteration:` says which course iteration it serves; `iteration: null` makes it a preset.
+Adding a profile is adding a YAML file here: the config's allowed values follow from the files.
+This package imports neither the config nor torch, so the config can list the profiles cheaply;
+the plan (buildllm/plan.py) applies a config's overrides to the profile it selects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+from buildllm.model.shape import GPTConfig
+
+
+@dataclass(frozen=True)
+class RuntimeDefaults:
+    batch_size: int
+    precision: str
+    workers: int
+    learning_rate: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    model: GPTConfig
+    cpu: RuntimeDefaults
+    gpu: RuntimeDefaults
+
+    def runtime(self, defaults: str) -> RuntimeDefaults:
+        """`defaults`: "cpu" or "gpu", as the device says (Device.runtime_defaults)."""
+        return {"cpu": self.cpu, "gpu": self.gpu}[defaults]
+
+
+def _files() -> dict:
+    folder = resources.files(__name__)
+    return {p.name.removesuffix(".yaml"): p for p in folder.iterdir() if p.name.endswith(".yaml")}
+
+
+@cache
+def _data(name: str) -> tuple[dict, str]:
+    path = _files().get(name)
+    if path is None:
+        raise ValueError(f"no profile {name!r}; known: {', '.join(available_profiles())}")
+    text = path.read_text()
+    return yaml.safe_load(text), text.splitlines()[0].lstrip("# ")
+
+
+def available_profiles() -> list[str]:
+    return sorted(_files())
+
+
+def load_profile(name: str) -> Profile:
+    data, first_line = _data(name)
+    return Profile(
+        name=data["name"],
+        description=first_line,
+        model=GPTConfig(**data["model"]),
+        cpu=RuntimeDefaults(**data["runtime"]["cpu"]),
+        gpu=RuntimeDefaults(**data["runtime"]["gpu"]),
+    )
+
+
+@cache
+def iterations() -> dict[int, str]:
+    """{iteration: profile name} for the course's iterations."""
+    found = {int(_data(name)[0]["iteration"]): name for name in _files() if _data(name)[0].get("iteration") is not None}
+    return dict(sorted(found.items()))
+
+
+@cache
+def presets() -> tuple[str, ...]:
+    """The presets, smallest first (by layers x width squared, which orders their parameter counts)."""
+    serve = set(iterations().values())
+
+    def size(name: str) -> int:
+        model = _data(name)[0]["model"]
+        return model["n_layer"] * model["n_embd"] ** 2
+
+    return tuple(sorted((name for name in _files() if name not in serve), key=size))
+
+
+def selected(iteration: int, preset: str | None) -> Profile:
+    """The profile a run selects: the preset if one is named, else the iteration's."""
+    return load_profile(preset or iterations()[iteration])
