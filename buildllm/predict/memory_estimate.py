@@ -204,11 +204,6 @@ def remade_after_backward(activations: int, per_layer: int, gradient_checkpointi
     return remade
 
 
-def checkpoint_bytes(parameters: int) -> int:
-    """Weights plus AdamW's two moments, all fp32; config, RNG and cursor add a few kilobytes."""
-    return 3 * parameters * FP32
-
-
 def plan_memory(plan) -> MemoryEstimate:
     """The estimate for a RunPlan (buildllm.plan): its model, batch, precision, device and options."""
     train = plan.config.train

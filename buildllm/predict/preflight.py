@@ -21,7 +21,6 @@ from buildllm.device.device import Device
 from buildllm.device.resolve import resolve_device, why_no_cuda
 from buildllm.errors import UserError
 from buildllm.predict.estimate import CONTROLS, planned_examples
-from buildllm.predict.memory_estimate import checkpoint_bytes
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan import RunPlan, facts, make_plan
@@ -122,7 +121,7 @@ def disk_check(plan: RunPlan, estimate: dict | None, existing: int) -> tuple[Che
         steps = optimizer_steps(planned_examples(plan), plan.batch_size, t.grad_accum, t.epochs)
     except UserError:
         steps = estimate["planned_optimizer_steps"] if estimate else 1
-    each = estimate["checkpoint_bytes"] if estimate else checkpoint_bytes(plan.parameters) + 64 * 1024
+    each = estimate["checkpoint_bytes"] if estimate else storage.checkpoint_bytes(plan.parameters)
     found = storage.storage(t.checkpoint_directory, each, steps, 0, t.checkpoint_interval, t.keep_checkpoints,
                             t.log_interval, existing)
     if found.fits:

@@ -74,12 +74,18 @@ def storage(directory: str | Path, checkpoint_bytes: int, planned_steps: int, st
                    existing, LOG_BYTES + rows * ROW_BYTES, disk.free_bytes(directory))
 
 
+def checkpoint_bytes(parameters: int, buffer_bytes: int = 0) -> int:
+    """A checkpoint of a model trained with AdamW: fp32 weights plus two fp32 moments per weight, its
+    buffers; the schedule, RNG state, cursor and log add tens of kilobytes. The dry run, preflight and
+    the disk check before training all size checkpoints with this one function."""
+    return 3 * parameters * 4 + buffer_bytes + 64 * 1024
+
+
 def expected_checkpoint_bytes(model) -> int:
-    """A checkpoint of a model trained with AdamW: its weights and buffers plus two fp32 moments per
-    weight; the schedule, RNG state, cursor and log add tens of kilobytes."""
+    """checkpoint_bytes for a built model: what its state_dict holds beyond the weights counts as buffers."""
+    parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
     tensors = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    moments = sum(2 * p.numel() * 4 for p in model.parameters() if p.requires_grad)
-    return tensors + moments + 64 * 1024
+    return checkpoint_bytes(parameters, tensors - 4 * parameters)
 
 
 def run_storage(trainer, resumed: dict | None) -> Storage:

@@ -131,15 +131,15 @@ class Trainer:
         self.step_count, self.tokens_seen, self.train_seconds = 0, 0, 0.0
         self.learning_rate = self.schedule.rate(0)
         self.resumed_from: int | None = None
-        self.log = RunLog(self.world, plan.tokens_per_step, {
-            **facts(plan), "processes": self.world.size,
-            "global_batch_size": plan.batch_size * cfg.grad_accum * self.world.size,
+        # This run's sizes beside the plan's facts: the startup line and the run log both show them.
+        self.sizes = {
+            "processes": self.world.size, "global_batch_size": plan.batch_size * cfg.grad_accum * self.world.size,
             "tokens_per_step": self.tokens_per_step, "planned_steps": self.planned_steps,
             "warmup_steps": self.schedule.warmup_steps, "epochs": cfg.epochs, "training_examples": len(train_windows),
             "validation_examples": len(validation_windows or ()),
             "validation_windows_available": validation_windows.available if validation_windows is not None else None,
-            "checkpoint_directory": str(self.directory),
-            "tokenizer": self.tokenizer})
+            "checkpoint_directory": str(self.directory), "tokenizer": self.tokenizer}
+        self.log = RunLog(self.world, plan.tokens_per_step, {**facts(plan), **self.sizes})
 
     def step(self) -> torch.Tensor:
         """One optimizer step; returns the mean loss of its micro-batches (over all processes) as a
@@ -301,11 +301,7 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
     """Train to the planned step; validate, log, checkpoint on the way; write the metrics."""
     cfg, world, device = trainer.config.train, trainer.world, trainer.device
     if world.is_main:
-        announce("train", trainer.plan, planned_steps=trainer.planned_steps, start_step=trainer.step_count,
-                 epochs=cfg.epochs, training_examples=len(trainer.train_windows),
-                 validation_examples=len(trainer.validation_windows),
-                 validation_windows_available=trainer.validation_windows.available, processes=world.size,
-                 tokens_per_step=trainer.tokens_per_step, checkpoint_directory=str(trainer.directory))
+        announce("train", trainer.plan, **trainer.sizes, start_step=trainer.step_count)
         if note := trainer.validation_windows.cap_note("train.validation_examples"):
             print(f"note: {note}", file=sys.stderr)
     trainer.log.begin()
