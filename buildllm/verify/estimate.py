@@ -121,7 +121,7 @@ def judge(folder: Path, wall: dict | None) -> tuple[dict, bool]:
 def command(args) -> int:
     base = {"full": args.full, "recorded": args.recorded, **machine()}
     if args.recorded:
-        record, inside = judge(Path.cwd(), None)
+        record, inside = judge(Path(), None)
         return finish("estimate", args.out, {**base, **record}, 0 if inside else 1, 1)
     config = planned(args)
     folder = Path(args.keep or tempfile.mkdtemp(prefix="buildllm-verify-estimate-")).resolve()
