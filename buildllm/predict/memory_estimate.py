@@ -30,7 +30,7 @@ from buildllm.model.gpt import GPTConfig
 
 FP32 = 4
 MiB = 2**20
-# CPU only (Linux, glibc), measured with `buildllm verify memory --full` (then scripts/memory_truth.py) on tiny ... gpt_100m at batch sizes
+# CPU only (Linux, glibc), measured (`buildllm verify memory --full`) on tiny ... gpt_100m at batch sizes
 # 1 to 128, fp32 and bf16. With glibc's mmap threshold pinned (MALLOC_MMAP_THRESHOLD_=131072), the
 # resident growth was the live tensors plus 13-24 MiB whatever the shape: the runtime's first use.
 CPU_RUNTIME_BYTES = 20 * MiB

@@ -20,8 +20,6 @@ from pathlib import Path
 
 from buildllm.verify.harness import check_config, finish, machine, profile_choice
 
-BOUNDED_BENCHMARK = {"benchmark.warmup_steps": 3, "benchmark.measured_steps": 20, "benchmark.intervals": 4}
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("--full", action="store_true",
@@ -34,6 +32,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--threads", type=int, metavar="N")
     parser.add_argument("--factor", type=int, default=10, metavar="N",
                         help="bounded form: training steps = N x the benchmark's steps (default 10)")
+    parser.add_argument("--warmup-steps", type=int, default=3, metavar="N", help="bounded form's benchmark (default 3)")
+    parser.add_argument("--measured-steps", type=int, default=20, metavar="N", help="bounded form's (default 20)")
+    parser.add_argument("--intervals", type=int, default=4, metavar="N", help="bounded form's (default 4)")
     parser.add_argument("--keep", metavar="DIR", help="work in this folder and keep it (default: a temporary one)")
     parser.add_argument("--recorded", action="store_true",
                         help="judge the run recorded here (metrics/estimate.json, metrics/train.json); run nothing")
@@ -55,10 +56,12 @@ def planned(args):
         return config
     if args.factor < 1:
         raise UserError(f"--factor {args.factor}: give at least 1 (training steps = factor x benchmark steps)")
-    config = check_config(args.params, {**settings(args), **BOUNDED_BENCHMARK})
+    bounded = {"benchmark.warmup_steps": args.warmup_steps, "benchmark.measured_steps": args.measured_steps,
+               "benchmark.intervals": args.intervals}
+    config = check_config(args.params, {**settings(args), **bounded})
     plan = make_plan(config)
     steps = args.factor * (config.benchmark.warmup_steps + config.benchmark.measured_steps)
-    return check_config(args.params, {**settings(args), **BOUNDED_BENCHMARK,
+    return check_config(args.params, {**settings(args), **bounded,
                                       "train.training_examples": steps * plan.batch_size * config.train.grad_accum})
 
 

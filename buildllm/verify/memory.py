@@ -102,6 +102,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sets", nargs="+", default=["fitted", "held_out"], choices=("fitted", "held_out"))
     parser.add_argument("--profiles", nargs="+", choices=sorted(FITTED_BATCHES), metavar="PROFILE",
                         help="only shapes of these profiles")
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16", "fp16"),
+                        help="precisions of the fitted set (the held-out set has its own: fp32, and bf16 with --full)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", metavar="N",
+                        help="for the fitted set, these batch sizes instead of each profile's")
     parser.add_argument("--repeats", type=int, default=3, metavar="N",
                         help="fresh processes per shape; the median peak is judged (glibc's retained blocks move "
                              "one run's peak by up to ±10%%), each run's figure is shown (default 3)")
@@ -124,8 +128,13 @@ def shape_settings(shape: Shape, device: str) -> dict:
 
 
 def chosen_shapes(args) -> dict[str, list[Shape]]:
-    sets = {"fitted": FITTED, "held_out": HELD_OUT} if args.full else BOUNDED
+    sets = dict({"fitted": FITTED, "held_out": HELD_OUT} if args.full else BOUNDED)
     keep = set(args.profiles or FITTED_BATCHES)
+    fitted = sets["fitted"]
+    if args.batch_sizes:  # the profiles at these batch sizes, plain (no checkpointing shape)
+        names = args.profiles or list(dict.fromkeys(s.profile for s in fitted))
+        fitted = [Shape(name, batch) for name in names for batch in args.batch_sizes]
+    sets["fitted"] = [replace(s, precision=precision) for precision in args.precision for s in fitted]
     cpu = args.device == "cpu"
     return {name: [s for s in shapes if s.profile in keep and not (cpu and s.precision == "fp16")]
             for name, shapes in sets.items() if name in args.sets}
@@ -146,7 +155,8 @@ def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
         return f"{shape.label:<48}  skipped: {exc}", None
     estimate = plan_memory(plan)
     train_path, _ = token_paths(config, plan.model.vocab_size)
-    label = f"{shape.label:<48}{estimate.total / 2**20:>13.1f}{f'{estimate.low / 2**20:.0f}-{estimate.high / 2**20:.0f}':>16}"
+    span = f"{estimate.low / 2**20:.0f}-{estimate.high / 2**20:.0f}"
+    label = f"{shape.label:<48}{estimate.total / 2**20:>13.1f}{span:>16}"
     if not train_path.exists():
         return f"{label}  skipped: no {train_path} (make it with `buildllm tokenize`)", None
     if estimate.high > limit:

@@ -87,8 +87,9 @@ def command(args) -> int:
     speed_spread = max(abs(s / statistics.median(speeds) - 1) for s in speeds)
     inside = spread <= args.tolerance
     misses += not inside
-    print(f"{runs} runs of {m['profile']} on {m['device']} ({m['precision']}): MFU median {statistics.median(mfus):.2%}, "
-          f"highest ÷ lowest - 1 = {spread:.2%}, {'inside' if inside else 'OUTSIDE'} the ±{args.tolerance:.0%} range; "
+    print(f"{runs} runs of {m['profile']} on {m['device']} ({m['precision']}): MFU median "
+          f"{statistics.median(mfus):.2%}, highest ÷ lowest - 1 = {spread:.2%}, "
+          f"{'inside' if inside else 'OUTSIDE'} the ±{args.tolerance:.0%} range; "
           f"steps/s up to {speed_spread:.1%} from the runs' median", flush=True)
     record.update({"profile": m["profile"], "device": m["device"], "precision": m["precision"], "runs": runs,
                    "mfu_median": statistics.median(mfus), "mfu_spread": spread, "tolerance": args.tolerance,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from buildllm.cli import main
 from conftest import read
 from train_fixtures import train_args
+
+from buildllm.cli import main
 
 
 def test_a_training_run_records_where_it_fell_against_an_estimate_of_its_plan(tokens, workdir, capsys):

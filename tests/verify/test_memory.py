@@ -6,11 +6,11 @@ from __future__ import annotations
 import sys
 
 import pytest
+from conftest import read
 
 from buildllm.cli import main
 from buildllm.predict import memory_estimate
 from buildllm.verify import memory
-from conftest import read
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="calibrated for Linux's allocator (glibc)")
 

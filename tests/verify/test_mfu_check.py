@@ -4,9 +4,9 @@ real, and a range no two runs can meet exits 1."""
 from __future__ import annotations
 
 import pytest
+from conftest import read
 
 from buildllm.cli import main
-from conftest import read
 
 
 @pytest.mark.slow
