@@ -20,6 +20,7 @@ def test_the_bounded_check_compares_fresh_runs_and_its_exit_code_follows_the_rec
     assert record["verdict"] == ("inside" if code == 0 else "miss")
 
 
+@pytest.mark.slow
 def test_a_tolerance_no_two_real_runs_meet_is_a_miss_and_exits_1(check_params, workdir, capsys):
     code = main(["verify", "mfu", "--params", str(check_params), "--tolerance", "0", "--out", "mfu.json"])
     record = read(workdir / "mfu.json")
