@@ -181,7 +181,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--paired: rounds of one run per experiment (default 6, the fewest for a 95%% interval)")
     p.set_defaults(handler=lambda args: call("buildllm.report.command:run_compare", args.names, args.out,
                                              args.allow_different, args.vary, args.paired, args.rounds) and None)
+    add_verify(sub)
     return parser
+
+
+VERIFY = {"memory": "the memory estimate against the measured peak, on fitted and held-out shapes",
+          "estimate": "benchmark, estimate and a real training run: did the run's time fall inside the range",
+          "mfu": "the same benchmark in fresh processes: MFU recomputable from each file and steady across runs"}
+
+
+def add_verify(sub) -> None:
+    p = sub.add_parser("verify", help="check the product's estimates against measurements here (exit 1 on a miss)")
+    checks = p.add_subparsers(dest="check", required=True, parser_class=Parser)
+    for check, help_text in VERIFY.items():
+        c = checks.add_parser(check, help=help_text, description=importlib.import_module(
+            f"buildllm.verify.{check}").__doc__.split("\n\n")[0])
+        c.add_argument("--params", default="params.yaml", metavar="PATH",
+                       help="params file (default: ./params.yaml if present)")
+        c.add_argument("--out", metavar="PATH", help=f"the record (default metrics/verify_{check}.json)")
+        call(f"buildllm.verify.{check}:add_arguments", c)
+        c.set_defaults(handler=lambda args, check=check: call(f"buildllm.verify.{check}:command", args))
 
 
 def run_stage(function) -> int:

@@ -1,12 +1,12 @@
 """bf16 autocast against fp32 on this CPU, per profile: Trainer.step() speed, interleaved in one process.
 
-    python scripts/bf16_gain.py --profiles iteration1 student small --rounds 12 --write
+    python scripts/bf16_gain.py --profiles iteration1 student small --rounds 12 --out bf16_gain.yaml
 
 Two trainers (fp32 and bf16 autocast) on the same random tokens take turns: a few steps of one, a
 few of the other, round after round, so a competing job slows both alike; the figure is the median
-of the per-round time ratios. --write stores it with its source in
-buildllm/device/cpu_bf16_measurements.yaml, which the dry run and the benchmark quote where the CPU
-has native bf16 (buildllm/device/cpu_bf16.py). fp32 stays the CPU default either way.
+of the per-round time ratios. --out writes it with its source as YAML under the working directory
+(never into the package: `buildllm tune` measures what `precision: auto` decides). fp32 stays the
+CPU default either way.
 """
 
 from __future__ import annotations
@@ -19,12 +19,9 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
-from random_tokens import PROFILES, cpu_plan, random_token_trainer
+from lab import PROFILES, cpu_plan, random_token_trainer, write_figures
 
-ROOT = Path(__file__).resolve().parent.parent
-FIGURES = ROOT / "buildllm" / "device" / "cpu_bf16_measurements.yaml"
 
 
 def main() -> None:
@@ -34,11 +31,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--steps", type=int, default=2, help="steps per turn")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--write", action="store_true")
+    parser.add_argument("--out", type=Path, help="also write the figures as YAML here (e.g. bf16_gain.yaml)")
     args = parser.parse_args()
     from buildllm.device.hardware import processor_name
 
-    figures = (yaml.safe_load(FIGURES.read_text()) if FIGURES.exists() else None) or {}
+    figures = {}
     load = os.getloadavg()[0]
     for profile in args.profiles:
         total = args.warmup + args.rounds * args.steps
@@ -64,11 +61,9 @@ def main() -> None:
         figures[name]["source"] = (f"scripts/bf16_gain.py, {args.rounds} interleaved rounds of {args.steps} steps, "
                                    f"{args.threads} threads, torch {torch.__version__}, {processor_name()}, "
                                    f"load average {load:.1f} at start, {datetime.date.today().isoformat()}")
-    if args.write:
-        header = ("# bf16 autocast / fp32 training-step speed on a CPU with native bf16, per profile\n"
-                  "# (scripts/bf16_gain.py --write); quoted by the dry run and the benchmark.\n")
-        FIGURES.write_text(header + yaml.safe_dump(figures, sort_keys=True))
-        print(f"written to {FIGURES}")
+    if args.out:
+        header = "# bf16 autocast / fp32 training-step speed on this machine, per profile (scripts/bf16_gain.py)\n"
+        print(f"written to {write_figures(args.out, figures, header)}")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """torch.compile on this machine, per profile: compile seconds and steady speed-up of Trainer.step().
 
-    python scripts/compile_gain.py --profiles iteration1 student small --processes 2 --write
+    python scripts/compile_gain.py --profiles iteration1 student small --processes 2 --out compile_gain.yaml
 
 Each fresh process (with a cold inductor cache) builds a plain and a compiled trainer and times
 their first --warmup steps (compilation lands there); then they take turns, --steps steps each,
 for --rounds rounds, so a competing job slows both alike. Compile seconds = compiled warm-up minus
 plain warm-up; speed-up = median over the turns of plain time / compiled time; medians over processes.
---write stores the figures, with their source, in buildllm/train/compile_measurements.yaml, where
-`train.compile: auto` reads them (buildllm/compile_choice.py).
+--out writes the figures, with their source, as YAML under the working directory (never into the
+package: a machine's figures belong to that machine; `buildllm tune` measures the decisions it makes).
 """
 
 from __future__ import annotations
@@ -25,12 +25,10 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
-from random_tokens import PROFILES, cpu_plan, random_token_trainer
+from lab import PROFILES, cpu_plan, profile_name, random_token_trainer, write_figures
 
 ROOT = Path(__file__).resolve().parent.parent
-FIGURES = ROOT / "buildllm" / "train" / "compile_measurements.yaml"
 
 
 def trainer(args, compiled: bool):
@@ -80,14 +78,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6, help="turns of --steps steps each side takes")
-    parser.add_argument("--write", action="store_true", help=f"store the figures in {FIGURES.relative_to(ROOT)}")
+    parser.add_argument("--out", type=Path, help="also write the figures as YAML here (e.g. compile_gain.yaml)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         args.profile = args.profiles[0]
         return child(args)
-    figures = yaml.safe_load(FIGURES.read_text()) if FIGURES.exists() else {}
-    figures = figures or {}
+    figures = {}
     load = os.getloadavg()[0]
     for profile in args.profiles:
         compile_seconds, speedups, plain_steps = [], [], []
@@ -109,15 +106,9 @@ def main() -> None:
                             f"{datetime.date.today().isoformat()}")}
         print(f"{profile}: {json.dumps(entry)}", flush=True)
         figures.setdefault(profile_name(profile), {})["cpu"] = entry
-    if args.write:
-        header = ("# torch.compile measured per profile and device kind (scripts/compile_gain.py --write).\n"
-                  "# `train.compile: auto` compiles when the speed-up pays back compile_seconds within the run.\n")
-        FIGURES.write_text(header + yaml.safe_dump(figures, sort_keys=True))
-        print(f"written to {FIGURES}")
-
-
-def profile_name(profile: str) -> str:
-    return "gpt_first_cpu" if profile == "iteration1" else profile
+    if args.out:
+        header = "# torch.compile measured per profile and device kind on this machine (scripts/compile_gain.py).\n"
+        print(f"written to {write_figures(args.out, figures, header)}")
 
 
 if __name__ == "__main__":

@@ -19,23 +19,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from random_tokens import PROFILES, cpu_plan, random_token_trainer
-
-
-def timed(work, repeats: int) -> float:
-    """Seconds per call of `work`, after one untimed call."""
-    work()
-    begin = time.perf_counter()
-    for _ in range(repeats):
-        work()
-    return (time.perf_counter() - begin) / repeats
+from lab import PROFILES, cpu_plan, random_token_trainer, seconds_per_call as timed
 
 
 def matmul_work(model, rows: int, chunk: int) -> tuple[Callable[[], None], int]:
@@ -114,7 +104,7 @@ def norm_work(model, rows: int):
 def loss_softmax_work(vocab: int, rows: int, chunk: int):
     """The fused loss's own per-chunk work beside its matmuls: target log-probabilities and softmax,
     then softmax minus one-hot (the logits' gradient), on the CPU's path (via the softmax)."""
-    from buildllm.model.fused_loss import _target_log_probs
+    from buildllm.model.fused_loss import target_log_probs
 
     logits, buffer = torch.randn(chunk, vocab), torch.empty(chunk, vocab)
     target = torch.randint(vocab, (chunk, 1))
@@ -122,7 +112,7 @@ def loss_softmax_work(vocab: int, rows: int, chunk: int):
 
     def work():
         for _ in range(rows // chunk):
-            _, probs = _target_log_probs(logits, buffer, target, via_softmax=True, want_softmax=True)
+            _, probs = target_log_probs(logits, buffer, target, via_softmax=True, want_softmax=True)
             probs.scatter_add_(1, target, minus_one)
     return work
 

@@ -14,7 +14,7 @@ import time
 
 from torch.profiler import ProfilerActivity, profile
 
-from random_tokens import PROFILES, cpu_plan, random_token_trainer
+from lab import PROFILES, cpu_plan, random_token_trainer
 
 # An operator goes to the first group with a key in its name, so the norms come before the
 # optimizer's "norm" (gradient clipping's vector norm). On the CPU the flash attention kernel does

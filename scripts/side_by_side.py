@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from random_tokens import PROFILES, cpu_plan, random_token_trainer, random_tokens
+from lab import PROFILES, cpu_plan, random_token_trainer, random_tokens
 
 TARGETS = {"iteration1": 1.3}
 

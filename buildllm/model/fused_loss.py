@@ -40,7 +40,7 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
-def _target_log_probs(logits, out, target, via_softmax: bool, want_softmax: bool):
+def target_log_probs(logits, out, target, via_softmax: bool, want_softmax: bool):
     """Each row's log-probability of its target and, when wanted, the rows' softmax (written in `out`)."""
     if via_softmax:  # the gradient needs the softmax, the loss only its log at each row's target
         probs = torch._softmax(logits, 1, False, out=out)
@@ -92,7 +92,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 else:  # logits in the compute dtype, then fp32, as the plain .float() does
                     torch.mm(xc[start:end], wc.t(), out=logits_low[:n])
                     logits[:n].copy_(logits_low[:n])
-                picked, probs = _target_log_probs(logits[:n], probs_buffer[:n], target, via_softmax, training)
+                picked, probs = target_log_probs(logits[:n], probs_buffer[:n], target, via_softmax, training)
                 part = picked.sum()
                 total = part if total is None else total + part
                 if not training:

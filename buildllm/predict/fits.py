@@ -4,7 +4,7 @@ For each profile and precision, the largest batch size whose estimated training 
 (buildllm.predict.memory_estimate, CUDA terms) stays under a memory size less the batch finder's
 safety margin, for the common GPU sizes and this machine's own memory. The estimate grows with the
 batch size, so a bisection finds the largest that fits. The model's error against measured peaks
-is what scripts/memory_truth.py prints (target ±15%); the safety margin covers it and the CUDA
+is what `buildllm verify memory` prints (target ±15%); the safety margin covers it and the CUDA
 context, which the model does not count.
 """
 

@@ -13,7 +13,7 @@ small batch can peak at 2. With gradient accumulation, gradients also exist at m
 On the CPU the benchmark measures the growth of the process's resident memory, which is more than
 the tensors alive at the peak: glibc keeps freed blocks for reuse instead of returning them to the
 system, and the first steps touch runtime memory (thread pools, kernel code, oneDNN caches).
-Both are modelled explicitly, from measurements (scripts/memory_truth.py). On CUDA the estimate
+Both are modelled explicitly, from measurements (`buildllm verify memory`). On CUDA the estimate
 predicts the caching allocator's *allocated* peak (live tensors), which the benchmark reads; the
 *reserved* peak (what the allocator holds from the driver, nvidia-smi's figure) is recorded beside
 it and is larger by the allocator's cached free blocks, which no shape formula predicts.
@@ -30,7 +30,7 @@ from buildllm.model.gpt import GPTConfig
 
 FP32 = 4
 MiB = 2**20
-# CPU only (Linux, glibc), measured with scripts/memory_truth.py on tiny ... gpt_100m at batch sizes
+# CPU only (Linux, glibc), measured (`buildllm verify memory --full`) on tiny ... gpt_100m at batch sizes
 # 1 to 128, fp32 and bf16. With glibc's mmap threshold pinned (MALLOC_MMAP_THRESHOLD_=131072), the
 # resident growth was the live tensors plus 13-24 MiB whatever the shape: the runtime's first use.
 CPU_RUNTIME_BYTES = 20 * MiB
@@ -44,7 +44,7 @@ CPU_ALLOCATOR_OVERHEAD = 0.12
 # CPU: glibc's retained blocks are not a fixed share of the live tensors, and they vary from run to
 # run: the same shape (gpt_first_cpu, batch 24, gradient checkpointing, fp32) measured 290, 312,
 # 327, 328 and 348 MiB in five fresh processes (estimate 289). Over the fitted and the held-out
-# shapes of scripts/memory_truth.py the measured peak was 0.90-1.21 x the estimate, the high side
+# shapes of `buildllm verify memory --full` the measured peak was 0.90-1.21 x the estimate, the high side
 # on fp32 shapes unlike the fitted ones (accumulation, checkpointing, other sequence lengths):
 # stated as -15% / +25%. With gradient checkpointing the high side also covers glibc keeping every
 # rebuilt block (remade_after_backward).
@@ -190,7 +190,7 @@ def remade_after_backward(activations: int, per_layer: int, gradient_checkpointi
 
     Gradient checkpointing rebuilds each block in backward beside the gradient temporaries of the
     block after it, and how many rebuilt blocks glibc then keeps apart varies with the shape: on
-    seven checkpointed fp32 shapes (scripts/memory_truth.py, FITTED_CHECKPOINTING) the resident
+    seven checkpointed fp32 shapes (buildllm/verify/memory.py, FITTED_CHECKPOINTING) the resident
     growth beyond the pinned run was 1.75 to 3.8 blocks' activations, and never more than all
     n_layer of them (then checkpointing saves no resident memory at all). The estimate counts one
     block here, the least seen, and its stated range reaches all n_layer (estimate_training_memory).

@@ -16,22 +16,17 @@ its metrics there: the workspace's metrics/ stays untouched.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from tqdm import tqdm
 
-import buildllm
 from buildllm.errors import UserError
+from buildllm.measure.workfolder import prepare, read_result, run_command
 from buildllm.report.uncertainty import from_pairs
-
-KEEP_OUT = {"metrics", "params.yaml"}  # each run's own, never the workspace's
 
 
 @dataclass
@@ -54,42 +49,18 @@ class Paired:
         return statistics.median(r[name].get("throughput_cv", 0.0) for r in self.rounds)
 
 
-def _nested(flat: dict) -> dict:
-    tree: dict = {}
-    for dotted, value in flat.items():
-        *parents, leaf = dotted.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return tree
-
-
-def _prepare(folder: Path, params: dict, root: Path) -> None:
-    folder.mkdir(parents=True)
-    (folder / "params.yaml").write_text(yaml.safe_dump(_nested(params), sort_keys=False))
-    for entry in root.iterdir():
-        if entry.name not in KEEP_OUT:
-            (folder / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
-
-
 def _run_one(folder: Path, name: str, round_number: int, timeout: float) -> dict:
-    env = dict(os.environ)
-    package_root = str(Path(buildllm.__file__).resolve().parents[1])  # this very code, in the child too
-    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     result_file = folder / "metrics" / "benchmark.json"
     result_file.unlink(missing_ok=True)
     try:
-        done = subprocess.run([sys.executable, "-m", "buildllm", "benchmark", "--params", "params.yaml"],
-                              cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+        done = run_command(folder, ["benchmark"], timeout)
     except subprocess.TimeoutExpired:
         raise UserError(f"--paired: the benchmark of {name} (round {round_number}) ran over {timeout:.0f} s; "
                         "bound it with fewer benchmark.measured_steps in that experiment") from None
     if done.returncode != 0 or not result_file.is_file():
-        why = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"--paired: the benchmark of {name} (round {round_number}) failed here ({why}); run "
-                        f"`buildllm benchmark` with that experiment's params to see why")
-    return json.loads(result_file.read_text())
+        raise UserError(f"--paired: the benchmark of {name} (round {round_number}) failed here "
+                        f"({done.last_line()}); run `buildllm benchmark` with that experiment's params to see why")
+    return read_result(folder, "benchmark")
 
 
 def remeasure(experiments: list, rounds: int, root: Path | None = None, progress: bool = True,
@@ -109,7 +80,7 @@ def remeasure(experiments: list, rounds: int, root: Path | None = None, progress
         folders = {}
         for i, exp in enumerate(experiments):
             folders[exp.name] = Path(tmp) / f"run{i}"
-            _prepare(folders[exp.name], exp.params, root)
+            prepare(folders[exp.name], exp.params, root)
         with tqdm(total=rounds * len(experiments), desc="paired", unit="run", disable=not progress) as bar:
             for r in range(rounds):
                 order = experiments if r % 2 == 0 else experiments[::-1]

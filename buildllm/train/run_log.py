@@ -19,6 +19,7 @@ from buildllm.atomic import atomic_write_text
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.train import distributed
+from buildllm.train.against_estimate import against_estimate, describe as describe_estimate
 from buildllm.train.distributed import World
 from buildllm.train.plots import write_png
 
@@ -130,7 +131,12 @@ class RunLog:
             self.write_csv()
             write_png(self.rows, f"{metrics['profile']} on {metrics['device']} ({metrics['precision']}), "
                                  f"{metrics['optimizer_steps']} steps")
+            # Last, so the run's time includes everything the estimate projects, the plot too.
+            measured = against_estimate(metrics)
+            metrics.update(measured)
             path = write_metrics(metrics_path("train"), metrics)
+            if measured:
+                print(f"estimate: this run {describe_estimate(measured)}")
             if status == "completed":
                 speed = (f"at {metrics['tokens_per_second']:,.0f} tokens/s" if self.steps
                          else "(nothing left to train)")

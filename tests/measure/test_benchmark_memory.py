@@ -145,30 +145,3 @@ def test_estimate_is_within_15_percent_of_the_measured_cpu_peak(tmp_path):
     estimate, measured = queue.get(timeout=300)
     process.join()
     assert estimate / measured == pytest.approx(1.0, abs=0.15), (estimate, measured)
-
-
-def test_the_memory_truth_held_out_shapes_are_never_fitted_shapes_and_cover_each_kind():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "memory_truth.py"
-    spec = importlib.util.spec_from_file_location("memory_truth", path)
-    truth = importlib.util.module_from_spec(spec)
-    sys.modules["memory_truth"] = truth  # dataclasses look their module up there
-    spec.loader.exec_module(truth)
-    fitted = {(profile, batch) for profile, batches in truth.SHAPES.items() for batch in batches}
-    plain = truth.Shape("x", 1)
-    for shape in truth.HELD_OUT:
-        varied = (shape.architecture, shape.grad_accum, shape.checkpointing, shape.sequence_length) != (
-            plain.architecture, plain.grad_accum, plain.checkpointing, plain.sequence_length)
-        assert varied or (shape.profile, shape.batch_size) not in fitted, shape
-    chosen_on = {s.label for s in truth.FITTED_CHECKPOINTING}
-    assert not [s for s in truth.HELD_OUT if s.label in chosen_on]
-    kinds = {"modern": any(s.architecture == "modern" for s in truth.HELD_OUT),
-             "accumulation": any(s.grad_accum > 1 for s in truth.HELD_OUT),
-             "checkpointing": any(s.checkpointing for s in truth.HELD_OUT),
-             "sequence length": any(s.sequence_length for s in truth.HELD_OUT),
-             "odd batch": any(s.batch_size % 2 for s in truth.HELD_OUT)}
-    assert all(kinds.values()), kinds
-    # Each held-out shape in fp32 and in bf16.
-    by_precision = {p: {s.label.replace(p, "") for s in truth.HELD_OUT if s.precision == p} for p in ("fp32", "bf16")}
-    assert by_precision["fp32"] == by_precision["bf16"] and len(by_precision["fp32"]) >= 5

@@ -1,0 +1,138 @@
+"""`buildllm verify estimate`: benchmark -> estimate -> a real training run, and where the run's time
+fell against the estimate's range.
+
+Everything runs as the user runs it (`buildllm benchmark`, `estimate`, `train`), each a fresh
+process in a folder of its own (buildllm/measure/workfolder.py) that reads the project's token
+files and writes nothing into the project. Bounded by default: a 3 + 20-step benchmark and a
+training run --factor (10) times its steps; --full: the planned run itself, with params.yaml's own
+benchmark and training size. The train metrics record where the run's wall clock (interpreter
+start to its metrics file) fell against the estimate's range (buildllm/train/against_estimate.py);
+the check exits 1 when it fell outside. --recorded judges the last run recorded here instead
+(metrics/estimate.json against metrics/train.json), without running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+from buildllm.verify.harness import check_config, finish, machine, profile_choice
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--full", action="store_true",
+                        help="the planned run itself (params.yaml's benchmark and training size), not a bounded one")
+    parser.add_argument("--iteration", type=int, metavar="N", help="course iteration (default: params.yaml's)")
+    parser.add_argument("--preset", metavar="PRESET", help="a preset instead of the iteration (tiny, student, small)")
+    parser.add_argument("--device", help="device (default: params.yaml's)")
+    parser.add_argument("--precision", help="precision (default: params.yaml's)")
+    parser.add_argument("--batch-size", type=int, metavar="N")
+    parser.add_argument("--threads", type=int, metavar="N")
+    parser.add_argument("--factor", type=int, default=10, metavar="N",
+                        help="bounded form: training steps = N x the benchmark's steps (default 10)")
+    parser.add_argument("--warmup-steps", type=int, default=3, metavar="N", help="bounded form's benchmark (default 3)")
+    parser.add_argument("--measured-steps", type=int, default=20, metavar="N", help="bounded form's (default 20)")
+    parser.add_argument("--intervals", type=int, default=4, metavar="N", help="bounded form's (default 4)")
+    parser.add_argument("--keep", metavar="DIR", help="work in this folder and keep it (default: a temporary one)")
+    parser.add_argument("--recorded", action="store_true",
+                        help="judge the run recorded here (metrics/estimate.json, metrics/train.json); run nothing")
+
+
+def settings(args) -> dict:
+    chosen = {**profile_choice(args.iteration, args.preset), "device": args.device, "precision": args.precision,
+              "train.batch_size": args.batch_size, "train.threads": args.threads, "train.resume": False}
+    return {key: value for key, value in chosen.items() if value is not None or key == "preset"}
+
+
+def planned(args):
+    """The check's config: the bounded form sizes the training run to --factor x the benchmark."""
+    from buildllm.errors import UserError
+    from buildllm.plan import make_plan
+
+    config = check_config(args.params, settings(args))
+    if args.full:
+        return config
+    if args.factor < 1:
+        raise UserError(f"--factor {args.factor}: give at least 1 (training steps = factor x benchmark steps)")
+    bounded = {"benchmark.warmup_steps": args.warmup_steps, "benchmark.measured_steps": args.measured_steps,
+               "benchmark.intervals": args.intervals}
+    config = check_config(args.params, {**settings(args), **bounded})
+    plan = make_plan(config)
+    steps = args.factor * (config.benchmark.warmup_steps + config.benchmark.measured_steps)
+    return check_config(args.params, {**settings(args), **bounded,
+                                      "train.training_examples": steps * plan.batch_size * config.train.grad_accum})
+
+
+def run_steps(config, folder: Path) -> dict:
+    """Benchmark, estimate and train in `folder`; the train command's wall clock as the parent saw it."""
+    from buildllm.errors import UserError
+    from buildllm.measure.workfolder import config_params, prepare, run_command
+
+    prepare(folder, config_params(config, folder))
+    seconds = {}
+    for step in ("benchmark", "estimate", "train"):
+        print(json.dumps({"action": f"verify estimate: buildllm {step}", "folder": str(folder)}), flush=True)
+        try:
+            done = run_command(folder, [step])
+        except subprocess.TimeoutExpired:  # no timeout is set; kept for symmetry with the other checks
+            raise UserError(f"`buildllm {step}` did not finish") from None
+        if done.returncode != 0:
+            raise UserError(f"`buildllm {step}` failed in {folder} ({done.last_line()}); run it there to see why")
+        seconds[step] = done.seconds
+    return seconds
+
+
+def judge(folder: Path, wall: dict | None) -> tuple[dict, bool]:
+    """(the record's figures, whether the run fell inside the range) from a folder's metrics files."""
+    from buildllm.errors import UserError
+    from buildllm.metrics import read_metrics
+    from buildllm.train.against_estimate import describe, position, same_plan
+
+    metrics = Path(folder) / "metrics"
+    est, trained = read_metrics(metrics / "estimate.json"), read_metrics(metrics / "train.json")
+    if not same_plan(est, trained):
+        raise UserError(f"{metrics / 'estimate.json'} estimated another plan than {metrics / 'train.json'} ran; "
+                        "run `buildllm estimate` and `buildllm train` with the same params, then check again")
+    if trained.get("status") != "completed" or trained.get("resumed"):
+        raise UserError(f"{metrics / 'train.json'} records a {trained.get('status')} run"
+                        f"{' that resumed' if trained.get('resumed') else ''}; the estimate projects one whole run")
+    if "run_seconds" not in trained:
+        raise UserError(f"{metrics / 'train.json'} has no run_seconds (written by an older buildllm); train again")
+    # The recorded position is recomputed from the files, so an estimate edited afterwards is judged as it is now.
+    figures = position(est, trained["run_seconds"])
+    steps_error = est["estimated_seconds_by_steps"] / trained["train_seconds"] - 1
+    print(f"\n{trained['profile']} on {trained['device']} ({trained['precision']}, batch {trained['batch_size']}, "
+          f"{trained.get('threads', '?')} threads): {trained['optimizer_steps']} optimizer steps")
+    print(f"{'':<34}{'predicted':>11}{'actual':>11}{'error':>9}")
+    print(f"{'optimizer steps (step time only)':<34}{est['estimated_seconds_by_steps']:>10.1f}s"
+          f"{trained['train_seconds']:>10.1f}s{steps_error:>+9.1%}")
+    print(f"{'train command, wall clock':<34}{figures['estimated_seconds']:>10.1f}s{figures['run_seconds']:>10.1f}s"
+          f"{figures['estimate_ratio'] - 1:>+9.1%}")
+    if wall:
+        print(f"(the train command took {wall['train']:.1f} s as its caller saw it, interpreter exit included)")
+    print(f"the run {describe(figures)}; the range allows {est.get('run_to_run_spread', 0.0):.0%} run-to-run "
+          f"variation beyond the benchmark's intervals", flush=True)
+    record = {**figures, "profile": trained["profile"], "device": trained["device"],
+              "precision": trained["precision"], "planned_steps": trained["optimizer_steps"],
+              "estimated_step_seconds": est["estimated_seconds_by_steps"], "train_seconds": trained["train_seconds"],
+              "step_error": steps_error, "run_to_run_spread": est.get("run_to_run_spread", 0.0)}
+    return record, figures["estimate_position"] == "inside"
+
+
+def command(args) -> int:
+    base = {"full": args.full, "recorded": args.recorded, **machine()}
+    if args.recorded:
+        record, inside = judge(Path(), None)
+        return finish("estimate", args.out, {**base, **record}, 0 if inside else 1, 1)
+    config = planned(args)
+    folder = Path(args.keep or tempfile.mkdtemp(prefix="buildllm-verify-estimate-")).resolve()
+    wall = run_steps(config, folder)
+    record, inside = judge(folder, wall)
+    record["train_command_seconds"] = wall["train"]
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+    return finish("estimate", args.out, {**base, **record}, 0 if inside else 1, 1)

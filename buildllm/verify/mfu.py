@@ -1,0 +1,97 @@
+"""`buildllm verify mfu`: the same benchmark run in fresh processes gives the same MFU.
+
+Each run is `buildllm benchmark` as a user runs it, in a folder of its own
+(buildllm/measure/workfolder.py) that reads the project's token files. MFU must be recomputable
+from each run's own metrics file (on the CPU the median over its measured steps of each step's
+achieved FLOP/s ÷ the matmul rate measured beside it; achieved ÷ peak for a datasheet peak), and
+every run's MFU must lie within --tolerance (±3%) of every other's: a figure that moved with the
+machine's load would not. Bounded by default: two runs of params.yaml's benchmark; --full: four
+runs of a longer one (60 measured steps in 12 intervals). The runs' speeds are printed too: their
+spread is the run-to-run variation the estimate's range allows for (predict/estimate.py RUN_TO_RUN).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from buildllm.verify.harness import check_config, finish, machine, profile_choice
+
+TOLERANCE = 0.03
+FULL_BENCHMARK = {"benchmark.measured_steps": 60, "benchmark.intervals": 12}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--full", action="store_true", help="four runs of a longer benchmark (60 steps, 12 intervals)")
+    parser.add_argument("--runs", type=int, metavar="N", help="fresh benchmark processes (default 2; 4 with --full)")
+    parser.add_argument("--iteration", type=int, metavar="N", help="course iteration (default: params.yaml's)")
+    parser.add_argument("--preset", metavar="PRESET", help="a preset instead of the iteration (tiny, student, small)")
+    parser.add_argument("--device", help="device (default: params.yaml's)")
+    parser.add_argument("--precision", help="precision (default: params.yaml's)")
+    parser.add_argument("--threads", type=int, metavar="N")
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE, metavar="F",
+                        help=f"highest MFU ÷ lowest - 1 allowed (default {TOLERANCE})")
+
+
+def mfu_config(args):
+    chosen = {**profile_choice(args.iteration, args.preset), "device": args.device, "precision": args.precision,
+              "train.threads": args.threads, **(FULL_BENCHMARK if args.full else {})}
+    return check_config(args.params, {k: v for k, v in chosen.items() if v is not None or k == "preset"})
+
+
+def one_run(config, number: int) -> dict:
+    """A fresh `buildllm benchmark` in a folder of its own: its metrics."""
+    from buildllm.errors import UserError
+    from buildllm.measure.workfolder import config_params, prepare, read_result, run_command
+
+    with tempfile.TemporaryDirectory(prefix="buildllm-verify-mfu-") as tmp:
+        folder = prepare(Path(tmp) / "run", config_params(config, Path(tmp) / "run"))
+        try:
+            done = run_command(folder, ["benchmark"], timeout=3600)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"run {number}: the benchmark ran over an hour; bound it with fewer "
+                            "benchmark.measured_steps") from None
+        if done.returncode != 0:
+            raise UserError(f"run {number}: `buildllm benchmark` failed ({done.last_line()}); run it to see why")
+        return read_result(folder, "benchmark")
+
+
+def command(args) -> int:
+    from buildllm.errors import UserError
+    from buildllm.measure.benchmark import mfu_from_metrics
+
+    runs = args.runs or (4 if args.full else 2)
+    if runs < 2:
+        raise UserError(f"--runs {runs}: give at least 2 (the check compares runs with each other)")
+    config = mfu_config(args)
+    print(f"{'run':>4}{'tokens/s':>12}{'steps/s':>9}{'achieved TFLOP/s':>18}{'peak TFLOP/s':>14}{'before':>8}"
+          f"{'after':>8}{'MFU':>8}  peak source", flush=True)
+    mfus, speeds, record, misses = [], [], {}, 0
+    for number in range(1, runs + 1):
+        m = one_run(config, number)
+        # Recomputed from the file alone, as a reader of the metrics would.
+        recomputed = mfu_from_metrics(m)
+        if abs(recomputed - m["mfu"]) > 1e-9 * max(m["mfu"], 1):
+            print(f"run {number}: MFU {m['mfu']} is not what its own file gives ({recomputed})")
+            misses += 1
+        mfus.append(m["mfu"])
+        speeds.append(m["steps_per_second"])
+        record.update({f"run_{number}_mfu": m["mfu"], f"run_{number}_steps_per_second": m["steps_per_second"],
+                       f"run_{number}_throughput_cv": m["throughput_cv"]})
+        print(f"{number:>4}{m['tokens_per_second']:>12,.0f}{m['steps_per_second']:>9.2f}"
+              f"{m['achieved_flops'] / 1e12:>18.4f}{m['peak_flops'] / 1e12:>14.4f}{m['peak_flops_before'] / 1e12:>8.3f}"
+              f"{m['peak_flops_after'] / 1e12:>8.3f}{m['mfu']:>8.2%}  {m['peak_flops_source']}", flush=True)
+    spread = max(mfus) / min(mfus) - 1
+    speed_spread = max(abs(s / statistics.median(speeds) - 1) for s in speeds)
+    inside = spread <= args.tolerance
+    misses += not inside
+    print(f"{runs} runs of {m['profile']} on {m['device']} ({m['precision']}): MFU median "
+          f"{statistics.median(mfus):.2%}, highest ÷ lowest - 1 = {spread:.2%}, "
+          f"{'inside' if inside else 'OUTSIDE'} the ±{args.tolerance:.0%} range; "
+          f"steps/s up to {speed_spread:.1%} from the runs' median", flush=True)
+    record.update({"profile": m["profile"], "device": m["device"], "precision": m["precision"], "runs": runs,
+                   "mfu_median": statistics.median(mfus), "mfu_spread": spread, "tolerance": args.tolerance,
+                   "steps_per_second_spread": speed_spread, "full": args.full, **machine()})
+    return finish("mfu", args.out, record, misses, runs)
