@@ -158,9 +158,10 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 # docs/measured.md is written by its generator from the committed files under benchmarks/, never by hand;
 # until the generator has run on this branch a link to it is allowed to wait for it.
 GENERATED = {ROOT / "docs" / "measured.md"}
-# A command documented while its branch is merged (issue 20 item 3); checked like the others once it exists.
+# Documented before its branch is merged (issue 20 item 3); once the CLI has it, it is checked like the others.
 PENDING_COMMANDS = {"verify"}
-MACHINE_NAMES = re.compile(r"\b(EPYC|Xeon|Ryzen|Threadripper|Core i[3579]|GeForce|Quadro|Tesla|RTX ?\d+|[ABHL]\d{2,3})\b")
+MACHINE_NAMES = re.compile(
+    r"\b(EPYC|Xeon|Ryzen|Threadripper|Core i[3579]|GeForce|Quadro|Tesla|RTX ?\d+|[ABHL]\d{2,3})\b")
 HAND_TYPED_SPEED = re.compile(r"\d[\d,.]*\s*(tokens/s|steps/s|[TG]FLOP/s)|MFU( of)? \d[\d.]*\s*%")
 
 
