@@ -4,7 +4,7 @@ One module-scoped project (the "laptop") runs the bounded pipeline once, then fo
 two directly (fp32 and bf16 autocast on the CPU), two through `dvc exp run --queue` + `dvc queue
 start` (a different batch size, and a cuda run that fails on this CUDA-less machine). A second
 clone (the "GPU box") gets the runs through a bare git remote and a directory DVC remote, the
-route the README gives for comparing a laptop's run with a GPU machine's.
+route docs/across-machines.md gives for comparing a laptop's run with a GPU machine's.
 """
 
 from __future__ import annotations
