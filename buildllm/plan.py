@@ -2,9 +2,10 @@
 
 make_plan resolves the config against this machine and the chosen profile: device, precision,
 batch size, workers, threads, the planned optimizer steps, torch.compile, fused AdamW (probed
-once, on the device) and the fused loss's chunk size. Each automatic choice carries its reason in `decisions`. The trainer, the
-benchmark, the dry run and the startup line read these fields and decide nothing again; facts()
-is the one flat record of them that the startup line, the metrics files and the run log share.
+once, on the device) and the fused loss's chunk size. Each automatic choice carries its reason
+in `decisions`. The trainer, the benchmark, the dry run and the startup line read these fields
+and decide nothing again; facts() is the one flat record of them that the startup line, the
+metrics files and the run log share.
 """
 
 from __future__ import annotations

@@ -139,11 +139,11 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
     # The final norm keeps its fp32 input, and the output head its (compute-dtype) input.
     activations = blocks + tokens * model.n_embd * (FP32 + precision_bytes)
     # The output layer and cross-entropy run fused, loss_chunk_rows rows at a time (model/fused_loss.py;
-    # the plan's decision, loss_choice.py): no full logits exist. Its chunk tensors are allocated once per call and reused by every chunk:
-    # fp32 logits and (log-)probabilities (the latter turned into the gradient in place); under
-    # autocast also the low-precision logits and gradient. The weight gradient it computed ahead
-    # of backward (fp32, vocabulary x width) is kept until backward. Its input gradient replaces
-    # the head input the plain Linear saved (counted in activations).
+    # the plan's decision, loss_choice.py): no full logits exist. Its chunk tensors are allocated
+    # once per call and reused by every chunk: fp32 logits and (log-)probabilities (the latter
+    # turned into the gradient in place); under autocast also the low-precision logits and gradient.
+    # The weight gradient it computed ahead of backward (fp32, vocabulary x width) is kept until
+    # backward. Its input gradient replaces the head input the plain Linear saved (in activations).
     chunk = min(loss_chunk_rows, tokens) * chunk_bytes_per_row(model.vocab_size, precision_bytes)
     logits = chunk + model.vocab_size * model.n_embd * FP32
     held_logits = 0  # the model returns no logits with a loss: nothing is held to the optimizer step
