@@ -34,12 +34,12 @@ from buildllm.model.fused_loss import chunk_bytes_per_row
 # the quiet machine is the one a benchmark is read on. 512 rows (8 MiB) also halve the chunk buffers.
 CPU_CHUNK_BYTES = 8 * 2**20
 # Accelerators: the loss buffers of one chunk may take this share of the device's memory: small
-# next to weights, optimizer state and activations (gpt_100m at batch 64 in bf16 holds about 24 GiB
+# next to weights, optimizer state and activations (gpt_100m at batch 64 in bf16 holds about 21 GiB
 # of activations), so the largest batch that fits loses about 3% to the loss.
 DEVICE_MEMORY_SHARE = 1 / 32
 # A chunk's logits matmul is (rows x width) @ (width x vocabulary): 4096 rows at width 768 and
-# vocabulary 16384 are 103 GFLOP, thousands of tiles, so a GPU runs it near its matmul rate and a
-# chunk's few launches are microseconds against its milliseconds of work.
+# vocabulary 16384 are 103 GFLOP, thousands of tiles, so a GPU runs it near its matmul rate, and a
+# chunk's few launches (microseconds) are small against its work (0.1 ms at 1 PFLOP/s).
 MIN_ROWS = 4096
 # Whole tiles for the matmul kernels (multiples of 128 and 256).
 ROW_MULTIPLE = 1024
