@@ -1,10 +1,11 @@
 """A run plan: every decision a run needs, made once, before anything is built.
 
 make_plan resolves the config against this machine and the chosen profile: device, precision,
-batch size, workers, threads, the planned optimizer steps, torch.compile and fused AdamW (probed
-once, on the device). Each automatic choice carries its reason in `decisions`. The trainer, the
-benchmark, the dry run and the startup line read these fields and decide nothing again; facts()
-is the one flat record of them that the startup line, the metrics files and the run log share.
+batch size, workers, threads, the planned optimizer steps, torch.compile, fused AdamW (probed
+once, on the device) and the fused loss's chunk size. Each automatic choice carries its reason
+in `decisions`. The trainer, the benchmark, the dry run and the startup line read these fields
+and decide nothing again; facts() is the one flat record of them that the startup line, the
+metrics files and the run log share.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from buildllm.device.device import Device
 from buildllm.device.precision import PrecisionDecision, apply_matmul_settings, resolve_precision
 from buildllm.device.resolve import resolve_device
 from buildllm.errors import ConfigError, UserError
+from buildllm.loss_choice import LossDecision, decide_loss
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.paths import token_paths
 from buildllm.profiles import Profile, selected
@@ -48,6 +50,7 @@ class RunPlan:
     fused_adamw: bool = False
     fused_adamw_reason: str = "not planned"
     decisions: dict = field(default_factory=dict)
+    loss: LossDecision = LossDecision(1, 1, "not planned")
 
     @property
     def tokens_per_step(self) -> int:
@@ -96,9 +99,12 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     decisions["compile"] = compiled.reason
     fused, fused_reason = optimizer.fused_adamw_support(device.device)
     decisions["fused_adamw"] = fused_reason
+    # The tune step's measured chunk size, when it has run on this machine, is decide_loss's measured_rows.
+    loss = decide_loss(model.vocab_size, batch_size * model.sequence_length, precision.activation_bytes, device)
+    decisions["loss"] = loss.reason
     parameters = build_model(model, "meta").num_parameters()
     return RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
-                   parameters, processes, examples, steps, compiled, fused, fused_reason, decisions)
+                   parameters, processes, examples, steps, compiled, fused, fused_reason, decisions, loss)
 
 
 def count_training_examples(config: Config, model: GPTConfig) -> int | None:
@@ -157,6 +163,10 @@ def facts(plan: RunPlan) -> dict:
         "compile": plan.config.train.compile,
         "compile_enabled": plan.compile.enabled,
         "compile_reason": plan.compile.reason,
+        # The fused output layer + cross-entropy: rows computed at once, and chunks per micro-batch.
+        "loss_chunk_rows": plan.loss.chunk_rows,
+        "loss_chunks": plan.loss.chunks,
+        "loss_reason": plan.loss.reason,
         # What torch saw at import (buildllm.cli.before_torch sets it when mps_fallback is asked for).
         "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
     }

@@ -142,7 +142,6 @@ def main() -> None:
 
     from buildllm.device.peak_flops import MatmulProbe
     from buildllm.model.flops import flops_per_token, matmul_parameters
-    from buildllm.model.fused_loss import chunk_rows
 
     plan = cpu_plan(args.profile, "fp32", args.threads, args.architecture, {"train.compile": "false"})
     if plan.config.train.gradient_checkpointing or plan.config.train.grad_accum != 1:
@@ -150,7 +149,7 @@ def main() -> None:
                          "which the parts do not model; pick a profile without them")
     config, batch = plan.model, plan.batch_size
     rows = batch * config.sequence_length
-    chunk = chunk_rows(config.vocab_size, rows)
+    chunk = plan.loss.chunk_rows
     if rows % chunk:
         raise SystemExit(f"mfu_ceiling: {rows} rows are not a whole number of {chunk}-row loss chunks")
     trainer = random_token_trainer(plan, 2 + args.rounds * (args.repeats + 1))

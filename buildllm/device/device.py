@@ -87,6 +87,12 @@ class Device:
         return self.kind == "cpu"
 
     @property
+    def cache_sized_work(self) -> bool:
+        """Memory-bound passes run fastest in cache-sized pieces: true of the CPU; an accelerator's
+        kernels want large pieces and few launches (the fused loss's chunks, loss_choice.py)."""
+        return self.kind == "cpu"
+
+    @property
     def autocast_type(self) -> str:
         return self.kind
 

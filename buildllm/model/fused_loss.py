@@ -7,11 +7,13 @@ over them are memory-bound: about a tenth of a CPU step. Here each chunk of rows
 logits, its loss and, when gradients are wanted, its gradients at once (softmax minus one-hot is
 the logits' gradient), while the chunk is still in cache; backward only scales the saved
 gradients. The matmuls are the same three the plain graph runs (logits, dx = g W, dW = g^T x).
+How many rows a chunk holds is the device's matter, decided by the run plan (buildllm/loss_choice.py):
+cache-sized on a CPU, large on a GPU (one chunk where the whole micro-batch fits its budget).
 
 Same mathematics: mean cross-entropy over all rows, logits in the compute dtype (bf16 under
 autocast, like the plain Linear), softmax in fp32 (like the plain `.float()`), gradients cast back
 to the compute dtype for the two gradient matmuls, as autograd does for the plain graph.
-tests/test_fused_loss.py checks loss and gradients against the plain computation.
+tests/model/test_fused_loss.py checks loss and gradients against the plain computation.
 """
 
 from __future__ import annotations
@@ -20,17 +22,11 @@ import torch
 
 from buildllm.device.queue import reads_wait_for_a_queue
 
-# Rows per chunk: chunk logits of at most this many bytes (fp32). Measured at iteration 1 (2048 rows,
-# vocabulary 4096; scripts/fused_loss_chunks.py, forward + backward against the plain computation).
-# On a quiet 2-core EPYC, 2 threads: 256 rows x1.86, 512 x1.86, 1024 x1.73, 2048 x1.36; whole train
-# steps, 1024- against 512-row chunks taken in turns in one process (8 rounds of 8 steps): 512 rows
-# x1.029. With the cores oversubscribed by other jobs, 1024 rows did better (512 x0.82, 1024 x1.04):
-# the quiet machine is the one a benchmark is read on. 512 rows (8 MiB) also halve the chunk buffers.
-CHUNK_BYTES = 8 * 2**20
 
-
-def chunk_rows(vocab_size: int, rows: int) -> int:
-    return max(1, min(rows, CHUNK_BYTES // (4 * vocab_size)))
+def chunk_bytes_per_row(vocab_size: int, precision_bytes: int) -> int:
+    """Bytes of the buffers one chunk row takes (what the chunk size is weighed by): fp32 logits and
+    (log-)probabilities, and under autocast (precision_bytes < 4) the low-precision logits and gradient."""
+    return vocab_size * (2 * 4 + (2 * precision_bytes if precision_bytes != 4 else 0))
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -58,9 +54,9 @@ def target_log_probs(logits, out, target, via_softmax: bool, want_softmax: bool)
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, targets, dtype, want_x_grad, want_w_grad):
+    def forward(ctx, x, weight, targets, chunk_rows, dtype, want_x_grad, want_w_grad):
         rows = x.shape[0]
-        step = chunk_rows(weight.shape[0], rows)
+        step = max(1, min(rows, chunk_rows))
         xc, wc = x.to(dtype), weight.to(dtype)
         grad_x = torch.empty_like(xc) if want_x_grad else None
         grad_w, total = None, None
@@ -68,8 +64,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # One softmax kernel per chunk instead of log-softmax + exp (x1.4 for these kernels at 512 rows
         # of 4096, 2 threads), at the cost of a check per chunk for a target probability that
         # underflowed; where reading a value stalls a queue (GPUs) that check would stall it once per
-        # chunk, so log-softmax + exp run there.
-        via_softmax = training and not reads_wait_for_a_queue(x.device)
+        # chunk, so log-softmax + exp run there, and under torch.compile (reading a value breaks the graph).
+        via_softmax = training and not reads_wait_for_a_queue(x.device) and not torch.compiler.is_compiling()
         minus_one = torch.full((step, 1), -1.0, device=x.device)
         # The chunk tensors are allocated once per call and every chunk writes into them (out=). With a
         # fresh 16 MiB block per chunk, glibc's resident memory grew by chunks (small tensors are carved
@@ -123,13 +119,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # Cast first (the input is fp32 even under autocast), then scale: no extra low-precision rounding.
         dx = grad_x.to(x_dtype).mul_(scale) if grad_x is not None else None
         dw = grad_w.to(w_dtype).mul_(scale) if grad_w is not None else None
-        return dx, dw, None, None, None, None
+        return dx, dw, None, None, None, None, None
 
 
-def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """mean cross_entropy(x @ weight.T, targets) for x (rows, d), weight (vocab, d), targets (rows,)."""
+def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                         chunk_rows: int) -> torch.Tensor:
+    """mean cross_entropy(x @ weight.T, targets) for x (rows, d), weight (vocab, d), targets (rows,),
+    `chunk_rows` rows at a time (the plan's decision, buildllm/loss_choice.py)."""
     grad = torch.is_grad_enabled()
-    return _LinearCrossEntropy.apply(x, weight, targets, compute_dtype(x), grad and x.requires_grad,
+    return _LinearCrossEntropy.apply(x, weight, targets, chunk_rows, compute_dtype(x), grad and x.requires_grad,
                                      grad and weight.requires_grad)
 
 

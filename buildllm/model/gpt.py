@@ -121,6 +121,9 @@ class GPT(nn.Module):
             raise ValueError(f"n_embd {config.n_embd} is not divisible by n_head {config.n_head}")
         self.config = config
         self.gradient_checkpointing = False
+        # Rows of the fused output layer + cross-entropy computed at once: the run plan's decision
+        # (RunPlan.loss, set by the Trainer). None: every row at once, as the plain loss does.
+        self.loss_chunk_rows: int | None = None
         self.token_embedding = nn.Embedding(config.vocab_size, config.n_embd)
         if config.architecture == "classic":
             self.position_embedding = nn.Embedding(config.sequence_length, config.n_embd)
@@ -180,7 +183,8 @@ class GPT(nn.Module):
         if targets is None:
             return self.lm_head(x[:, -1:, :]), None
         if not return_logits:
-            return None, linear_cross_entropy(x.reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1))
+            return None, linear_cross_entropy(x.reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1),
+                                              self.loss_chunk_rows or B * T)
         logits = self.lm_head(x)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
         return logits, loss

@@ -15,7 +15,8 @@ import torch
 
 from buildllm.config import Config
 from buildllm.device.device import Device
-from buildllm.predict.memory_estimate import estimate_training_memory
+from buildllm.loss_choice import decide_loss
+from buildllm.predict.memory_estimate import MemoryEstimate, estimate_training_memory
 from buildllm.model.gpt import build_model
 from buildllm.profiles import available_profiles, load_profile
 
@@ -26,16 +27,27 @@ PRECISIONS = (("fp32", 4), ("bf16/fp16", 2))
 LARGEST = 1 << 16
 
 
-# The GPU columns: a CUDA device of that size (only its kind matters to the memory model).
+# The GPU columns: a CUDA device of that size (its kind, and the size passed beside it, are what the
+# memory model asks of it).
 GPU = Device("cuda", "cuda:0", "cuda", "buildllm fits: a CUDA GPU of each size")
 
 
+def estimate_at(model, parameters: int, batch: int, precision_bytes: int, device: Device, capacity: int,
+                gradient_checkpointing: bool = False) -> MemoryEstimate:
+    """The estimate a plan of `batch` would make on a device of `capacity` bytes: the fused loss's
+    chunks sized by the plan's own rule (buildllm.loss_choice) for that batch and memory."""
+    loss = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, capacity)
+    return estimate_training_memory(model, parameters, batch, precision_bytes, device, gradient_checkpointing,
+                                    loss_chunk_rows=loss.chunk_rows)
+
+
 def largest_batch(model, parameters: int, precision_bytes: int, usable: int, device: Device,
-                  gradient_checkpointing: bool = False) -> int:
-    """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits."""
+                  gradient_checkpointing: bool = False, capacity: int | None = None) -> int:
+    """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits.
+    capacity: the device's memory (`usable` when not given), which sizes the fused loss's chunks."""
     def fits(batch: int) -> bool:
-        return estimate_training_memory(model, parameters, batch, precision_bytes, device,
-                                        gradient_checkpointing).total <= usable
+        return estimate_at(model, parameters, batch, precision_bytes, device, capacity or usable,
+                           gradient_checkpointing).total <= usable
 
     if not fits(1):
         return 0
@@ -69,7 +81,7 @@ def fits_table(config: Config) -> list[dict]:
             row = {"profile": name, "parameters": parameters, "precision": precision}
             for column, capacity, device in columns:
                 row[column] = largest_batch(profile.model, parameters, precision_bytes, int(capacity * (1 - margin)),
-                                            device, config.train.gradient_checkpointing)
+                                            device, config.train.gradient_checkpointing, capacity)
             rows.append(row)
     return rows
 

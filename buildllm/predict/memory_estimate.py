@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from buildllm.device.device import Device
-from buildllm.model.fused_loss import chunk_rows
+from buildllm.model.fused_loss import chunk_bytes_per_row
 from buildllm.model.gpt import GPTConfig
 
 FP32 = 4
@@ -126,7 +126,8 @@ def attention_scores_materialised(device: Device, dropout: float) -> bool:
 
 def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int, precision_bytes: int,
                              device: Device, gradient_checkpointing: bool = False,
-                             grad_accum: int = 1) -> MemoryEstimate:
+                             grad_accum: int = 1, *, loss_chunk_rows: int) -> MemoryEstimate:
+    """loss_chunk_rows: the fused loss's rows per chunk, as the plan decides it (RunPlan.loss)."""
     tokens = batch_size * model.sequence_length
     fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast=precision_bytes != FP32)
     per_layer = tokens * (fp32_floats * FP32 + low_floats * precision_bytes)
@@ -137,14 +138,13 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
         blocks = model.n_layer * per_layer
     # The final norm keeps its fp32 input, and the output head its (compute-dtype) input.
     activations = blocks + tokens * model.n_embd * (FP32 + precision_bytes)
-    # The output layer and cross-entropy run fused, a chunk of rows at a time (model/fused_loss.py):
-    # no full logits exist. Its chunk tensors are allocated once per call and reused by every chunk:
-    # fp32 logits and (log-)probabilities (the latter turned into the gradient in place); under
-    # autocast also the low-precision logits and gradient. The weight gradient it computed ahead
-    # of backward (fp32, vocabulary x width) is kept until backward. Its input gradient replaces
-    # the head input the plain Linear saved (counted in activations).
-    rows = chunk_rows(model.vocab_size, tokens)
-    chunk = rows * model.vocab_size * (2 * FP32 + (2 * precision_bytes if precision_bytes != FP32 else 0))
+    # The output layer and cross-entropy run fused, loss_chunk_rows rows at a time (model/fused_loss.py;
+    # the plan's decision, loss_choice.py): no full logits exist. Its chunk tensors are allocated
+    # once per call and reused by every chunk: fp32 logits and (log-)probabilities (the latter
+    # turned into the gradient in place); under autocast also the low-precision logits and gradient.
+    # The weight gradient it computed ahead of backward (fp32, vocabulary x width) is kept until
+    # backward. Its input gradient replaces the head input the plain Linear saved (in activations).
+    chunk = min(loss_chunk_rows, tokens) * chunk_bytes_per_row(model.vocab_size, precision_bytes)
     logits = chunk + model.vocab_size * model.n_embd * FP32
     held_logits = 0  # the model returns no logits with a loss: nothing is held to the optimizer step
     scores = 0
@@ -208,4 +208,5 @@ def plan_memory(plan) -> MemoryEstimate:
     """The estimate for a RunPlan (buildllm.plan): its model, batch, precision, device and options."""
     train = plan.config.train
     return estimate_training_memory(plan.model, plan.parameters, plan.batch_size, plan.precision.activation_bytes,
-                                    plan.device, train.gradient_checkpointing, train.grad_accum)
+                                    plan.device, train.gradient_checkpointing, train.grad_accum,
+                                    loss_chunk_rows=plan.loss.chunk_rows)

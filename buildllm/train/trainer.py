@@ -118,6 +118,7 @@ class Trainer:
         seed_all(plan.config.seed)
         self.model = build_model(plan.model, self.device.device)
         self.model.gradient_checkpointing = cfg.gradient_checkpointing
+        self.model.loss_chunk_rows = plan.loss.chunk_rows
         self.optimizer = build_optimizer(self.model, plan.learning_rate, cfg.weight_decay, plan.fused_adamw)
         self.scaler = grad_scaler(plan.precision, self.device)
         self.ddp = None

@@ -13,7 +13,7 @@ import yaml
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
-from buildllm.predict.memory_estimate import estimate_training_memory
+from buildllm.predict.memory_estimate import plan_memory
 from buildllm.device.peak_flops import table_peak
 from buildllm.plan import apply_plan, make_plan
 from buildllm.train.trainer import Trainer
@@ -97,7 +97,7 @@ def test_memory_estimate_is_within_15_percent_of_the_cuda_peak(tokens, workdir, 
     config = load_config(None, {"preset": "student", "device": "cuda", "precision": precision,
                                 "train.batch_size": 64})
     plan = make_plan(config)
-    estimate = estimate_training_memory(plan.model, plan.parameters, 64, plan.precision.activation_bytes, plan.device)
+    estimate = plan_memory(plan)
     assert m["memory_estimate_total_bytes"] == estimate.total
     assert m["memory_estimate_ratio"] == pytest.approx(1.0, abs=0.15), m["peak_memory_bytes"]
     # The estimate predicts the allocated peak; the reserved one (the allocator's cache) is beside it.

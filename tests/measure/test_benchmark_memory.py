@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from buildllm.device.device import Device
+from buildllm.loss_choice import decide_loss
 from buildllm.predict.memory_estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.profiles import load_profile
@@ -19,6 +20,13 @@ from train_fixtures import make_token_files
 
 CPU = Device("cpu", "cpu", "cpu", "test")
 CUDA = Device("cuda", "cuda:0", "cuda", "test")  # a description: nothing runs on it
+
+
+def planned_estimate(model: GPTConfig, parameters: int, batch: int, precision_bytes: int, device: Device, **options):
+    """The estimate with the fused loss's chunks as a plan sizes them (on CUDA, for an 80 GiB device)."""
+    loss = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, 80 * 2**30)
+    return estimate_training_memory(model, parameters, batch, precision_bytes, device, **options,
+                                    loss_chunk_rows=loss.chunk_rows)
 
 
 def saved_bytes_of_one_block(config: GPTConfig, autocast_dtype: torch.dtype | None, batch: int = 4) -> int:
@@ -66,7 +74,7 @@ def test_activation_formula_counts_what_autograd_saves(architecture, precision):
 def test_parts_sum_to_the_total_and_the_peak_moment_is_named():
     model = load_profile("gpt_first_cpu").model
     parameters = build_model(model, "meta").num_parameters()
-    estimate = estimate_training_memory(model, parameters, 16, 4, CPU)
+    estimate = planned_estimate(model, parameters, 16, 4, CPU)
     parts = estimate.as_metrics()
     low, high = parts.pop("memory_estimate_low_bytes"), parts.pop("memory_estimate_high_bytes")
     assert parts.pop("memory_estimate_total_bytes") == sum(parts.values()) == estimate.total
@@ -78,13 +86,13 @@ def test_parts_sum_to_the_total_and_the_peak_moment_is_named():
     # The fused loss: one chunk of 512 rows (fp32 logits and probabilities), plus its weight gradient.
     assert estimate.logits == 512 * model.vocab_size * 8 + model.vocab_size * model.n_embd * 4
     assert estimate.allocator > 0
-    assert estimate_training_memory(model, parameters, 16, 4, CUDA).allocator == 0
+    assert planned_estimate(model, parameters, 16, 4, CUDA).allocator == 0
 
 
 def test_large_model_at_small_batch_peaks_at_the_optimizer_step():
     model = replace(load_profile("gpt_100m").model, sequence_length=32)
     parameters = build_model(model, "meta").num_parameters()
-    estimate = estimate_training_memory(model, parameters, 1, 4, CUDA)
+    estimate = planned_estimate(model, parameters, 1, 4, CUDA)
     assert estimate.peak_moment == "optimizer step"
     assert estimate.total == 16 * parameters  # weights, gradients, AdamW's two moments; no logits held
 
@@ -92,12 +100,12 @@ def test_large_model_at_small_batch_peaks_at_the_optimizer_step():
 def test_accumulation_and_checkpointing_move_the_estimate_the_right_way():
     model = load_profile("small").model
     parameters = build_model(model, "meta").num_parameters()
-    plain = estimate_training_memory(model, parameters, 8, 4, CUDA)
-    accumulating = estimate_training_memory(model, parameters, 8, 4, CUDA, grad_accum=4)
+    plain = planned_estimate(model, parameters, 8, 4, CUDA)
+    accumulating = planned_estimate(model, parameters, 8, 4, CUDA, grad_accum=4)
     assert accumulating.total - plain.total == 4 * parameters  # the gradients, alive during backward
-    checkpointed = estimate_training_memory(model, parameters, 8, 4, CUDA, gradient_checkpointing=True)
+    checkpointed = planned_estimate(model, parameters, 8, 4, CUDA, gradient_checkpointing=True)
     assert checkpointed.activations < plain.activations / 2
-    bf16 = estimate_training_memory(model, parameters, 8, 2, CUDA)
+    bf16 = planned_estimate(model, parameters, 8, 2, CUDA)
     assert bf16.activations < plain.activations and bf16.autocast_weights == 2 * parameters
 
 
@@ -106,13 +114,13 @@ def test_checkpointing_on_the_cpu_states_a_range_up_to_every_rebuilt_block_kept(
     # had been checkpointed, and the stated range must still hold it. GPUs are not widened.
     model = load_profile("gpt_first_cpu").model
     parameters = build_model(model, "meta").num_parameters()
-    plain = estimate_training_memory(model, parameters, 24, 4, CPU)
-    checkpointed = estimate_training_memory(model, parameters, 24, 4, CPU, gradient_checkpointing=True)
+    plain = planned_estimate(model, parameters, 24, 4, CPU)
+    checkpointed = planned_estimate(model, parameters, 24, 4, CPU, gradient_checkpointing=True)
     per_block = 24 * model.sequence_length * FP32 * sum(saved_floats_per_token_per_layer(model))
     assert checkpointed.high == pytest.approx(checkpointed.total * 1.25 + (model.n_layer - 1) * per_block, abs=2)
     assert checkpointed.high > plain.high  # as if nothing were checkpointed, and more
     assert checkpointed.low == int(checkpointed.total * 0.85)
-    on_gpu = estimate_training_memory(model, parameters, 24, 4, CUDA, gradient_checkpointing=True)
+    on_gpu = planned_estimate(model, parameters, 24, 4, CUDA, gradient_checkpointing=True)
     assert on_gpu.high == int(on_gpu.total * 1.15)
 
 
@@ -121,14 +129,13 @@ def _peak_in_fresh_process(settings: dict, queue) -> None:
     from buildllm.config import load_config
     from buildllm.data.windows import load_windows
     from buildllm.plan import apply_plan, make_plan
+    from buildllm.predict.memory_estimate import plan_memory
 
     plan = make_plan(load_config(None, settings))
     apply_plan(plan)
     train, validation = load_windows(plan.config, plan.model)
     figures = measure(plan, train, validation, extras=False, progress=False)
-    estimate = estimate_training_memory(plan.model, plan.parameters, plan.batch_size,
-                                        plan.precision.activation_bytes, plan.device)
-    queue.put((estimate.total, figures["peak_memory_bytes"]))
+    queue.put((plan_memory(plan).total, figures["peak_memory_bytes"]))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="calibrated for Linux's allocator (glibc)")

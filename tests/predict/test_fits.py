@@ -6,8 +6,7 @@ import pytest
 
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.predict.fits import GIB, GPU, fits_table, largest_batch
-from buildllm.predict.memory_estimate import estimate_training_memory
+from buildllm.predict.fits import GIB, GPU, estimate_at, fits_table, largest_batch
 from buildllm.model.gpt import build_model
 from buildllm.profiles import load_profile
 
@@ -19,8 +18,9 @@ def test_the_largest_batch_fits_and_one_more_does_not(name, precision_bytes, gib
     usable = int(gib * GIB * 0.9)
     batch = largest_batch(model, parameters, precision_bytes, usable, GPU)
     assert batch >= 1
-    assert estimate_training_memory(model, parameters, batch, precision_bytes, GPU).total <= usable
-    assert estimate_training_memory(model, parameters, batch + 1, precision_bytes, GPU).total > usable
+    # The estimates the plan would make for those batches, on a device of that memory.
+    assert estimate_at(model, parameters, batch, precision_bytes, GPU, usable).total <= usable
+    assert estimate_at(model, parameters, batch + 1, precision_bytes, GPU, usable).total > usable
 
 
 def test_too_little_memory_fits_no_batch():

@@ -1,0 +1,96 @@
+"""How many rows the fused output layer + cross-entropy (model/fused_loss.py) computes at once.
+
+The fused loss never materialises a micro-batch's full logits: it runs a chunk of rows at a time,
+and each chunk costs a few kernels and a set of (rows x vocabulary) buffers. The best chunk is a
+property of the device, so the plan decides it (RunPlan.loss) and the model and the memory
+estimate read it:
+
+- CPU: chunks whose fp32 logits fit a cache-sized CPU_CHUNK_BYTES, so the memory-bound passes over
+  them (softmax, its gradient) run while the chunk is in cache (measured, see below).
+- Accelerators: kernel launches cost, caches are small next to the logits, and a matmul wants many
+  rows. The whole micro-batch runs as one chunk where its loss buffers fit a budget of
+  DEVICE_MEMORY_SHARE of the device's memory; otherwise the largest chunks that fit the budget, in
+  whole ROW_MULTIPLE rows, never fewer than MIN_ROWS rows (on a small GPU the floor may pass the
+  budget: the memory estimate counts what is chosen). The chunk size does not shrink as the batch
+  grows, so the estimated memory grows with the batch (the fits table bisects on it).
+  One chunk is the unchunked loss: the plain graph's three matmuls, with fewer logits-sized fp32
+  tensors alive than the plain graph keeps (the memory estimate models this path only).
+
+A measured chunk size (the tune step, when it has run on this machine) is preferred when given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from buildllm.device.device import Device
+from buildllm.model.fused_loss import chunk_bytes_per_row
+
+# CPU: chunk logits of at most this many bytes (fp32). Measured at iteration 1 (2048 rows,
+# vocabulary 4096; scripts/fused_loss_chunks.py, forward + backward against the plain computation).
+# On a quiet 2-core EPYC, 2 threads: 256 rows x1.86, 512 x1.86, 1024 x1.73, 2048 x1.36; whole train
+# steps, 1024- against 512-row chunks taken in turns in one process (8 rounds of 8 steps): 512 rows
+# x1.029. With the cores oversubscribed by other jobs, 1024 rows did better (512 x0.82, 1024 x1.04):
+# the quiet machine is the one a benchmark is read on. 512 rows (8 MiB) also halve the chunk buffers.
+CPU_CHUNK_BYTES = 8 * 2**20
+# Accelerators: the loss buffers of one chunk may take this share of the device's memory: small
+# next to weights, optimizer state and activations (gpt_100m at batch 64 in bf16 holds about 21 GiB
+# of activations), so the largest batch that fits loses about 3% to the loss.
+DEVICE_MEMORY_SHARE = 1 / 32
+# A chunk's logits matmul is (rows x width) @ (width x vocabulary): 4096 rows at width 768 and
+# vocabulary 16384 are 103 GFLOP, thousands of tiles, so a GPU runs it near its matmul rate, and a
+# chunk's few launches (microseconds) are small against its work (0.1 ms at 1 PFLOP/s).
+MIN_ROWS = 4096
+# Whole tiles for the matmul kernels (multiples of 128 and 256).
+ROW_MULTIPLE = 1024
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class LossDecision:
+    chunk_rows: int  # rows of the output layer + cross-entropy computed at once
+    rows: int  # rows of one micro-batch (batch size x sequence length)
+    reason: str
+
+    @property
+    def chunks(self) -> int:
+        """Chunks per micro-batch (per forward pass)."""
+        return ceil_div(self.rows, self.chunk_rows)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def size(nbytes: float) -> str:
+    return f"{nbytes / GiB:.2f} GiB" if nbytes >= GiB else f"{nbytes / 2**20:.1f} MiB"
+
+
+def decide_loss(vocab_size: int, rows: int, precision_bytes: int, device: Device, capacity: int | None = None,
+                measured_rows: int | None = None) -> LossDecision:
+    """The chunk size for micro-batches of `rows` rows, logits in `precision_bytes` (4 fp32, 2 under
+    bf16/fp16 autocast). capacity: the device's memory (asked of the device when None; the fits
+    table passes the sizes it tabulates). measured_rows: a measured best chunk size, preferred."""
+    if measured_rows is not None:
+        chunk = max(1, min(rows, measured_rows))
+        return LossDecision(chunk, rows, f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}): "
+                                         f"measured best on this machine ({measured_rows} rows)")
+    if device.cache_sized_work:
+        chunk = max(1, min(rows, CPU_CHUNK_BYTES // (4 * vocab_size)))
+        return LossDecision(chunk, rows, f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}): "
+                                         f"fp32 logits of at most {CPU_CHUNK_BYTES // 2**20} MiB stay in the "
+                                         "CPU's cache (measured fastest on a 2-core EPYC)")
+    capacity = device.memory_capacity() if capacity is None else capacity
+    per_row = chunk_bytes_per_row(vocab_size, precision_bytes)
+    budget = int(capacity * DEVICE_MEMORY_SHARE)
+    share = f"1/{round(1 / DEVICE_MEMORY_SHARE)} of the device's {size(capacity)}: {size(budget)}"
+    if rows * per_row <= budget:
+        return LossDecision(rows, rows, f"one chunk of {rows} rows: the micro-batch's loss buffers "
+                                        f"({size(rows * per_row)}) fit the budget ({share}); computed at once, "
+                                        "as the plain loss")
+    fitting = budget // per_row // ROW_MULTIPLE * ROW_MULTIPLE
+    chunk = min(rows, max(fitting, MIN_ROWS))
+    why = (f"the most that fit the budget ({share}) in whole {ROW_MULTIPLE}-row tiles" if fitting >= MIN_ROWS else
+           f"the floor of {MIN_ROWS} rows that keeps the matmuls large, past the budget ({share})")
+    return LossDecision(chunk, rows, f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}, "
+                                     f"{size(chunk * per_row)} of loss buffers): {why}")
