@@ -1,10 +1,11 @@
 """A run plan: every decision a run needs, made once, before anything is built.
 
 make_plan resolves the config against this machine and the chosen profile: device, precision,
-batch size, workers, threads, the planned optimizer steps, torch.compile and fused AdamW (probed
-once, on the device). Each automatic choice carries its reason in `decisions`. The trainer, the
-benchmark, the dry run and the startup line read these fields and decide nothing again; facts()
-is the one flat record of them that the startup line, the metrics files and the run log share.
+batch size, workers, threads, the planned optimizer steps, torch.compile, fused AdamW (probed once,
+on the device) and whether the estimated memory fits the memory free now. Each automatic choice
+carries its reason in `decisions`. The trainer, the benchmark, the dry run and the startup line
+read these fields and decide nothing again; facts() is the one flat record of them that the
+startup line, the metrics files and the run log share.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -26,6 +27,7 @@ from buildllm.device.resolve import resolve_device
 from buildllm.errors import ConfigError, UserError
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.paths import token_paths
+from buildllm.predict.memory_fit import NOT_DECIDED, MemoryFit, decide_memory
 from buildllm.profiles import Profile, selected
 
 
@@ -48,6 +50,8 @@ class RunPlan:
     fused_adamw: bool = False
     fused_adamw_reason: str = "not planned"
     decisions: dict = field(default_factory=dict)
+    # Whether the estimated peak fits the memory free now (predict/memory_fit.py): every command reads this verdict.
+    memory: MemoryFit = NOT_DECIDED
 
     @property
     def tokens_per_step(self) -> int:
@@ -97,8 +101,11 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     fused, fused_reason = optimizer.fused_adamw_support(device.device)
     decisions["fused_adamw"] = fused_reason
     parameters = build_model(model, "meta").num_parameters()
-    return RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
+    plan = RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
                    parameters, processes, examples, steps, compiled, fused, fused_reason, decisions)
+    memory = decide_memory(plan)
+    decisions["memory"] = memory.reason
+    return replace(plan, memory=memory)
 
 
 def count_training_examples(config: Config, model: GPTConfig) -> int | None:
@@ -157,6 +164,8 @@ def facts(plan: RunPlan) -> dict:
         "compile": plan.config.train.compile,
         "compile_enabled": plan.compile.enabled,
         "compile_reason": plan.compile.reason,
+        **plan.memory.metrics(),
+        "force_memory": plan.config.train.force_memory,
         # What torch saw at import (buildllm.cli.before_torch sets it when mps_fallback is asked for).
         "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
     }

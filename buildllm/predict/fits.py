@@ -31,11 +31,11 @@ GPU = Device("cuda", "cuda:0", "cuda", "buildllm fits: a CUDA GPU of each size")
 
 
 def largest_batch(model, parameters: int, precision_bytes: int, usable: int, device: Device,
-                  gradient_checkpointing: bool = False) -> int:
+                  gradient_checkpointing: bool = False, grad_accum: int = 1) -> int:
     """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits."""
     def fits(batch: int) -> bool:
         return estimate_training_memory(model, parameters, batch, precision_bytes, device,
-                                        gradient_checkpointing).total <= usable
+                                        gradient_checkpointing, grad_accum).total <= usable
 
     if not fits(1):
         return 0
