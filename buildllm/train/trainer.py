@@ -250,17 +250,17 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         if tokenizer.exists() or config.train.tokenizer:
             load_tokenizer(tokenizer, plan.model.vocab_size)  # refuses a tokenizer made for another vocabulary
         directory = Path(config.train.checkpoint_directory)
+        built = False
         try:
             trainer = Trainer(plan, train_windows, validation_windows, world=world,
                               tokenizer=tokenizer, directory=directory)
+            built = True
         except (RuntimeError, MemoryError) as exc:
             if not out_of_memory(exc):
                 raise
-            failed = f"{plan.device.device} ran out of memory building the model and optimizer"
-        else:
-            failed = None
-        if failed:  # outside the except clause: its traceback no longer holds what was built
-            raise OutOfMemory(f"{failed}; {advice(plan.batch_size)}")
+        if not built:  # raised outside the except clause, whose traceback holds what was built
+            raise OutOfMemory(f"{plan.device.device} ran out of memory building the model and optimizer; "
+                              f"{advice(plan.batch_size)}")
         # The best a model that ignores context can do: the bar the validation loss must clear.
         trainer.log.facts["unigram_validation_loss"] = unigram_loss(train_windows, validation_windows,
                                                                     plan.model.vocab_size)
