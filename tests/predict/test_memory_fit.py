@@ -81,7 +81,7 @@ def test_the_largest_batch_is_the_boundary_of_the_verdicts_rule(tokens):
         largest, usable = fit.largest_batch_size, fit.usable_bytes
         assert not fit.fits and 0 < largest < HUGE
 
-        def total(batch: int) -> int:
+        def total(batch: int, plan=plan) -> int:
             return estimate_training_memory(plan.model, plan.parameters, batch, 4, plan.device,
                                             plan.config.train.gradient_checkpointing,
                                             plan.config.train.grad_accum).total
