@@ -125,6 +125,9 @@ class TrainConfig:
                                     help="tokenizer JSON; default: the tokenize stage's")
     resume: bool = knob(False, flag="--resume", help="continue the checkpoint directory's run", commands=TRAIN_COMMANDS)
     force: bool = knob(False, flag="--force", help="resume even where the run's settings changed", commands=TRAIN_COMMANDS)
+    # Not --force: that one resumes past changed settings, and trying a larger batch must not also do that.
+    force_memory: bool = knob(False, flag="--force-memory", commands=("dry-run", "train", "benchmark"),
+                              help="run a plan whose memory estimate exceeds the free memory (refused otherwise)")
 
 
 @dataclass(frozen=True)

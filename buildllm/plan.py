@@ -2,10 +2,10 @@
 
 make_plan resolves the config against this machine and the chosen profile: device, precision,
 batch size, workers, threads, the planned optimizer steps, torch.compile, fused AdamW (probed
-once, on the device) and the fused loss's chunk size. Each automatic choice carries its reason
-in `decisions`. The trainer, the benchmark, the dry run and the startup line read these fields
-and decide nothing again; facts() is the one flat record of them that the startup line, the
-metrics files and the run log share.
+once, on the device), the fused loss's chunk size and whether the estimated memory fits the memory
+free now. Each automatic choice carries its reason in `decisions`. The trainer, the benchmark, the
+dry run and the startup line read these fields and decide nothing again; facts() is the one flat
+record of them that the startup line, the metrics files and the run log share.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -28,6 +28,7 @@ from buildllm.errors import ConfigError, UserError
 from buildllm.loss_choice import LossDecision, decide_loss
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.paths import token_paths
+from buildllm.predict.memory_fit import NOT_DECIDED, MemoryFit, decide_memory
 from buildllm.profiles import Profile, selected
 
 
@@ -51,6 +52,8 @@ class RunPlan:
     fused_adamw_reason: str = "not planned"
     decisions: dict = field(default_factory=dict)
     loss: LossDecision = LossDecision(1, 1, "not planned")
+    # Whether the estimated peak fits the memory free now (predict/memory_fit.py): every command reads this verdict.
+    memory: MemoryFit = NOT_DECIDED
 
     @property
     def tokens_per_step(self) -> int:
@@ -103,8 +106,11 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     loss = decide_loss(model.vocab_size, batch_size * model.sequence_length, precision.activation_bytes, device)
     decisions["loss"] = loss.reason
     parameters = build_model(model, "meta").num_parameters()
-    return RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
+    plan = RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
                    parameters, processes, examples, steps, compiled, fused, fused_reason, decisions, loss)
+    memory = decide_memory(plan)
+    decisions["memory"] = memory.reason
+    return replace(plan, memory=memory)
 
 
 def count_training_examples(config: Config, model: GPTConfig) -> int | None:
@@ -167,6 +173,8 @@ def facts(plan: RunPlan) -> dict:
         "loss_chunk_rows": plan.loss.chunk_rows,
         "loss_chunks": plan.loss.chunks,
         "loss_reason": plan.loss.reason,
+        **plan.memory.metrics(),
+        "force_memory": plan.config.train.force_memory,
         # What torch saw at import (buildllm.cli.before_torch sets it when mps_fallback is asked for).
         "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
     }

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import psutil
 import torch
@@ -20,6 +21,11 @@ import torch
 from buildllm.device.peak_flops import Peak, peak_flops
 from buildllm.device.peak_memory import PeakMemory
 from buildllm.errors import DeviceUnavailable
+
+try:
+    import resource  # Unix only: the process's own limits
+except ImportError:  # Windows
+    resource = None
 
 
 def processor_name() -> str:
@@ -38,6 +44,49 @@ def processor_name() -> str:
         except (OSError, subprocess.SubprocessError):
             pass
     return platform.processor() or platform.machine()
+
+
+def host_free_memory() -> tuple[int, str]:
+    """(bytes, source): the host's available memory, or less where this process may not use it all: a
+    container's cgroup memory limit, or an address-space or data-size limit (ulimit -v / -d). Running
+    into any of them fails an allocation the same way."""
+    limits = [(psutil.virtual_memory().available, "available on the host")]
+    cgroup = _cgroup_room()
+    if cgroup is not None:
+        limits.append((cgroup, "left under this container's cgroup memory limit"))
+    usage = psutil.Process().memory_info()
+    rlimits = [(resource.RLIMIT_AS, usage.vms, "-v"), (resource.RLIMIT_DATA, getattr(usage, "data", 0), "-d")]
+    for name, used, flag in rlimits if resource else []:
+        soft = resource.getrlimit(name)[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append((max(0, soft - used), f"left under this process's `ulimit {flag}` limit"))
+    return min(limits)
+
+
+def _cgroup_room() -> int | None:
+    """Bytes left under this process's cgroup memory limit, v2 or v1 (None: no limit, or not Linux).
+    Inside a container the cgroup's own folder is often mounted at the root: both places are read."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, relative = line.split(":", 2)
+        if controllers == "":
+            root, files = Path("/sys/fs/cgroup"), ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            root, files = Path("/sys/fs/cgroup/memory"), ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        for folder in (root / relative.lstrip("/"), root):
+            try:
+                limit = (folder / files[0]).read_text().strip()
+                if limit == "max" or int(limit) >= 2**60:  # v1 writes "no limit" as a huge number
+                    break
+                return max(0, int(limit) - int((folder / files[1]).read_text()))
+            except (OSError, ValueError):
+                continue
+    return None
 
 
 @dataclass(frozen=True)
@@ -131,13 +180,29 @@ class Device:
         return psutil.virtual_memory().available
 
     def memory_free(self) -> int:
-        """Bytes free now: the GPU's free memory on CUDA, else the host's available memory."""
+        """Bytes free now: the GPU's free memory on CUDA, else the host's available memory (see free_memory)."""
+        free = self.free_memory()[0]
+        return psutil.virtual_memory().available if free is None else free
+
+    def free_memory(self) -> tuple[int | None, str]:
+        """(bytes this process could still allocate here now, where the figure comes from); None where
+        the device does not say (XLA)."""
         if self.kind == "cuda":
-            return torch.cuda.mem_get_info(self.index)[0]
-        return psutil.virtual_memory().available
+            return torch.cuda.mem_get_info(self.index)[0], f"free on {self.device} (cudaMemGetInfo)"
+        if self.kind == "mps":
+            # Metal's recommended working set is what the GPU may use without paging; the driver holds some.
+            return (torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory(),
+                    "MPS's recommended working set less what its driver holds")
+        if self.kind == "xla":
+            return None, "XLA does not report free memory"
+        return host_free_memory()
 
     def oom_figures(self) -> dict:
-        """What the allocator held when memory ran out (CUDA keeps these; elsewhere nothing)."""
+        """What memory held when it ran out: CUDA's allocator figures; on the CPU the process's
+        resident memory and what was still free; elsewhere nothing."""
+        if self.host_memory:
+            return {"oom_resident_bytes": psutil.Process().memory_info().rss,
+                    "oom_free_bytes": host_free_memory()[0]}
         if self.kind != "cuda":
             return {}
         return {"oom_allocated_bytes": torch.cuda.memory_allocated(self.index),

@@ -2,6 +2,10 @@
 
 The course's advice: reduce --batch-size, record the change, and rerun into a fresh checkpoint
 directory (a resumed run must keep its batch size). The batch-size finder answers "how much?".
+The same path serves every device: CUDA's and MPS's out-of-memory errors and the CPU allocator's
+failure. On the CPU a failure raises only where malloc fails (a `ulimit -v`, a container limit);
+with overcommit the kernel's OOM killer ends the process instead, which is why plans that cannot
+fit are refused before they allocate (predict/memory_fit.py).
 """
 
 from __future__ import annotations
@@ -15,9 +19,17 @@ class OutOfMemory(TrainingFailed):
     pass
 
 
+# What an allocation failure says: CUDA's and MPS's "out of memory"; the CPU allocator's "can't allocate
+# memory" (malloc failed: a `ulimit -v`, a container limit, or no overcommit) with errno 12's text.
+OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
 def out_of_memory(exc: BaseException) -> bool:
-    # CUDA raises its own type; MPS and older builds raise a RuntimeError that says so.
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    # CUDA raises its own type; MPS, the CPU and older builds raise a RuntimeError that says so; Python's
+    # own allocations (and numpy's) raise MemoryError.
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(words in str(exc).lower() for words in OOM_MESSAGES)
 
 
 def describe_memory(figures: dict) -> str:
@@ -25,6 +37,8 @@ def describe_memory(figures: dict) -> str:
     if not figures:
         return "no memory figures on this device"
     gib = {k: v / 2**30 for k, v in figures.items()}
+    if "oom_resident_bytes" in figures:  # the CPU
+        return f"the process held {gib['oom_resident_bytes']:.2f} GiB, {gib['oom_free_bytes']:.2f} GiB was still free"
     return (f"{gib['oom_allocated_bytes']:.2f} GiB allocated, {gib['oom_reserved_bytes']:.2f} GiB reserved, "
             f"peak {gib['oom_peak_allocated_bytes']:.2f} GiB of {gib['oom_device_total_bytes']:.2f} GiB")
 

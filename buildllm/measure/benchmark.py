@@ -34,6 +34,7 @@ from buildllm.measure.breakdown import describe as describe_parts, overheads, st
 from buildllm.errors import TrainingFailed
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu
 from buildllm.predict.memory_estimate import plan_memory
+from buildllm.predict.memory_fit import refuse_unless_fits
 from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
@@ -139,6 +140,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
 
 def benchmark(config: Config, write: bool = True) -> dict:
     plan = make_plan(config)
+    refuse_unless_fits(plan)  # nothing is loaded, built or written for a plan that cannot fit
     apply_plan(plan)
     train, validation = load_windows(config, plan.model)
     bench = config.benchmark

@@ -1,10 +1,14 @@
-"""The dry run: resolve everything, count parameters on the meta device, estimate memory. Trains nothing."""
+"""The dry run: resolve everything, count parameters on the meta device, estimate memory. Trains nothing.
+
+It ends as `train` would begin: a plan whose estimate does not fit the free memory writes its
+figures, then exits non-zero with the refusal train would give (unless --force-memory)."""
 
 from __future__ import annotations
 
 from buildllm.config import Config
 from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.predict.memory_estimate import plan_memory
+from buildllm.predict.memory_fit import WontFit, refusal
 from buildllm.train.storage import checkpoint_bytes
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
@@ -32,4 +36,8 @@ def dry_run(config: Config) -> dict:
     if advice:
         print(f"precision: {advice}")
     print(f"checkpoint size about {size(checkpoint_bytes(plan.parameters))}; metrics written to {path}")
+    print(f"memory: {plan.memory.reason}")
+    # Exit as train would: a plan train would refuse fails here too (its figures are written above).
+    if not plan.memory.fits and not config.train.force_memory:
+        raise WontFit(refusal(plan.memory))
     return metrics

@@ -33,21 +33,21 @@ GPU = Device("cuda", "cuda:0", "cuda", "buildllm fits: a CUDA GPU of each size")
 
 
 def estimate_at(model, parameters: int, batch: int, precision_bytes: int, device: Device, capacity: int,
-                gradient_checkpointing: bool = False) -> MemoryEstimate:
+                gradient_checkpointing: bool = False, grad_accum: int = 1) -> MemoryEstimate:
     """The estimate a plan of `batch` would make on a device of `capacity` bytes: the fused loss's
     chunks sized by the plan's own rule (buildllm.loss_choice) for that batch and memory."""
     loss = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, capacity)
     return estimate_training_memory(model, parameters, batch, precision_bytes, device, gradient_checkpointing,
-                                    loss_chunk_rows=loss.chunk_rows)
+                                    grad_accum, loss_chunk_rows=loss.chunk_rows)
 
 
 def largest_batch(model, parameters: int, precision_bytes: int, usable: int, device: Device,
-                  gradient_checkpointing: bool = False, capacity: int | None = None) -> int:
+                  gradient_checkpointing: bool = False, capacity: int | None = None, grad_accum: int = 1) -> int:
     """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits.
     capacity: the device's memory (`usable` when not given), which sizes the fused loss's chunks."""
     def fits(batch: int) -> bool:
         return estimate_at(model, parameters, batch, precision_bytes, device, capacity or usable,
-                           gradient_checkpointing).total <= usable
+                           gradient_checkpointing, grad_accum).total <= usable
 
     if not fits(1):
         return 0

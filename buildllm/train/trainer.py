@@ -37,6 +37,7 @@ from buildllm.device.rng import rng_state, seed_all, set_rng_state
 from buildllm.optimizer import build_optimizer
 from buildllm.paths import tokenizer_path
 from buildllm.plan import RunPlan, announce, apply_plan, facts, make_plan
+from buildllm.predict.memory_fit import refuse_unless_fits
 from buildllm.train.run_log import RunLog
 from buildllm.device.precision import autocast, grad_scaler
 from buildllm.device.xla import step_boundary
@@ -239,6 +240,7 @@ def train(config: Config, under_dvc: bool = False) -> dict:
     """`buildllm train` and the DVC train stage (under_dvc, set by stages/train.py): returns the
     metrics written to metrics/train.json."""
     plan = make_plan(config)
+    refuse_unless_fits(plan)  # before a process group, a checkpoint folder or a tensor exists
     world, device = distributed.start(plan.device)
     plan = replace(plan, device=device)
     together = False
@@ -249,8 +251,17 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         if tokenizer.exists() or config.train.tokenizer:
             load_tokenizer(tokenizer, plan.model.vocab_size)  # refuses a tokenizer made for another vocabulary
         directory = Path(config.train.checkpoint_directory)
-        trainer = Trainer(plan, train_windows, validation_windows, world=world,
-                          tokenizer=tokenizer, directory=directory)
+        built = False
+        try:
+            trainer = Trainer(plan, train_windows, validation_windows, world=world,
+                              tokenizer=tokenizer, directory=directory)
+            built = True
+        except (RuntimeError, MemoryError) as exc:
+            if not out_of_memory(exc):
+                raise
+        if not built:  # raised outside the except clause, whose traceback holds what was built
+            raise OutOfMemory(f"{plan.device.device} ran out of memory building the model and optimizer; "
+                              f"{advice(plan.batch_size)}")
         # The best a model that ignores context can do: the bar the validation loss must clear.
         trainer.log.facts["unigram_validation_loss"] = unigram_loss(train_windows, validation_windows,
                                                                     plan.model.vocab_size)
@@ -311,11 +322,12 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
                disable=not world.is_main, dynamic_ncols=True,
                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
     shown = {"eta": "?"}
+    ran_out, pending = False, []
     with StopRequest() as stop, bar:
         try:
             if trainer.step_count == 0:
                 record(trainer, trainer.evaluate())  # the untrained model's loss: where the curve starts
-            pending, mark = [], device.timed()
+            mark = device.timed()
             while trainer.step_count < trainer.planned_steps:
                 pending.append(trainer.step())
                 step, last = trainer.step_count, trainer.step_count == trainer.planned_steps
@@ -345,16 +357,23 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
             finish(trainer, "non_finite_loss", {"non_finite_step": exc.step})
             raise TrainingFailed(f"{exc}; {kept(trainer)}; lower --learning-rate (or train in bf16 or fp32 instead "
                                  "of fp16) and rerun into a fresh --checkpoint-directory") from None
-        except RuntimeError as exc:  # torch.cuda.OutOfMemoryError is one
+        except (RuntimeError, MemoryError) as exc:  # torch.cuda.OutOfMemoryError is one; the CPU's allocator too
             if not out_of_memory(exc):
                 raise
-            figures = device.oom_figures()
-            finish(trainer, "out_of_memory", {"oom": True, "oom_batch_size": trainer.plan.batch_size,
-                                              "oom_step": trainer.step_count + 1, **figures})
-            raise OutOfMemory(
-                f"{device.device} ran out of memory at step {trainer.step_count + 1} with batch size "
-                f"{trainer.plan.batch_size} ({describe_memory(figures)}); {advice(trainer.plan.batch_size)}; "
-                f"{kept(trainer)}") from None
+            figures = device.oom_figures()  # before the failed step's tensors are let go
+            ran_out = True
+    if ran_out:
+        # Out of the except clause, whose traceback held the failed step's tensors: their memory is
+        # free again for writing the metrics and the plot.
+        pending.clear()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        device.release_cached_memory()
+        finish(trainer, "out_of_memory", {"oom": True, "oom_batch_size": trainer.plan.batch_size,
+                                          "oom_step": trainer.step_count + 1, **figures})
+        raise OutOfMemory(
+            f"{device.device} ran out of memory at step {trainer.step_count + 1} with batch size "
+            f"{trainer.plan.batch_size} ({describe_memory(figures)}); {advice(trainer.plan.batch_size)}; "
+            f"{kept(trainer)}")
     trainer.save_checkpoint()
     if trainer.step_count < trainer.planned_steps:
         finish(trainer, "interrupted", {})
