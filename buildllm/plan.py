@@ -28,7 +28,7 @@ from buildllm.errors import ConfigError, UserError
 from buildllm.loss_choice import LossDecision, decide_loss
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.paths import token_paths
-from buildllm.predict.memory_fit import NOT_DECIDED, MemoryFit, decide_memory
+from buildllm.memory.fit import NOT_DECIDED, MemoryFit, decide_memory
 from buildllm.profiles import Profile, selected
 
 
@@ -52,7 +52,7 @@ class RunPlan:
     fused_adamw_reason: str = "not planned"
     decisions: dict = field(default_factory=dict)
     loss: LossDecision = LossDecision(1, 1, "not planned")
-    # Whether the estimated peak fits the memory free now (predict/memory_fit.py): every command reads this verdict.
+    # Whether the estimated peak fits the memory free now (memory/fit.py): every command reads this verdict.
     memory: MemoryFit = NOT_DECIDED
 
     @property

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # Tests live in one folder per package; their shared helpers (this file, train_fixtures) live here.
@@ -84,3 +85,17 @@ def workdir(tmp_path, monkeypatch):
     """An empty working directory (metrics/ and plots/ are written relative to it)."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def check_params(tokens, workdir) -> Path:
+    """For the `buildllm verify` tests: a params file pointing at the test token files, small and on one thread."""
+    params = {"preset": "tiny", "device": "cpu",
+              "train": {"threads": 1, "batch_size": 16, "validation_examples": 16, "eval_interval": 10,
+                        "checkpoint_interval": 20, "log_interval": 5,
+                        "train_tokens": str(tokens["train"]), "validation_tokens": str(tokens["validation"]),
+                        "tokenizer": str(tokens["tokenizer"])},
+              "benchmark": {"warmup_steps": 1, "measured_steps": 4, "intervals": 2}}
+    path = workdir / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path

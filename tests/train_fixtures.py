@@ -4,6 +4,7 @@ Real text, so the loss falls; small, so a tiny model trains on it in seconds."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -70,3 +71,8 @@ def same_tensors(a: dict, b: dict) -> list[str]:
 
     walk(a, b, "state")
     return differing
+
+
+def read(path: Path) -> dict:
+    """A JSON file's content (a metrics record)."""
+    return json.loads(Path(path).read_text())

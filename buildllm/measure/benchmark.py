@@ -33,8 +33,8 @@ from buildllm.device.health import interval_trend
 from buildllm.measure.breakdown import describe as describe_parts, overheads, step_breakdown
 from buildllm.errors import TrainingFailed
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu
-from buildllm.predict.memory_estimate import plan_memory
-from buildllm.predict.memory_fit import refuse_unless_fits
+from buildllm.memory.estimate import plan_memory
+from buildllm.memory.fit import refuse_unless_fits
 from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path

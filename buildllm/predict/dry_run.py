@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from buildllm.config import Config
 from buildllm.device.cpu_bf16 import precision_advice
-from buildllm.predict.memory_estimate import plan_memory
-from buildllm.predict.memory_fit import WontFit, refusal
+from buildllm.memory.estimate import plan_memory
+from buildllm.memory.fit import WontFit, refusal
 from buildllm.train.storage import checkpoint_bytes
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path

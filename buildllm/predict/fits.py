@@ -1,7 +1,7 @@
 """`buildllm fits`: which GPU fits which profile, from the memory model alone (nothing is allocated).
 
 For each profile and precision, the largest batch size whose estimated training peak
-(buildllm.predict.memory_estimate, CUDA terms) stays under a memory size less the batch finder's
+(buildllm.memory, CUDA terms) stays under a memory size less the batch finder's
 safety margin, for the common GPU sizes and this machine's own memory. The estimate grows with the
 batch size, so a bisection finds the largest that fits. The model's error against measured peaks
 is what `buildllm verify memory` prints (target ±15%); the safety margin covers it and the CUDA
@@ -15,8 +15,7 @@ import torch
 
 from buildllm.config import Config
 from buildllm.device.device import Device
-from buildllm.loss_choice import decide_loss
-from buildllm.predict.memory_estimate import MemoryEstimate, estimate_training_memory
+from buildllm.memory.fit import largest_batch
 from buildllm.model.gpt import build_model
 from buildllm.profiles import available_profiles, load_profile
 
@@ -24,40 +23,11 @@ GIB = 2**30
 GPU_SIZES_GIB = (8, 12, 16, 24, 40, 48, 80, 141)
 # bf16 and fp16 keep the same activation bytes: one column for both.
 PRECISIONS = (("fp32", 4), ("bf16/fp16", 2))
-LARGEST = 1 << 16
 
 
 # The GPU columns: a CUDA device of that size (its kind, and the size passed beside it, are what the
 # memory model asks of it).
 GPU = Device("cuda", "cuda:0", "cuda", "buildllm fits: a CUDA GPU of each size")
-
-
-def estimate_at(model, parameters: int, batch: int, precision_bytes: int, device: Device, capacity: int,
-                gradient_checkpointing: bool = False, grad_accum: int = 1) -> MemoryEstimate:
-    """The estimate a plan of `batch` would make on a device of `capacity` bytes: the fused loss's
-    chunks sized by the plan's own rule (buildllm.loss_choice) for that batch and memory."""
-    loss = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, capacity)
-    return estimate_training_memory(model, parameters, batch, precision_bytes, device, gradient_checkpointing,
-                                    grad_accum, loss_chunk_rows=loss.chunk_rows)
-
-
-def largest_batch(model, parameters: int, precision_bytes: int, usable: int, device: Device,
-                  gradient_checkpointing: bool = False, capacity: int | None = None, grad_accum: int = 1) -> int:
-    """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits.
-    capacity: the device's memory (`usable` when not given), which sizes the fused loss's chunks."""
-    def fits(batch: int) -> bool:
-        return estimate_at(model, parameters, batch, precision_bytes, device, capacity or usable,
-                           gradient_checkpointing, grad_accum).total <= usable
-
-    if not fits(1):
-        return 0
-    low, high = 1, LARGEST
-    if fits(high):
-        return high
-    while high - low > 1:  # fits(low) and not fits(high)
-        middle = (low + high) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle)
-    return low
 
 
 def this_machine() -> tuple[str, int, Device]:

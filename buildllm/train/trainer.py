@@ -37,7 +37,7 @@ from buildllm.device.rng import rng_state, seed_all, set_rng_state
 from buildllm.optimizer import build_optimizer
 from buildllm.paths import tokenizer_path
 from buildllm.plan import RunPlan, announce, apply_plan, facts, make_plan
-from buildllm.predict.memory_fit import refuse_unless_fits
+from buildllm.memory.fit import refuse_unless_fits
 from buildllm.train.run_log import RunLog
 from buildllm.device.precision import autocast, grad_scaler
 from buildllm.device.xla import step_boundary

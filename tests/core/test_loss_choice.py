@@ -16,7 +16,7 @@ from buildllm.device.device import Device
 from buildllm.loss_choice import CPU_CHUNK_BYTES, DEVICE_MEMORY_SHARE, MIN_ROWS, ROW_MULTIPLE, decide_loss
 from buildllm.model.fused_loss import chunk_bytes_per_row
 from buildllm.plan import facts, make_plan
-from buildllm.predict.memory_estimate import FP32, plan_memory
+from buildllm.memory.estimate import FP32, plan_memory
 from buildllm.train.trainer import Trainer
 
 GIB = 2**30
@@ -34,6 +34,7 @@ def gpu_141_gib(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: SimpleNamespace(total_memory=141 * GIB))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (140 * GIB, 141 * GIB))
     monkeypatch.setattr(optimizer, "fused_adamw_support", lambda device: (True, f"fused AdamW builds on {device}"))
 
 

@@ -13,7 +13,7 @@ import yaml
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
-from buildllm.predict.memory_estimate import plan_memory
+from buildllm.memory.estimate import plan_memory
 from buildllm.device.peak_flops import table_peak
 from buildllm.plan import apply_plan, make_plan
 from buildllm.train.trainer import Trainer

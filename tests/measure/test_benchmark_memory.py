@@ -13,7 +13,7 @@ import torch
 
 from buildllm.device.device import Device
 from buildllm.loss_choice import decide_loss
-from buildllm.predict.memory_estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
+from buildllm.memory.estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.profiles import load_profile
 from train_fixtures import make_token_files
@@ -129,7 +129,7 @@ def _peak_in_fresh_process(settings: dict, queue) -> None:
     from buildllm.config import load_config
     from buildllm.data.windows import load_windows
     from buildllm.plan import apply_plan, make_plan
-    from buildllm.predict.memory_estimate import plan_memory
+    from buildllm.memory.estimate import plan_memory
 
     plan = make_plan(load_config(None, settings))
     apply_plan(plan)

@@ -11,7 +11,7 @@ from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.metrics import read_metrics
 from buildllm.plan import make_plan
-from buildllm.predict.memory_estimate import estimate_training_memory
+from buildllm.memory.fit import estimate_at
 
 # A batch no machine holds on preset tiny: its estimate is tens of terabytes.
 HUGE = 100_000_000
@@ -82,9 +82,8 @@ def test_the_largest_batch_is_the_boundary_of_the_verdicts_rule(tokens):
         assert not fit.fits and 0 < largest < HUGE
 
         def total(batch: int, plan=plan) -> int:
-            return estimate_training_memory(plan.model, plan.parameters, batch, 4, plan.device,
-                                            plan.config.train.gradient_checkpointing,
-                                            plan.config.train.grad_accum).total
+            return estimate_at(plan.model, plan.parameters, batch, 4, plan.device, usable,
+                               plan.config.train.gradient_checkpointing, plan.config.train.grad_accum).total
 
         assert total(largest) <= usable < total(largest + 1)
         assert fit.estimate_bytes == total(HUGE) > usable

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import read
+from train_fixtures import read
 from train_fixtures import train_args
 
 from buildllm.cli import main

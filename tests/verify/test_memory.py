@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import read
+from train_fixtures import read
 
 from buildllm.cli import main
-from buildllm.predict import memory_estimate
+from buildllm.memory import estimate as memory_estimate
 from buildllm.verify import memory
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="calibrated for Linux's allocator (glibc)")
@@ -29,8 +29,9 @@ def test_held_out_shapes_are_never_fitted_shapes_and_cover_each_kind():
              "sequence length": any(s.sequence_length for s in memory.HELD_OUT),
              "odd batch": any(s.batch_size % 2 for s in memory.HELD_OUT)}
     assert all(kinds.values()), kinds
-    # Each held-out shape in fp32 and in bf16.
-    by_precision = {p: {s.label.replace(p, "") for s in memory.HELD_OUT if s.precision == p} for p in ("fp32", "bf16")}
+    # Each held-out shape in fp32 and in bf16 (but the three committed with issue 21, each in one precision).
+    paired = [s for s in memory.HELD_OUT if s not in memory.HELD_OUT_COMMITTED]
+    by_precision = {p: {s.label.replace(p, "") for s in paired if s.precision == p} for p in ("fp32", "bf16")}
     assert by_precision["fp32"] == by_precision["bf16"] and len(by_precision["fp32"]) >= 5
 
 

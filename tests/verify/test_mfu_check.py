@@ -4,7 +4,7 @@ real, and a range no two runs can meet exits 1."""
 from __future__ import annotations
 
 import pytest
-from conftest import read
+from train_fixtures import read
 
 from buildllm.cli import main
 

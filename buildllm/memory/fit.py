@@ -18,11 +18,13 @@ import sys
 from dataclasses import dataclass
 
 from buildllm.errors import UserError
-from buildllm.predict.fits import largest_batch
-from buildllm.predict.memory_estimate import plan_memory
+from buildllm.device.device import Device
+from buildllm.loss_choice import decide_loss
+from buildllm.memory.estimate import MemoryEstimate, estimate_training_memory, plan_memory
 from buildllm.units import size
 
 FITS, TIGHT, DOES_NOT_FIT, UNKNOWN = "fits", "tight", "does_not_fit", "unknown"
+LARGEST = 1 << 16  # the largest batch size the bisection tries
 
 
 class WontFit(UserError):
@@ -99,3 +101,31 @@ def refuse_unless_fits(plan) -> None:
     if not plan.config.train.force_memory:
         raise WontFit(refusal(fit))
     print(f"warning: this plan {fit.reason}; trying anyway (--force-memory)", file=sys.stderr, flush=True)
+
+
+def estimate_at(model, parameters: int, batch: int, precision_bytes: int, device: Device, capacity: int,
+                gradient_checkpointing: bool = False, grad_accum: int = 1) -> MemoryEstimate:
+    """The estimate a plan of `batch` would make on a device of `capacity` bytes: the fused loss's
+    chunks sized by the plan's own rule (buildllm.loss_choice) for that batch and memory."""
+    loss = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, capacity)
+    return estimate_training_memory(model, parameters, batch, precision_bytes, device, gradient_checkpointing,
+                                    grad_accum, loss_chunk_rows=loss.chunk_rows)
+
+
+def largest_batch(model, parameters: int, precision_bytes: int, usable: int, device: Device,
+                  gradient_checkpointing: bool = False, capacity: int | None = None, grad_accum: int = 1) -> int:
+    """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits.
+    capacity: the device's memory (`usable` when not given), which sizes the fused loss's chunks."""
+    def fits(batch: int) -> bool:
+        return estimate_at(model, parameters, batch, precision_bytes, device, capacity or usable,
+                           gradient_checkpointing, grad_accum).total <= usable
+
+    if not fits(1):
+        return 0
+    low, high = 1, LARGEST
+    if fits(high):
+        return high
+    while high - low > 1:  # fits(low) and not fits(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
