@@ -54,18 +54,23 @@ def _top_level(dist: metadata.Distribution) -> set[str]:
     return {n for n in names if n.isidentifier()}
 
 
-def blocked_modules() -> list[str]:
-    """Top-level modules of every installed distribution the GPU machine lacks (buildllm runs from
-    the tree, on PYTHONPATH, as there)."""
-    keep = _closure(GPU_MACHINE)
-    blocked = set(ABSENT)
+def absent() -> tuple[list[str], list[str]]:
+    """(top-level modules, distribution names) of every installed distribution the GPU machine
+    lacks; buildllm among them (there it runs from the tree, on PYTHONPATH, not installed)."""
+    keep = _closure(GPU_MACHINE) | {"pip"}
+    modules, distributions = set(ABSENT), set()
     for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if name and _key(name) not in keep and _key(name) != "buildllm":
-            blocked |= _top_level(dist)
-    return sorted(blocked - {"torch", "buildllm", "_distutils_hack", "setuptools", "pkg_resources", "pip"})
+        name = _key(dist.metadata["Name"] or "")
+        if name and name not in keep:
+            distributions.add(name)
+            if name != "buildllm":
+                modules |= _top_level(dist)
+    return sorted(modules - {"torch", "buildllm", "_distutils_hack", "setuptools", "pkg_resources", "pip"}), \
+        sorted(distributions)
 
 
 def environment(root: Path) -> dict[str, str]:
     """Variables for a subprocess: the blocker on PYTHONPATH, then the project tree at `root`."""
-    return {"PYTHONPATH": f"{SITE}:{root}", "BUILDLLM_BLOCKED_IMPORTS": ",".join(blocked_modules())}
+    modules, distributions = absent()
+    return {"PYTHONPATH": f"{SITE}:{root}", "BUILDLLM_BLOCKED_IMPORTS": ",".join(modules),
+            "BUILDLLM_BLOCKED_DISTRIBUTIONS": ",".join(distributions)}
