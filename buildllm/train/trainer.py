@@ -143,9 +143,8 @@ class Trainer:
 
     def step(self) -> torch.Tensor:
         """One optimizer step; returns the mean loss of this process's micro-batches as a detached 0-d
-        tensor on the device, without waiting for it: reading it (float(), .item()) makes the host wait
-        for the device, so the run loop reads losses only when it logs, and read_losses averages them
-        over processes then, in one collective for all the steps since the last read."""
+        tensor on the device, without waiting for it: reading it makes the host wait for the device, so
+        the run loop reads losses only when it logs (read_losses averages them over processes then)."""
         self.learning_rate = self.schedule.rate(self.step_count)
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate
@@ -173,10 +172,9 @@ class Trainer:
         return loss
 
     def read_losses(self, losses: list[torch.Tensor], stop: bool = False) -> tuple[list[float], bool]:
-        """The last len(losses) steps' losses as floats (averaged over processes), and whether any
-        process asked to `stop`: one collective and one device sync for all of them. A non-finite loss
-        on any process stops every process at the first step it happened (losses are read before each
-        checkpoint: none holds a later step)."""
+        """The last len(losses) steps' losses (averaged over processes) and whether any process asked to
+        `stop`, in one collective and one sync; a non-finite loss stops every process at the first step
+        it happened (read before each checkpoint: none holds a later step)."""
         if not losses:
             return [], distributed.any_rank(self.world, stop)
         values, stop = distributed.mean_and_any(self.world, torch.stack(losses), stop)
@@ -328,9 +326,8 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
                 evaluate = last or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0)
                 log = evaluate or step % cfg.log_interval == 0
                 save = not last and cfg.checkpoint_interval > 0 and step % cfg.checkpoint_interval == 0
-                # Alone, a stop request ends the run after this step. Under torchrun the ranks agree on it
-                # where they read losses (every log row, before every save): no collective or host-device
-                # sync on the steps between, and every rank stops at the same step.
+                # Alone, a stop request ends the run after this step; under torchrun the ranks agree on it
+                # where they read losses (log rows, saves): no collective or sync between, one stop step.
                 if not (log or save or (stop.requested and not world.distributed)):
                     bar.update(1)
                     continue  # no host-device sync between log rows: the device runs ahead
