@@ -12,8 +12,11 @@
 # 1-3 in bf16, fp16 and fp32. Part 2: the batch finder on gpt_100m bf16, that batch without and with
 # torch.compile; the fused against the plain loss at iterations 2 and 3; memory truth on a few shapes;
 # estimate truth. Each step runs only if its cost estimate fits the time left of GPU_CHECK_BUDGET_S
-# (default 270 s) and is written the moment it ends; the runner, its files (5 under $OUT) and its
+# (default 285 s) and is written the moment it ends; the runner, its files (5 under $OUT) and its
 # statuses are described in scripts/gpu_check.py. Exit 1 on any miss; the summary table comes last.
+#
+# A rerun of named steps after a miss: GPU_CHECK_STEPS=finder_it3_bf16,bench_it3_bf16_found (names in
+# results.jsonl), with the part's carry and a timeout that fits the device time left.
 #
 # GPU_CHECK_DEVICE=cpu runs the same steps on the CPU with preset tiny: the stand-in that tests it
 # (tests/measure/test_benchmark_gpu_check.py). Python: $PYTHON, else the GPU machine's

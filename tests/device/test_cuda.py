@@ -18,9 +18,9 @@ import yaml
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
-from buildllm.predict.memory_estimate import estimate_training_memory
 from buildllm.device.peak_flops import table_peak
 from buildllm.plan import apply_plan, make_plan
+from buildllm.predict.memory_estimate import estimate_training_memory
 from buildllm.profiles import load_profile
 from buildllm.train.trainer import Trainer
 

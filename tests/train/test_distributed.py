@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from train_fixtures import make_token_files, train_args
 
 from buildllm.train import checkpoint
-from train_fixtures import make_token_files, train_args
 
 pytestmark = pytest.mark.slow
 
