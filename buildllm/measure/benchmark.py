@@ -102,7 +102,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
             save_seconds, save_bytes = trainer.save_checkpoint()
             # A training run ends by drawing its loss curve (matplotlib's import is most of it).
             before = time.perf_counter()
-            write_png([{"step": i + 1, "train_loss": loss} for i, loss in enumerate(trainer.read_losses(losses))],
+            write_png([{"step": i + 1, "train_loss": loss} for i, loss in enumerate(trainer.read_losses(losses)[0])],
                       "benchmark", scratch / "train_loss.png")
             plot_seconds = time.perf_counter() - before
         matmuls = matmul_parameters(trainer.model)

@@ -73,12 +73,16 @@ def all_sum(world: World, values: list[float]) -> list[float]:
     return tensor.tolist()
 
 
-def all_mean_(world: World, tensor: torch.Tensor) -> torch.Tensor:
-    """Average a tensor over ranks in place; every rank then holds the same value."""
-    if world.distributed:
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-        tensor /= world.size
-    return tensor
+def mean_and_any(world: World, values: torch.Tensor, flag: bool) -> tuple[list[float], bool]:
+    """`values` averaged over ranks, and whether `flag` is true on any rank, as Python values: one
+    all_reduce and one host sync for both (the run loop calls it only where it reads losses)."""
+    if not world.distributed:
+        return values.tolist(), flag
+    packed = torch.cat([values.detach().float().reshape(-1).to(world.tensors),
+                        torch.tensor([float(flag)], device=world.tensors)])
+    dist.all_reduce(packed, op=dist.ReduceOp.SUM)
+    *sums, flags = packed.tolist()
+    return [total / world.size for total in sums], flags > 0
 
 
 def any_rank(world: World, flag: bool) -> bool:

