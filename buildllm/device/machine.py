@@ -55,7 +55,8 @@ def _cpu_flags() -> set[str]:
 def _quota_cores() -> float:
     """A cgroup v2 CPU quota in cores (a container limited to 2.5 CPUs), else 0: none set."""
     try:
-        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]
+        with open("/sys/fs/cgroup/cpu.max") as handle:
+            quota, period = handle.read().split()[:2]
         return 0.0 if quota == "max" else round(int(quota) / int(period), 2)
     except (OSError, ValueError):
         return 0.0
@@ -71,7 +72,7 @@ def _driver_version() -> str:
         pass
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10).stdout.split()
+                             check=False, capture_output=True, text=True, timeout=10).stdout.split()
         return out[0] if out else ""
     except (OSError, subprocess.SubprocessError):
         return ""
