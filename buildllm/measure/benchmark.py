@@ -35,6 +35,7 @@ from buildllm.errors import TrainingFailed
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu
 from buildllm.memory.estimate import plan_memory
 from buildllm.memory.fit import refuse_unless_fits
+from buildllm.measure.load import LoadWatch, busy_warning
 from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
@@ -46,14 +47,17 @@ from buildllm.train.trainer import Trainer
 
 
 def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool = True,
-            progress: bool = True, probe: MatmulProbe | None = None) -> dict:
+            progress: bool = True, probe: MatmulProbe | None = None, load: bool = True) -> dict:
     """Time warm-up and measured steps of one plan; returns flat figures (no file written).
 
     extras=False skips the timed validation pass and checkpoint save (the batch finder and the
     sweep only need speed and memory). A probe times one matmul before the first measured step and
     after every one (outside the steps' own time): each step's peak is the mean of the two rates
-    beside it."""
+    beside it. With `load`, other processes' CPU load is read just before and just after the
+    measured work (load.py): busy_machine says whether they took the cores it ran on."""
     bench = plan.config.benchmark
+    # On the CPU the steps use the torch threads; an accelerator's steps still need a core to feed it.
+    watch = LoadWatch(used=plan.threads if plan.device.threads_apply else 1) if load else None
     scratch = Path(tempfile.mkdtemp(prefix="buildllm-benchmark-"))
     try:
         start = plan.device.timed()
@@ -91,6 +95,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         # The intervals' own time: the bar's redraws between them are not training, and the overall
         # rate then lies between the slowest and the fastest interval, as it must.
         measured_seconds = sum(seconds)
+        busy = watch.end() if watch else {}
         figures = trainer.memory.read()  # peak since the Trainer began building the model
         # A few more steps with their parts timed apart (their syncs would slow the intervals above).
         parts = step_breakdown(trainer, max(2, bench.measured_steps // bench.intervals))
@@ -134,7 +139,7 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "plot_seconds": plot_seconds,
         "flops_per_token": flops_per_token(plan.model, matmuls),
         **parts, **overheads(plan.config, validation_seconds, save_seconds),
-        **figures,
+        **figures, **busy,
     }
 
 
@@ -191,9 +196,9 @@ def benchmark(config: Config, write: bool = True) -> dict:
     if write:
         write_metrics(metrics_path("benchmark"), metrics)
     print(summary(metrics))
-    warning = noise_warning(metrics)
-    if warning:
-        print(warning, file=sys.stderr)
+    for warning in (noise_warning(metrics), busy_warning(metrics)):
+        if warning:
+            print(warning, file=sys.stderr)
     print(f"torch.compile: {metrics['compile_reason']}")
     if metrics["precision_advice"]:
         print(f"precision: {metrics['precision_advice']}")

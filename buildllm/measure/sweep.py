@@ -2,6 +2,8 @@
 
 The hardware guide's advice, measured: on a CPU, more threads help large matmuls and hurt tiny
 ones, and the best count depends on the model. Run this before a long run and pick from the table.
+Its `others` column is the cores' worth of CPU other processes used at a trial's start or end
+(measure/load.py); a row marked `busy machine` ran with its cores shared and is slower than it can be.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from buildllm.paths import metrics_path
 from buildllm.plan import announce, apply_plan, make_plan
 
 COLUMNS = ("preset", "architecture", "threads", "workers", "batch_size", "steps_per_second", "tokens_per_second",
-           "data_share")
+           "data_share", "other_load", "busy_machine")
 
 
 def sweep(config: Config, presets: list[str] | None, architectures: list[str] | None,
@@ -40,7 +42,10 @@ def sweep(config: Config, presets: list[str] | None, architectures: list[str] | 
         row = {"preset": plan.profile.name, "architecture": plan.model.architecture, "threads": plan.threads,
                "workers": plan.workers, "batch_size": plan.batch_size, "steps_per_second": figures["steps_per_second"],
                "tokens_per_second": figures["tokens_per_second"],
-               "data_share": figures["step_data_seconds"] / step if step else 0.0}
+               "data_share": figures["step_data_seconds"] / step if step else 0.0,
+               # Others' CPU load at the trial's start or end (load.py): its row is then slower than it can be.
+               "other_load": max(figures["other_load_start"], figures["other_load_end"]),
+               "busy_machine": figures["busy_machine"]}
         print(json.dumps(row), flush=True)
         rows.append(row)
     print(table(rows))
@@ -48,15 +53,17 @@ def sweep(config: Config, presets: list[str] | None, architectures: list[str] | 
         swept = "{workers}w_" if workers else ""  # the workers count names a row only when it varies
         write_metrics(metrics_path("sweep"), {f"{r['preset']}_{r['architecture']}_{r['threads']}t_"
                                               + swept.format(**r) + key: r[key] for r in rows
-                                              for key in ("steps_per_second", "tokens_per_second", "data_share")})
+                                              for key in ("steps_per_second", "tokens_per_second", "data_share",
+                                                          "other_load", "busy_machine")})
     return rows
 
 
 def table(rows: list[dict]) -> str:
     header = (f"{'preset':<14}{'architecture':<14}{'threads':>8}{'workers':>8}{'batch':>7}{'steps/s':>10}"
-              f"{'tokens/s':>12}{'data wait':>11}")
+              f"{'tokens/s':>12}{'data wait':>11}{'others':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(f"{r['preset']:<14}{r['architecture']:<14}{r['threads']:>8}{r['workers']:>8}{r['batch_size']:>7}"
-                     f"{r['steps_per_second']:>10.2f}{r['tokens_per_second']:>12,.0f}{r['data_share']:>11.1%}")
+                     f"{r['steps_per_second']:>10.2f}{r['tokens_per_second']:>12,.0f}{r['data_share']:>11.1%}"
+                     f"{r['other_load']:>8.2f}" + ("  busy machine" if r["busy_machine"] else ""))
     return "\n".join(lines)

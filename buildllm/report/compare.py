@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from buildllm.errors import UserError
+from buildllm.measure.load import BUSY_SHARE
 from buildllm.measure.noise import NOISY_CV, is_noisy
 from buildllm.paths import metrics_path
 from buildllm.report.experiments import PIPELINE, STAGES, Experiment, exp_show, select
@@ -50,6 +51,10 @@ SUMMARY = [
     ("tokens_per_second", "benchmark", "tokens_per_second"),
     ("steps_per_second", "benchmark", "steps_per_second"),
     ("throughput_cv", "benchmark", "throughput_cv"),
+    # Other processes' CPU load when the benchmark started and ended (measure/load.py).
+    ("busy_machine", "benchmark", "busy_machine"),
+    ("other_load_start", "benchmark", "other_load_start"),
+    ("other_load_end", "benchmark", "other_load_end"),
     ("peak_memory_bytes", "benchmark", "peak_memory_bytes"),
     ("checkpoint_save_seconds", "benchmark", "checkpoint_save_seconds"),
     ("checkpoint_bytes", "benchmark", "checkpoint_bytes"),
@@ -124,6 +129,10 @@ class Comparison:
                 return ("; ".join(f"{n}'s throughput varied {cv:.0%} between intervals" for n, cv in loud)
                         + f", over the {NOISY_CV:.0%} noise threshold (rerun on an idle machine, or compare with "
                         "--paired)")
+            crowded = [e.name for e in self.experiments if e.name in (self.reference, name) and busy(e)]
+            if crowded:
+                return (f"{' and '.join(crowded)} measured on a busy machine (other processes took its cores); "
+                        "rerun on an idle machine, or compare with --paired")
         if s.includes_one:
             return "the interval includes 1.0 (no change)"
         return None
@@ -143,7 +152,7 @@ class Comparison:
         """ok (green) only for an equal budget with quiet runs and conclusive speed-ups."""
         if not self.equal_budget:
             return "warn"
-        if self.noisy or any(self.inconclusive(n) for n in self.speedups):
+        if self.noisy or any(map(busy, self.experiments)) or any(self.inconclusive(n) for n in self.speedups):
             return "caution"
         return "ok"
 
@@ -317,9 +326,19 @@ def summary_frame(experiments: list, show_speedups: bool, speedups: dict | None 
     return frame
 
 
+def busy(exp: Experiment) -> bool:
+    """The experiment's benchmark ran while other processes took its cores (measure/load.py)."""
+    return exp.metric("busy_machine", ("benchmark",)) is True
+
+
 def caveats(experiments: list) -> list:
-    """What the reader must know: noisy measurements, figures a run did not record."""
-    notes = [f"{e.name}: throughput varied {e.metric('throughput_cv', ('benchmark',)):.0%} between measured "
+    """What the reader must know: noisy or busy measurements, figures a run did not record."""
+    notes = [f"{e.name}: measured on a busy machine: other processes used "
+             f"{e.metric('other_load_start', ('benchmark',)):.2f} cores at the benchmark's start and "
+             f"{e.metric('other_load_end', ('benchmark',)):.2f} at its end, over {BUSY_SHARE:.0%} of the cores it "
+             "ran on; its speed is lower than the machine's, rerun it when the machine is idle"
+             for e in experiments if busy(e)]
+    notes += [f"{e.name}: throughput varied {e.metric('throughput_cv', ('benchmark',)):.0%} between measured "
              f"intervals, over the {NOISY_CV:.0%} noise threshold (the machine was busy or throttling); rerun it on "
              "an idle machine, or compare on one machine with --paired, before trusting its speed"
              for e in experiments if is_noisy(e.metric("throughput_cv", ("benchmark",)))]

@@ -73,6 +73,13 @@ def _noise(cv) -> str:
     return f"{cv:.1%}" + (f" (noisy: over {NOISY_CV:.0%})" if is_noisy(cv) else "")
 
 
+def _load(start, end, busy) -> str:
+    if _missing(start) or _missing(end):
+        return NOT_RECORDED
+    flag = " (busy machine: figures slowed)" if not _missing(busy) and bool(busy) else ""
+    return f"{start:.2f} / {end:.2f} cores{flag}"
+
+
 def _rate_range(low, high, steps, tokens) -> str:
     if any(_missing(v) for v in (low, high, steps, tokens)) or not steps:
         return NOT_RECORDED
@@ -99,6 +106,8 @@ def results_rows(c: Comparison) -> list:
          list(map(_rate_range, _column(f, "benchmark:interval_steps_per_second_min"),
                   _column(f, "benchmark:interval_steps_per_second_max"), f["steps_per_second"], f["tokens_per_second"]))),
         ("throughput variation (CV)", list(map(_noise, f["throughput_cv"]))),
+        ("other processes' CPU load (start / end)",
+         list(map(_load, f["other_load_start"], f["other_load_end"], f["busy_machine"]))),
     ]
     if c.paired is not None:
         rows += [(f"tokens/s, paired re-runs (median of {len(c.paired.rounds)})",

@@ -21,7 +21,8 @@ RECORDED = ("device", "precision", "tf32_enabled", "tensor_cores_enabled", "fuse
             "tokens_per_second", "steps_per_second", "throughput_cv", "peak_memory_bytes", "checkpoint_save_seconds",
             "checkpoint_bytes", "time_to_first_step_seconds", "flops_per_token", "achieved_flops", "peak_flops",
             "peak_flops_source", "peak_flops_before", "peak_flops_after", "mfu", "machine", "memory_estimate_low_bytes",
-            "memory_estimate_high_bytes", "processor", "gpu_name", "gpu_memory_bytes", "torch_version", "cuda_available")
+            "memory_estimate_high_bytes", "processor", "gpu_name", "gpu_memory_bytes", "torch_version",
+            "cuda_available", "machine_id", "other_load_start", "other_load_end", "busy_machine")
 
 
 @pytest.fixture
@@ -118,7 +119,9 @@ def test_sweep_prints_one_row_per_combination(tokens, workdir, capsys):
         assert r["tokens_per_second"] == pytest.approx(r["steps_per_second"] * r["batch_size"] * sequence[r["preset"]])
     sweep = read(workdir, "sweep")
     assert set(sweep) == {f"{p}_classic_{t}t_{k}" for p in ("tiny", "student") for t in (1, 2)
-                          for k in ("steps_per_second", "tokens_per_second", "data_share")}
+                          for k in ("steps_per_second", "tokens_per_second", "data_share", "other_load",
+                                    "busy_machine")}
+    assert all(r["other_load"] >= 0 and isinstance(r["busy_machine"], bool) for r in rows)
 
 
 def test_only_the_cpu_keeps_a_matmul_probe_through_the_steps():

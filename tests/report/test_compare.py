@@ -492,3 +492,21 @@ def test_full_records_come_from_each_commit_and_the_workspace(tmp_path):
     assert baselines[0].metrics["benchmark"] == {"tokens_per_second": 5.0}
     baselines, _ = read_experiments([{"rev": rev, "name": "main", "data": {}}])
     assert baselines[0].metric("tokens_per_second") == 1111.0
+
+
+def test_a_busy_machine_is_flagged_in_the_report_and_its_speedup_is_inconclusive(tmp_path):
+    busy = experiment("cpu-bf16", "2" * 40, {"device": "cpu", "precision": "bf16"},
+                      {"benchmark": benchmark(precision="bf16", tokens_per_second=15000.0, busy_machine=True,
+                                              other_load_start=1.62, other_load_end=1.9),
+                       "estimate": estimate(2400.0, precision="bf16")}, 2)
+    quiet = copy.deepcopy(FP32)
+    quiet["revs"][0]["data"]["metrics"]["metrics/benchmark.json"]["data"].update(
+        busy_machine=False, other_load_start=0.05, other_load_end=0.1)
+    c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(quiet, busy))
+    assert c.tone == "caution" and "cpu-bf16 measured on a busy machine" in c.inconclusive("cpu-bf16")
+    assert any(n.startswith("cpu-bf16: measured on a busy machine: other processes used 1.62 cores") for n in c.notes)
+    assert not any(n.startswith("cpu-fp32: measured on a busy machine") for n in c.notes)
+    md = Path(write_report(c, tmp_path / "r")[0]).read_text()
+    assert ("| other processes' CPU load (start / end) | 0.05 / 0.10 cores | 1.62 / 1.90 cores (busy machine: "
+            "figures slowed) |") in md
+    assert list(c.frame.set_index("experiment")["busy_machine"]) == [False, True]
