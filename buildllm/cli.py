@@ -83,7 +83,7 @@ def cmd_env(args) -> None:
 
 def cmd_train(args) -> None:
     config = config_from_args(args)
-    call("buildllm.predict.dry_run:dry_run" if args.dry_run else "buildllm.train.trainer:train", config)
+    call("buildllm.predict.dry_run:dry_run" if args.dry_run else "buildllm.train.loop:train", config)
 
 
 def cmd_benchmark(args) -> None:

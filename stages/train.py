@@ -5,7 +5,7 @@ import sys
 from buildllm.cli import run_stage, stage_settings
 
 stage_settings()  # before torch is imported: PYTORCH_ENABLE_MPS_FALLBACK
-from buildllm.train.trainer import train  # noqa: E402
+from buildllm.train.loop import train  # noqa: E402
 
 # Under DVC an interrupted run is continued with `buildllm train`, not `dvc repro`: the advice says so.
 sys.exit(run_stage(functools.partial(train, under_dvc=True)))

@@ -13,7 +13,8 @@ import yaml
 
 from buildllm.cli import main, run_stage
 from buildllm.device.device import Device
-from buildllm.train.trainer import Trainer, train
+from buildllm.train.loop import train
+from buildllm.train.trainer import Trainer
 from train_fixtures import train_args
 
 

@@ -1,0 +1,208 @@
+"""The training run around the Trainer: `buildllm train` and the DVC train stage.
+
+train(config) plans the run, refuses one that cannot fit or whose disk cannot hold it, resumes a
+checkpoint when asked, and runs the loop: validation every eval_interval steps, a log row every
+log_interval steps, checkpoints every checkpoint_interval steps, and the stop rules: a non-finite
+loss or out-of-memory stops with the last good checkpoint kept; Ctrl-C (or SIGTERM) saves and exits.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from tqdm import tqdm
+
+from buildllm.config import Config
+from buildllm.data.tokenization import load_tokenizer
+from buildllm.data.windows import load_windows
+from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
+from buildllm.disk import DiskFull
+from buildllm.errors import TrainingFailed, UserError
+from buildllm.memory.fit import refuse_unless_fits
+from buildllm.paths import tokenizer_path
+from buildllm.plan import announce, apply_plan, make_plan
+from buildllm.train import checkpoint, distributed, storage
+from buildllm.train.run_log import RunLog
+from buildllm.train.stop import StopRequest
+from buildllm.train.trainer import NonFiniteLoss, Trainer, TrainingInterrupted
+from buildllm.train.unigram import unigram_loss
+
+
+def train(config: Config, under_dvc: bool = False) -> dict:
+    """`buildllm train` and the DVC train stage (under_dvc, set by stages/train.py): returns the
+    metrics written to metrics/train.json."""
+    plan = make_plan(config)
+    refuse_unless_fits(plan)  # before a process group, a checkpoint folder or a tensor exists
+    world, device = distributed.start(plan.device)
+    plan = replace(plan, device=device)
+    together = False
+    try:
+        apply_plan(plan)
+        train_windows, validation_windows = load_windows(config, plan.model)
+        tokenizer = tokenizer_path(config, plan.model.vocab_size)
+        if tokenizer.exists() or config.train.tokenizer:
+            load_tokenizer(tokenizer, plan.model.vocab_size)  # refuses a tokenizer made for another vocabulary
+        directory = Path(config.train.checkpoint_directory)
+        built = False
+        try:
+            trainer = Trainer(plan, train_windows, validation_windows, world=world,
+                              tokenizer=tokenizer, directory=directory)
+            built = True
+        except (RuntimeError, MemoryError) as exc:
+            if not out_of_memory(exc):
+                raise
+        if not built:  # raised outside the except clause, whose traceback holds what was built
+            raise OutOfMemory(f"{plan.device.device} ran out of memory building the model and optimizer; "
+                              f"{advice(plan.batch_size)}")
+        # The best a model that ignores context can do: the bar the validation loss must clear.
+        trainer.log.facts["unigram_validation_loss"] = unigram_loss(train_windows, validation_windows,
+                                                                    plan.model.vocab_size)
+        # Only rank 0 writes, so only rank 0 locks; every rank follows its resume decision.
+        lock = checkpoint.DirectoryLock(directory)
+        decision = None
+        if world.is_main:
+            try:
+                lock.acquire()
+                resumed = checkpoint.state_to_resume(directory, trainer.signature, config.train.resume,
+                                                     config.train.force)
+                storage.before_training(trainer, resumed)  # refuses a run its disk cannot hold
+                decision = ("state", resumed)
+            except UserError as exc:
+                decision = ("error", str(exc))
+        kind, value = distributed.from_main(world, decision)
+        together = True  # from here on, every rank stops at the same step for the same reason
+        try:
+            if kind == "error":
+                raise UserError(value)
+            if value is not None:
+                trainer.load_state(value)
+                trainer.resumed_from = value["step"]
+            metrics = run(trainer, resume_advice(under_dvc))
+        finally:
+            lock.release()
+    except BaseException as exc:
+        # Out of memory (or a full disk, rank 0's save) strikes one rank; the others never reach a barrier.
+        distributed.stop(world, clean=together and isinstance(exc, UserError)
+                         and not isinstance(exc, (OutOfMemory, DiskFull)))
+        raise
+    distributed.stop(world)
+    return metrics
+
+
+def resume_advice(under_dvc: bool) -> str:
+    if under_dvc:  # DVC deletes a stage's outputs before it runs: `dvc repro train` would start over
+        return ("`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
+                "params.yaml, then `dvc commit train` to record its outputs")
+    return "run the same command again to resume"
+
+
+def eta(log: RunLog, remaining: int) -> str:
+    """Remaining time from measured step time only: validation passes and checkpoint saves are not steps."""
+    return tqdm.format_interval(log.seconds / log.steps * remaining) if log.steps else "?"
+
+
+def run(trainer: Trainer, advice_on_stop: str = "run the same command again to resume") -> dict:
+    """Train to the planned step; validate, log, checkpoint on the way; write the metrics."""
+    cfg, world, device = trainer.config.train, trainer.world, trainer.device
+    if world.is_main:
+        announce("train", trainer.plan, **trainer.sizes, start_step=trainer.step_count)
+        if note := trainer.validation_windows.cap_note("train.validation_examples"):
+            print(f"note: {note}", file=sys.stderr)
+    trainer.log.begin()
+    # tqdm's own rate would count validation and checkpoint time as step time; the ETA is ours.
+    bar = tqdm(total=trainer.planned_steps, initial=trainer.step_count, unit="step", file=sys.stderr,
+               disable=not world.is_main, dynamic_ncols=True,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+    shown = {"eta": "?"}
+    ran_out, pending = False, []
+    with StopRequest() as stop, bar:
+        try:
+            if trainer.step_count == 0:
+                record(trainer, trainer.evaluate())  # the untrained model's loss: where the curve starts
+            mark = device.timed()
+            while trainer.step_count < trainer.planned_steps:
+                pending.append(trainer.step())
+                step, last = trainer.step_count, trainer.step_count == trainer.planned_steps
+                evaluate = last or (cfg.eval_interval > 0 and step % cfg.eval_interval == 0)
+                log = evaluate or step % cfg.log_interval == 0
+                save = not last and cfg.checkpoint_interval > 0 and step % cfg.checkpoint_interval == 0
+                # Alone, a stop request ends the run after this step; under torchrun the ranks agree on it
+                # where they read losses (log rows, saves): no collective or sync between, one stop step.
+                if not (log or save or (stop.requested and not world.distributed)):
+                    bar.update(1)
+                    continue  # no host-device sync between log rows: the device runs ahead
+                stopping = settle(trainer, pending, device.timed() - mark, stop.requested)
+                if log:
+                    row = record(trainer, trainer.evaluate() if evaluate else None)
+                    shown.update(loss=f"{row['train_loss']:.3f}", lr=f"{row['learning_rate']:.2e}",
+                                 tok_s=f"{row['tokens_per_second']:.0f}")
+                shown["eta"] = eta(trainer.log, trainer.planned_steps - step)  # known only where losses are read
+                bar.set_postfix(shown, refresh=False)
+                bar.update(1)
+                if stopping:
+                    break
+                if save:
+                    trainer.save_checkpoint()
+                mark = device.timed()  # validation and saving are not training time
+            if trainer.log.rows[-1]["validation_loss"] is None and trainer.step_count == trainer.planned_steps:
+                record(trainer, trainer.evaluate())  # resumed at the very end: validate once more
+        except NonFiniteLoss as exc:
+            finish(trainer, "non_finite_loss", {"non_finite_step": exc.step})
+            raise TrainingFailed(f"{exc}; {kept(trainer)}; lower --learning-rate (or train in bf16 or fp32 instead "
+                                 "of fp16) and rerun into a fresh --checkpoint-directory") from None
+        except (RuntimeError, MemoryError) as exc:  # torch.cuda.OutOfMemoryError is one; the CPU's allocator too
+            if not out_of_memory(exc):
+                raise
+            figures = device.oom_figures()  # before the failed step's tensors are let go
+            ran_out = True
+    if ran_out:
+        # Out of the except clause, whose traceback held the failed step's tensors: their memory is
+        # free again for writing the metrics and the plot.
+        pending.clear()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        device.release_cached_memory()
+        finish(trainer, "out_of_memory", {"oom": True, "oom_batch_size": trainer.plan.batch_size,
+                                          "oom_step": trainer.step_count + 1, **figures})
+        raise OutOfMemory(
+            f"{device.device} ran out of memory at step {trainer.step_count + 1} with batch size "
+            f"{trainer.plan.batch_size} ({describe_memory(figures)}); {advice(trainer.plan.batch_size)}; "
+            f"{kept(trainer)}")
+    trainer.save_checkpoint()
+    if trainer.step_count < trainer.planned_steps:
+        finish(trainer, "interrupted", {})
+        raise TrainingInterrupted(f"stopped at step {trainer.step_count} of {trainer.planned_steps}; checkpoint "
+                                  f"saved in {trainer.directory}; {advice_on_stop}")
+    return finish(trainer, "completed", {})
+
+
+def record(trainer: Trainer, validation: float | None) -> dict:
+    """A log row for the steps since the last one, with `validation` loss if one was measured."""
+    return trainer.log.record(trainer.step_count, trainer.tokens_seen, trainer.learning_rate, validation)
+
+
+def settle(trainer: Trainer, pending: list, seconds: float, stop: bool) -> bool:
+    """Read the losses of the steps since the last read (one sync; raises NonFiniteLoss at the first
+    bad step) and book the steps with an equal share of the time they took together; returns whether
+    any process asked to stop."""
+    (losses, stopping), pending[:] = trainer.read_losses(pending, stop), []
+    for loss in losses:
+        trainer.log.add_step(loss, seconds / len(losses))
+    trainer.train_seconds += seconds
+    return stopping
+
+
+def finish(trainer: Trainer, status: str, extra: dict) -> dict:
+    """Write metrics/train.json, the plot file and the PNG (rank 0); print the summary."""
+    progress = {"optimizer_steps": trainer.step_count, "tokens_processed": trainer.tokens_seen,
+                "train_seconds": trainer.train_seconds, "resumed": trainer.resumed_from is not None,
+                "resumed_from_step": trainer.resumed_from or 0}
+    return trainer.log.finish(status, progress, {**trainer.memory.read(), **extra})
+
+
+def kept(trainer: Trainer) -> str:
+    saved = checkpoint.list_checkpoints(trainer.directory)
+    if not saved:
+        return "no checkpoint had been saved yet"
+    return f"the last good checkpoint, {saved[-1].name}, is kept in {trainer.directory}"
