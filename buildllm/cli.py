@@ -14,7 +14,7 @@ import os
 import sys
 
 from buildllm.config import Config, base_type, knobs, load_config
-from buildllm.errors import UserError
+from buildllm.errors import guarded
 
 
 class Parser(argparse.ArgumentParser):
@@ -212,18 +212,6 @@ def run_stage(function) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return guarded(lambda: args.handler(args))
-
-
-def guarded(work) -> int:
-    try:
-        return work() or 0
-    except UserError as exc:
-        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank fails alike; say it once
-            print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":
