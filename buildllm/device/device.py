@@ -163,6 +163,16 @@ class Device:
         return self.kind in ("mps", "xla")
 
     @property
+    def fp16_training(self) -> bool:
+        """fp16 training has a fast path (and needs gradient scaling) on accelerators; the CPU has none."""
+        return self.kind != "cpu"
+
+    @property
+    def caching_allocator(self) -> bool:
+        """CUDA's caching allocator reserves more than it hands out: its reserved peak is worth showing."""
+        return self.kind == "cuda"
+
+    @property
     def host_memory(self) -> bool:
         """The device's memory is the process's own: its peak is resident memory, allocator and
         runtime included, and running out of it ends the process instead of raising an error."""

@@ -15,7 +15,7 @@ import torch
 
 from buildllm.config import Config
 from buildllm.device.device import Device
-from buildllm.memory.fit import largest_batch
+from buildllm.memory.fit import LARGEST, largest_batch
 from buildllm.model.gpt import build_model
 from buildllm.profiles import available_profiles, load_profile
 

@@ -143,8 +143,10 @@ def chosen_shapes(args) -> dict[str, list[Shape]]:
         names = args.profiles or list(dict.fromkeys(s.profile for s in fitted))
         fitted = [Shape(name, batch) for name in names for batch in args.batch_sizes]
     sets["fitted"] = [replace(s, precision=precision) for precision in args.precision for s in fitted]
-    cpu = args.device == "cpu"
-    return {name: [s for s in shapes if s.profile in keep and not (cpu and s.precision == "fp16")]
+    from buildllm.device.resolve import resolve_device  # torch, only when a check runs
+
+    fp16 = resolve_device(args.device).fp16_training
+    return {name: [s for s in shapes if s.profile in keep and (fp16 or s.precision != "fp16")]
             for name, shapes in sets.items() if name in args.sets}
 
 
@@ -180,7 +182,9 @@ def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
 
 def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict) -> tuple[int, int]:
     """Measure each shape and print its line; returns (shapes inside the stated range, shapes measured)."""
-    cuda = args.device.startswith("cuda")
+    from buildllm.device.resolve import resolve_device
+
+    cuda = resolve_device(args.device).caching_allocator
     print(f"\n{name} set ({len(shapes)} shapes): the measured peak must lie inside the estimate's stated range",
           flush=True)
     print(f"{'shape':<48}{'estimate MiB':>13}{'range MiB':>16}{'measured MiB':>14}{'ratio':>7}{'runs MiB':>14}"
