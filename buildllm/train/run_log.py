@@ -24,15 +24,14 @@ from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
 from buildllm.metrics import write_metrics
-from buildllm.paths import metrics_path
+from buildllm.paths import TRAIN_LOG_CSV, TRAIN_LOG_JSON, metrics_path
 from buildllm.train import distributed
 from buildllm.train.distributed import World
 from buildllm.train.plots import write_png
 
 COLUMNS = ("step", "tokens_seen", "train_loss", "validation_loss", "learning_rate", "tokens_per_second",
            "elapsed_seconds")
-LOG_PATH = Path("metrics/train_log.csv")
-JSON_LOG_PATH = Path("metrics/train_log.json")
+LOG_PATH, JSON_LOG_PATH = TRAIN_LOG_CSV, TRAIN_LOG_JSON
 
 
 class RunLog:
