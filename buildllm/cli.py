@@ -181,6 +181,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--paired: rounds of one run per experiment (default 6, the fewest for a 95%% interval)")
     p.set_defaults(handler=lambda args: call("buildllm.report.command:run_compare", args.names, args.out,
                                              args.allow_different, args.vary, args.paired, args.rounds) and None)
+
+    p = sub.add_parser("report", help="the run card: one self-contained HTML page and its PNG (machine, plan, memory, "
+                                      "step time, estimate against the run, loss, a text sample)")
+    p.add_argument("--params", default="params.yaml", metavar="PATH", help="params file (default ./params.yaml)")
+    p.add_argument("--experiment", metavar="NAME", help="an experiment, commit, branch or metrics folder, read from "
+                                                        "its commit (default: the workspace, with a fresh sample)")
+    p.add_argument("--out", metavar="PATH", help="path without suffix: writes .html and .png (default plots/run_card "
+                                                 "for the workspace, reports/run_card_NAME for an experiment)")
+    p.set_defaults(handler=lambda args: call("buildllm.report.run_card:report", load_config(args.params),
+                                             args.experiment, args.out) and None)
     add_verify(sub)
     return parser
 

@@ -9,6 +9,8 @@ from buildllm.config import Config
 DATA = Path("data")
 METRICS = Path("metrics")
 TOKENIZERS = Path("tokenizer")
+TRAIN_LOG_CSV = METRICS / "train_log.csv"    # the training log, one row per log interval
+TRAIN_LOG_JSON = METRICS / "train_log.json"  # the same rows for `dvc plots`
 
 
 def corpus_name(config: Config) -> str:

@@ -177,6 +177,9 @@ def facts(plan: RunPlan) -> dict:
         "force_memory": plan.config.train.force_memory,
         # What torch saw at import (buildllm.cli.before_torch sets it when mps_fallback is asked for).
         "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
+        # The picks' reasons (requested, or whose default): notes that the run card shows.
+        **{f"{name}_reason": plan.decisions[name] for name in ("batch_size", "workers", "threads", "learning_rate")
+           if name in plan.decisions},
     }
 
 

@@ -32,6 +32,7 @@ from buildllm.errors import UserError
 from buildllm.measure.load import BUSY_SHARE
 from buildllm.measure.noise import NOISY_CV, is_noisy
 from buildllm.paths import metrics_path
+from buildllm.report.curves import read_curves, target_loss
 from buildllm.report.experiments import PIPELINE, STAGES, Experiment, exp_show, select
 from buildllm.report.paired import Paired, remeasure
 from buildllm.report.uncertainty import from_intervals
@@ -92,6 +93,8 @@ class Comparison:
     created: str
     speedups: dict = field(default_factory=dict)  # name -> Speedup vs the first experiment
     paired: Paired | None = None  # the interleaved re-measurements, with --paired
+    curves: dict = field(default_factory=dict)    # name -> training log rows (buildllm/report/curves.py)
+    target_loss: float | None = None              # the validation loss every run reached
 
     @property
     def equal_budget(self) -> bool:
@@ -398,4 +401,6 @@ def compare(names: list, allow_different: bool = False, vary: list | None = None
     if not comparison.speedups_shown:
         comparison.speedups = {}
     comparison.frame = summary_frame(kept, comparison.speedups_shown, comparison.speedups, comparison.paired)
+    comparison.curves = read_curves(kept)
+    comparison.target_loss = target_loss(comparison.curves)
     return comparison

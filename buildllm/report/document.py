@@ -44,6 +44,7 @@ class Table:
     rows: list                # lists of cells
     ident: str
     classes: list | None = None  # one CSS class per row (HTML only)
+    text_columns: tuple = ()     # columns of sentences: never right-aligned as numbers (HTML only)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Image:
     alt: str
     filename: str             # Markdown links to the file beside it
     png: bytes                # HTML inlines it
+    ident: str = "chart"
 
 
 @dataclass
@@ -65,6 +67,12 @@ class Code:
     language: str = ""
 
 
+@dataclass
+class Columns:
+    """Blocks side by side on a wide page (one column each list), one after another in Markdown."""
+    columns: list             # lists of blocks
+
+
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;color:#1d1d1f;line-height:1.45}
 h1{font-size:1.6em}h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
@@ -75,14 +83,17 @@ table{border-collapse:collapse;margin:.6em 0;font-size:.92em}th,td{border:1px so
 th{background:#f3f4f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.DIFFERENT td{background:#fdecea}tr.variable td,tr.varied td{background:#eef4fb}
 img{max-width:100%;border:1px solid #eee}pre{background:#f6f8fa;padding:.8em;overflow-x:auto}
-code{background:#f6f8fa;padding:0 .2em}.muted{color:#666}
+code{background:#f6f8fa;padding:0 .2em}.muted{color:#666}pre.sample{white-space:pre-wrap;font-size:1.05em}
+.columns{display:grid;grid-template-columns:repeat(auto-fit,minmax(480px,1fr));gap:0 1.6em;align-items:start}
 """
 
 
 def to_markdown(blocks: list) -> str:
     out = []
     for b in blocks:
-        if isinstance(b, Heading):
+        if isinstance(b, Columns):
+            out += [to_markdown(column) for column in b.columns]
+        elif isinstance(b, Heading):
             out += ["#" * b.level + " " + b.text, ""]
         elif isinstance(b, Paragraph):
             out += [b.text, ""]
@@ -117,11 +128,19 @@ def _inline(text: str) -> str:
 
 
 def to_html(blocks: list, title: str) -> str:
+    head = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+            f"<style>{STYLE}</style></head><body>"]
+    return "\n".join(head + _html_blocks(blocks) + ["</body></html>"])
+
+
+def _html_blocks(blocks: list) -> list:
     e = html.escape
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{e(title)}</title>",
-             f"<style>{STYLE}</style></head><body>"]
+    parts = []
     for b in blocks:
-        if isinstance(b, Heading):
+        if isinstance(b, Columns):
+            inner = "".join("<div>" + "\n".join(_html_blocks(column)) + "</div>" for column in b.columns)
+            parts.append(f"<div class='columns'>{inner}</div>")
+        elif isinstance(b, Heading):
             parts.append(f"<h{b.level}>{_inline(b.text)}</h{b.level}>")
         elif isinstance(b, Paragraph):
             muted = " class='muted'" if b.muted else ""
@@ -135,21 +154,22 @@ def to_html(blocks: list, title: str) -> str:
             parts.append(_html_table(b))
         elif isinstance(b, Image):
             encoded = base64.b64encode(b.png).decode("ascii")
-            parts.append(f"<p><img id='chart' alt='{e(b.alt)}' src='data:image/png;base64,{encoded}'></p>")
+            parts.append(f"<p><img id='{b.ident}' alt='{e(b.alt)}' src='data:image/png;base64,{encoded}'></p>")
         elif isinstance(b, Details):
             parts.append(f"<details><summary>{_inline(b.summary)}</summary><p>{e(b.text)}</p></details>")
         elif isinstance(b, Code):
-            parts.append(f"<pre>{e(b.text)}</pre>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+            parts.append(f"<pre class='{e(b.language)}'>{e(b.text)}</pre>" if b.language else f"<pre>{e(b.text)}</pre>")
+    return parts
 
 
 def _html_table(t: Table) -> str:
-    def cell(v):
+    def cell(column, v):
         text = html.escape(str(v))
-        return f"<td class='num'>{text}</td>" if text[:1].isdigit() else f"<td>{text}</td>"
+        number = text[:1].isdigit() and column not in t.text_columns
+        return f"<td class='num'>{text}</td>" if number else f"<td>{text}</td>"
 
     classes = t.classes or [""] * len(t.rows)
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in t.header)
-    body = "".join(f"<tr class='{cls}'>" + "".join(map(cell, row)) + "</tr>" for row, cls in zip(t.rows, classes))
+    body = "".join(f"<tr class='{cls}'>" + "".join(cell(i, v) for i, v in enumerate(row)) + "</tr>"
+                   for row, cls in zip(t.rows, classes))
     return f"<table id='{t.ident}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -73,8 +73,8 @@ def exp_show(all_commits: bool = False) -> list:
         raise UserError(f"could not run `dvc exp show` ({exc}); check that dvc is installed in this environment") from None
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise UserError(f"`dvc exp show` failed ({why}); run buildllm compare from the project's root, "
-                        "a git repository with DVC initialised")
+        raise UserError(f"`dvc exp show` failed ({why}); run buildllm compare (or report --experiment) from the "
+                        "project's root, a git repository with DVC initialised")
     text = done.stdout
     try:
         return json.loads(text[text.index("["):]) if "[" in text else []

@@ -1,9 +1,9 @@
-"""Write a Comparison as <out>.md, <out>.csv, <out>.png and one self-contained <out>.html.
+"""Write a Comparison as <out>.md, <out>.csv, <out>.png, <out>_curves.png and one self-contained <out>.html.
 
 Every file leads with the verdict and the controls, as the course asks: a speed-up means nothing
 until the controls are confirmed. The sections are built once, as blocks (buildllm/report/
 document.py), and written both as Markdown and as HTML; the HTML inlines its chart and its
-styles, so it opens the same with no network, mailed or archived. All four files are written
+styles, so it opens the same with no network, mailed or archived. All five files are written
 atomically.
 """
 
@@ -20,6 +20,7 @@ from buildllm.config import control_keys
 from buildllm.measure.noise import NOISY_CV, is_noisy
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison
+from buildllm.report.curves import TARGET_NOTE, time_to, write_curves
 from buildllm.report.document import Bullets, Code, Details, Heading, Image, Paragraph, Table, Verdict, to_html, to_markdown
 
 # The course's controls, always shown (the config knobs declared as controls, and what the plan
@@ -130,8 +131,20 @@ def results_rows(c: Comparison) -> list:
         ("training tokens/s (train stage)", list(map(number("{:,.0f}"), f["train_tokens_per_second"]))),
         ("training time (train stage)", list(map(duration, f["train_elapsed_seconds"]))),
         ("final validation loss (train stage)", list(map(number("{:.3f}"), f["final_validation_loss"]))),
+        (f"time to validation loss ≤ {c.target_loss:.2f} (train stage)" if c.target_loss is not None else
+         "time to a validation loss both reach (train stage)", time_to_target_cells(c)),
     ]
     return rows
+
+
+def time_to_target_cells(c: Comparison) -> list:
+    cells = []
+    for exp in c.experiments:
+        rows = c.curves.get(exp.name) or []
+        reached = time_to(rows, c.target_loss)
+        cells.append(NOT_RECORDED if not rows or c.target_loss is None else "not reached" if reached is None
+                     else f"{duration(reached[0])} (step {reached[1]:,})")
+    return cells
 
 
 def interval_note(c: Comparison) -> str:
@@ -217,7 +230,7 @@ def _sources(c: Comparison) -> str:
     return " and ".join(s for k, s in (("dvc", "`dvc exp show`"), ("folder", "metrics folders")) if k in kinds)
 
 
-def sections(c: Comparison, out: Path, png: bytes) -> list:
+def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> list:
     """The report, once: verdict, controls, results, chart, paired rounds, how to reproduce."""
     names = [e.name for e in c.experiments]
     shown, others = controls_shown(c)
@@ -237,7 +250,9 @@ def sections(c: Comparison, out: Path, png: bytes) -> list:
                Table(["figure", *names], [[label, *values] for label, values in results_rows(c)], "results")]
     if c.speedups_shown and c.speedups:
         blocks.append(Paragraph(interval_note(c)))
-    blocks += [Bullets(list(c.notes), "notes"), Image("Device comparison chart", f"{out.name}.png", png)]
+    blocks += [*([Paragraph(TARGET_NOTE)] if c.target_loss is not None else []), Bullets(list(c.notes), "notes"),
+               Image("Device comparison chart", f"{out.name}.png", png),
+               Image("Training curves", f"{out.name}_curves.png", curves_png, "curves")]
     if c.paired is not None:
         blocks += [Heading(2, "Paired re-measurements"), paired_table(c)]
     blocks.append(Heading(2, "Reproduce"))
@@ -265,19 +280,21 @@ def markdown(c: Comparison, out: Path) -> str:
     return to_markdown(sections(c, out, b""))
 
 
-def html_page(c: Comparison, out: Path, png: bytes) -> str:
-    return to_html(sections(c, out, png), "Device comparison: " + " vs ".join(e.name for e in c.experiments))
+def html_page(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> str:
+    title = "Device comparison: " + " vs ".join(e.name for e in c.experiments)
+    return to_html(sections(c, out, png, curves_png), title)
 
 
 def write_report(c: Comparison, out: Path) -> list:
-    """Write the four files next to each other; return their paths."""
+    """Write the five files next to each other; return their paths."""
     out = out.with_suffix("") if out.suffix in (".md", ".csv", ".png", ".html") else out
     base = out.parent / out.name
     png_path = write_chart(c, base.with_name(base.name + ".png"))
+    curves_path = write_curves(c.curves, c.target_loss, base.with_name(base.name + "_curves.png"))
     md_path, csv_path, html_path = (base.with_name(base.name + s) for s in (".md", ".csv", ".html"))
-    blocks = sections(c, out, png_path.read_bytes())
+    blocks = sections(c, out, png_path.read_bytes(), curves_path.read_bytes())
     atomic_write_text(md_path, to_markdown(blocks))
     with atomic_path(csv_path) as tmp:
         c.frame.to_csv(tmp, index=False)
     atomic_write_text(html_path, to_html(blocks, "Device comparison: " + " vs ".join(e.name for e in c.experiments)))
-    return [md_path, csv_path, png_path, html_path]
+    return [md_path, csv_path, png_path, html_path, curves_path]

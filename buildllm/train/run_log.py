@@ -1,30 +1,38 @@
-"""What a training run reports: its log as a DVC plot file, and at the end the flat metrics of
+"""What a training run reports: its log as DVC plot files, and at the end the flat metrics of
 metrics/train.json (with the same curves drawn as a PNG by plots.py).
 
-One CSV row per log interval (and per validation): `dvc plots diff` draws train and validation
-loss against the step for several experiments at once. Validation runs less often than logging,
-so its cell is empty on rows without one; the plot skips empty cells. The rows live in the
-checkpoint too, so a resumed run rewrites the file without the rows of the steps it redoes.
+One row per log interval (and per validation), twice: metrics/train_log.csv for people and
+spreadsheets, metrics/train_log.json for `dvc plots diff`, which overlays several experiments'
+loss against the step and against elapsed seconds (dvc.yaml `plots:`); DVC reads a CSV's cells as
+strings, a JSON file's numbers as numbers. Validation runs less often than logging, so its cell is
+empty (null) on rows without one; the plots skip those. The rows live in the checkpoint too, so a
+resumed run rewrites the files without the rows of the steps it redoes.
+
+elapsed_seconds is the run's training time so far, validation and checkpoint saves included and
+process start-up not: a clock that starts with the train loop and, on resume, continues from the
+value the checkpoint saved, so two devices' runs line up on one time axis however often they stopped.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import time
 from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
 from buildllm.metrics import write_metrics
-from buildllm.paths import metrics_path
+from buildllm.paths import TRAIN_LOG_CSV, TRAIN_LOG_JSON, metrics_path
 from buildllm.train import distributed
 from buildllm.train.against_estimate import against_estimate, describe as describe_estimate
 from buildllm.train.distributed import World
 from buildllm.train.plots import write_png
 
-COLUMNS = ("step", "tokens_seen", "train_loss", "validation_loss", "learning_rate", "tokens_per_second")
-LOG_PATH = Path("metrics/train_log.csv")
+COLUMNS = ("step", "tokens_seen", "train_loss", "validation_loss", "learning_rate", "tokens_per_second",
+           "elapsed_seconds")
+LOG_PATH, JSON_LOG_PATH = TRAIN_LOG_CSV, TRAIN_LOG_JSON
 
 
 class RunLog:
@@ -40,6 +48,7 @@ class RunLog:
         self.tokens_per_step = tokens_per_step  # this process's share of one optimizer step
         self.rows: list[dict] = []
         self.saves: list[tuple[float, int]] = []  # (seconds, bytes) of each checkpoint save
+        self.elapsed_before = 0.0  # training time of earlier sessions, as the resumed checkpoint saved it
         self._new_session()
 
     def _new_session(self) -> None:
@@ -53,9 +62,15 @@ class RunLog:
         if self.world.is_main:
             self.write_csv()
 
-    def restore(self, rows: list[dict], step: int) -> None:
-        """The rows a checkpoint of step `step` carried; later ones belong to steps a resume redoes."""
+    def restore(self, rows: list[dict], step: int, elapsed: float) -> None:
+        """The rows a checkpoint of step `step` carried (later ones belong to steps a resume redoes),
+        and the training time it had taken to get there."""
         self.rows = [row for row in rows if row["step"] <= step]
+        self.elapsed_before = elapsed
+
+    def elapsed(self) -> float:
+        """Training time of the whole run so far: earlier sessions' and this one's."""
+        return self.elapsed_before + time.perf_counter() - self.started
 
     def add_step(self, loss: float, seconds: float) -> None:
         self.steps, self.seconds = self.steps + 1, self.seconds + seconds
@@ -74,20 +89,23 @@ class RunLog:
         row = {"step": step, "tokens_seen": tokens_seen,
                "train_loss": sum(self._losses) / len(self._losses) if self._losses else None,
                "validation_loss": validation, "learning_rate": learning_rate,
-               "tokens_per_second": rate if seconds else None}
+               "tokens_per_second": rate if seconds else None, "elapsed_seconds": self.elapsed()}
         self.rows.append(row)
         self._losses, self._seconds = [], []
         if self.world.is_main:
             self.write_csv()
         return row
 
-    def write_csv(self, path: str | Path = LOG_PATH) -> Path:
+    def write_csv(self, path: str | Path = LOG_PATH, json_path: str | Path = JSON_LOG_PATH) -> Path:
+        """The rows as CSV and as JSON (a list of objects, every key in each: DVC needs that)."""
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         for row in self.rows:
             writer.writerow({key: _cell(row.get(key)) for key in COLUMNS})
         atomic_write_text(path, buffer.getvalue())
+        records = [{key: _number(row.get(key)) for key in COLUMNS} for row in self.rows]
+        atomic_write_text(json_path, json.dumps(records, indent=1) + "\n")
         return Path(path)
 
     def metrics(self, status: str, progress: dict, extra: dict) -> dict:
@@ -160,6 +178,12 @@ def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+def _number(value):
+    """A JSON cell: the number as written to the CSV (6 significant digits), null when there is none."""
+    cell = _cell(value)
+    return None if cell == "" else int(cell) if isinstance(value, int) else float(cell)
 
 
 def _exp(loss: float | None) -> float | None:

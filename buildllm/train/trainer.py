@@ -198,6 +198,7 @@ class Trainer:
             "rng": rng_state(), "signature": self.signature, "model_config": asdict(self.plan.model),
             "config": config_to_dict(self.config), "tokenizer": self.tokenizer, "device": self.device.device,
             "precision": self.plan.precision.precision, "log": list(self.log.rows),
+            "elapsed_seconds": self.log.elapsed(),
         }
 
     def load_state(self, state: dict) -> None:
@@ -208,7 +209,8 @@ class Trainer:
         self.step_count, self.tokens_seen = state["step"], state["tokens_seen"]
         self.train_seconds = state["train_seconds"]
         self.cursor.load(state["cursor"])
-        self.log.restore(state.get("log", []), self.step_count)
+        # A checkpoint from before elapsed_seconds was kept: its step time is the nearest record.
+        self.log.restore(state.get("log", []), self.step_count, state.get("elapsed_seconds", self.train_seconds))
         self.learning_rate = self.schedule.rate(max(0, self.step_count - 1))
         set_rng_state(state["rng"])
 

@@ -41,7 +41,8 @@ def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(project):
     assert (project / "plots" / "train_loss.png").read_bytes()[:4] == b"\x89PNG"
 
     plots = json.loads(run(["dvc", "plots", "show", "--json"], project).stdout)
-    assert {"Training loss", "plots/train_loss.png"} <= set(plots["data"])
+    assert {"Loss against step", "Loss against elapsed time", "Tokens per second against step",
+            "plots/train_loss.png"} <= set(plots["data"])
     assert "train" not in run(["dvc", "status", "train"], project).stdout  # up to date, outs recorded
 
     text = run([sys.executable, "-m", "buildllm", "generate", "--prompt", "The history of", "--max-new-tokens", "20",

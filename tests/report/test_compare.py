@@ -213,7 +213,7 @@ def test_the_report_records_how_to_reproduce(tmp_path):
 def test_all_four_files_hold_the_metrics(tmp_path):
     c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, BF16))
     paths = write_report(c, tmp_path / "cmp.html")  # a suffix on --out is dropped
-    assert [p.name for p in paths] == ["cmp.md", "cmp.csv", "cmp.png", "cmp.html"]
+    assert [p.name for p in paths] == ["cmp.md", "cmp.csv", "cmp.png", "cmp.html", "cmp_curves.png"]
     assert (tmp_path / "cmp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = {r["experiment"]: r for r in csv.DictReader(open(tmp_path / "cmp.csv"))}
     assert float(table["cpu-bf16"]["tokens_per_second"]) == 15000.0
@@ -300,7 +300,7 @@ def test_html_renders_offline_in_chromium(tmp_path):
     done = subprocess.run(check + [str(html_path)], capture_output=True, text=True, timeout=180)
     findings = json.loads(done.stdout)
     assert done.returncode == 0, findings["problems"]
-    assert findings["decoded"] == 1 and findings["chart_width"] > 500
+    assert findings["decoded"] == findings["images"] == 2 and findings["chart_width"] > 500  # bars, curves
     assert findings["tables"]["controls"][0] > 5 and findings["tables"]["results"][0] > 5
     assert findings["verdict"].startswith("Not an equal-budget comparison: batch_size")
     # The same page with its chart moved to the network must fail the check.
@@ -320,7 +320,7 @@ def test_a_quiet_speedup_carries_its_interval_and_is_a_result(tmp_path):
     assert "cpu-bf16 vs cpu-fp32: 1.50× (95% interval" in c.verdict
     f = c.frame.set_index("experiment")
     assert f.loc["cpu-bf16", "speedup_low"] == pytest.approx(s.low) and f.loc["cpu-bf16", "speedup_high"] == pytest.approx(s.high)
-    md, _, _, page = (Path(p) for p in write_report(c, tmp_path / "r"))
+    md, _, _, page, _ = (Path(p) for p in write_report(c, tmp_path / "r"))
     assert f"1.50× (95% interval {s.low:.2f}–{s.high:.2f}×; result)" in md.read_text()
     assert "class='verdict ok'" in page.read_text()
 

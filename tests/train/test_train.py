@@ -100,7 +100,7 @@ def test_a_run_writes_metrics_log_png_and_keeps_the_last_checkpoints(paths, work
     assert [p.name for p in checkpoint.list_checkpoints(workdir / "run")] == ["checkpoint_00000018.pt",
                                                                              "checkpoint_00000020.pt"]
     rows = (workdir / "metrics" / "train_log.csv").read_text().splitlines()
-    assert rows[0] == "step,tokens_seen,train_loss,validation_loss,learning_rate,tokens_per_second"
+    assert rows[0] == "step,tokens_seen,train_loss,validation_loss,learning_rate,tokens_per_second,elapsed_seconds"
     assert [r.split(",")[0] for r in rows[1:]] == [str(s) for s in range(0, 21, 2)]
     assert rows[-1].split(",")[3] != "" and rows[2].split(",")[3] == ""  # validation at step 20, not at 2
     assert (workdir / "plots" / "train_loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -117,6 +117,25 @@ def test_resume_with_a_different_schedule_is_refused_unless_forced(paths, workdi
     assert main(train_args(paths, workdir / "run", "--epochs", "2", "--force")) == 0
     m = metrics(workdir)
     assert m["resumed_from_step"] == 20 and m["optimizer_steps"] == 40 and m["session_steps"] == 20
+
+
+def test_elapsed_seconds_run_on_across_a_resume_and_the_json_log_keeps_numbers(paths, workdir):
+    """The log's time axis is the whole run's training time: a resumed session continues from what the
+    checkpoint saved, so the column never steps back; the JSON twin holds the same rows as numbers."""
+    assert main(train_args(paths, workdir / "run")) == 0
+    first = json.loads((workdir / "metrics" / "train_log.json").read_text())
+    saved = checkpoint.load(workdir / "run" / checkpoint.checkpoint_name(20))["elapsed_seconds"]
+    assert first[-1]["step"] == 20 and 0 < first[-1]["elapsed_seconds"] <= saved
+    assert main(train_args(paths, workdir / "run", "--epochs", "2", "--force")) == 0
+    rows = json.loads((workdir / "metrics" / "train_log.json").read_text())
+    assert rows[:len(first)] == first  # the first session's rows, as they were
+    elapsed = [row["elapsed_seconds"] for row in rows]
+    assert all(isinstance(e, float) for e in elapsed) and elapsed == sorted(elapsed)
+    assert rows[len(first)]["step"] == 22 and rows[len(first)]["elapsed_seconds"] > saved
+    assert rows[0]["train_loss"] is None and isinstance(rows[0]["validation_loss"], float)
+    assert set(rows[0]) == set(rows[1])  # every key in every row: DVC reads the list as data points only then
+    csv_rows = (workdir / "metrics" / "train_log.csv").read_text().splitlines()[1:]
+    assert [float(r.split(",")[-1]) for r in csv_rows] == elapsed
 
 
 def test_a_new_run_into_a_directory_with_other_files_is_refused(paths, workdir, capsys):

@@ -1,0 +1,91 @@
+"""Headless Chromium with networking off: what a self-contained page looks like, as a browser draws it.
+
+A report's HTML inlines its images and styles; drawing it with every host unresolvable and a dead
+proxy shows that it needs nothing else. Used for the run card's PNG (buildllm/report/run_card.py)
+and by scripts/check_report_html.py, which probes a page's images and tables.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from buildllm.atomic import atomic_path
+
+# Networking off: every name resolves to nothing and any proxy use hits a closed port.
+OFFLINE = ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--no-first-run", "--disable-gpu", "--no-sandbox", "--headless", "--hide-scrollbars"]
+# A script added to a copy of the page: after load it writes what it found into the DOM, which
+# `--dump-dom` prints. `extra` is more JavaScript object members (see check_report_html.py).
+PROBE = """<script>
+window.addEventListener('load', () => {
+  const box = (el) => el ? Math.round(el.getBoundingClientRect().height) : 0;
+  const images = [...document.images];
+  const result = {
+    images: images.length,
+    decoded: images.filter((i) => i.complete && i.naturalWidth > 0).length,
+    page_height_px: Math.ceil(document.documentElement.scrollHeight),
+    text: document.body.innerText,
+    fetched: performance.getEntriesByType('resource').map((e) => e.name),
+    %s
+  };
+  const out = document.createElement('pre');
+  out.id = 'probe-result';
+  out.textContent = JSON.stringify(result);
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def run_chromium(browser: str, args: list, profile: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    cmd = [browser, *OFFLINE, f"--user-data-dir={profile}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def probe(browser: str, page: Path, work: Path, extra: str = "", width: int = 1280) -> dict:
+    """What the page holds once Chromium has loaded it offline (see PROBE); {} if it rendered nothing."""
+    text = page.read_text(encoding="utf-8")
+    probed = work / "probed.html"
+    probed.write_text(text.replace("</body>", PROBE % extra + "</body>"), encoding="utf-8")
+    done = run_chromium(browser, ["--virtual-time-budget=10000", f"--window-size={width},1000", "--dump-dom",
+                                  probed.as_uri()], work / "profile-probe")
+    match = re.search(r'<pre id="probe-result">(.*?)</pre>', done.stdout, flags=re.S)
+    return json.loads(html.unescape(match.group(1))) if match else {}
+
+
+def screenshot(page: Path, png: Path, width: int = 1280, max_height: int = 16000) -> str | None:
+    """The whole page as a PNG drawn by headless Chromium offline, its height measured first.
+    Returns None when done, else why not (no Chromium, or it drew nothing)."""
+    browser = chromium()
+    if browser is None:
+        return "Chromium is not installed"
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        try:
+            found = probe(browser, page, tmp, width=width)
+            height = min(max(int(found.get("page_height_px") or 0), 400), max_height)
+            shot = tmp / "shot.png"
+            done = run_chromium(browser, [f"--window-size={width},{height}", f"--screenshot={shot}",
+                                          "--virtual-time-budget=10000", page.resolve().as_uri()],
+                                tmp / "profile-shot")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"Chromium failed ({exc})"
+        if not found or not shot.is_file() or shot.stat().st_size == 0:
+            return f"Chromium drew nothing (exit {done.returncode if found else 'probe'})"
+        with atomic_path(png) as target:
+            shutil.copyfile(shot, target)
+    return None

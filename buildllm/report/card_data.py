@@ -1,0 +1,129 @@
+"""What a run card shows, read from the files a run left: the workspace's, or an experiment's commit's.
+
+The stages' full records (metrics/<stage>.json), their notes (the `_reason` texts), the training log
+(metrics/train_log.json, or the CSV of runs made before it), the machine's fingerprint
+(metrics/machine.json) and the generated sample (metrics/sample.json). An experiment's files are
+read from its commit through git, as `buildllm compare` reads them (buildllm/report/experiments.py);
+a file an experiment carries unchanged from its baseline (its stage did not run) is its baseline's,
+not the experiment's, and is set aside with that reason. A metrics folder from another machine
+works too. Nothing is generated here: the sample comes from buildllm/report/sample.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from buildllm.paths import TRAIN_LOG_CSV as LOG_PATH, TRAIN_LOG_JSON as JSON_LOG_PATH, metrics_path
+from buildllm.report.sample import SAMPLE_PATH
+
+CARD_STAGES = ("dry_run", "benchmark", "estimate", "train", "machine")
+
+
+@dataclass
+class CardData:
+    name: str                  # "workspace", an experiment's name, or a metrics folder
+    rev: str                   # "workspace", the commit, or the folder
+    records: dict              # stage -> its metrics (absent stages are absent)
+    notes: dict                # stage -> its notes (reasons, full labels)
+    rows: list                 # the training log's rows, numbers as numbers (None: no value)
+    sample: dict | None        # metrics/sample.json
+    absent: dict = field(default_factory=dict)  # what is not shown as this run's, and why
+
+    def get(self, stage: str, key: str):
+        return self.records.get(stage, {}).get(key)
+
+    def note(self, stage: str, key: str):
+        """The full text of a reason or label: the notes' when the stage wrote one, else the metric's."""
+        return self.notes.get(stage, {}).get(key, self.get(stage, key))
+
+    def first(self, key: str, stages: tuple = ("train", "dry_run", "benchmark")):
+        """A fact of the plan from the first stage that recorded it: what the run used, else what was planned."""
+        for stage in stages:
+            value = self.get(stage, key)
+            if value is not None:
+                return value
+        return None
+
+    def reason(self, key: str, stages: tuple = ("train", "dry_run", "benchmark")):
+        for stage in stages:
+            value = self.notes.get(stage, {}).get(key)
+            if value is not None:
+                return value
+        return None
+
+
+class Files:
+    """Text of a project file in one place: the working tree, a commit, or a metrics folder."""
+
+    def __init__(self, rev: str, source: str = "dvc"):
+        self.rev, self.source = rev, source
+
+    def text(self, path: Path) -> str | None:
+        if self.source == "folder":
+            root = Path(self.rev)
+            root = root.parent if root.is_file() else root
+            for candidate in (root / path, root / path.name):
+                if candidate.is_file():
+                    return candidate.read_text(encoding="utf-8")
+            return None
+        if self.rev == "workspace":
+            return path.read_text(encoding="utf-8") if path.is_file() else None
+        shown = subprocess.run(["git", "show", f"{self.rev}:{path.as_posix()}"], capture_output=True, text=True)
+        return shown.stdout if shown.returncode == 0 else None
+
+    def json(self, path: Path):
+        text = self.text(path)
+        try:
+            return json.loads(text) if text else None
+        except json.JSONDecodeError:
+            return None
+
+
+def log_rows(files: Files) -> list:
+    """The training log: the JSON twin, or for runs made before it the CSV, its cells read as numbers."""
+    rows = files.json(JSON_LOG_PATH)
+    if isinstance(rows, list):
+        return [r for r in rows if isinstance(r, dict)]
+    text = files.text(LOG_PATH)
+    if not text:
+        return []
+    return [{k: (float(v) if v not in ("", None) else None) for k, v in r.items()}
+            for r in csv.DictReader(io.StringIO(text))]
+
+
+def read_card(name: str = "workspace", rev: str = "workspace", source: str = "dvc", carried: tuple = ()) -> CardData:
+    """The card's data from one place; `carried`: stages whose files are the baseline's (not shown)."""
+    files = Files(rev, source)
+    records, notes, absent = {}, {}, {}
+    for stage in CARD_STAGES:
+        if stage in carried:
+            absent[metrics_path(stage).as_posix()] = "its baseline's: the stage did not run in this experiment"
+            continue
+        record = files.json(metrics_path(stage))
+        if isinstance(record, dict):
+            records[stage] = record
+            found = files.json(metrics_path(f"{stage}_notes"))
+            notes[stage] = found if isinstance(found, dict) else {}
+        else:
+            absent[metrics_path(stage).as_posix()] = "absent"
+    trained = "train" not in carried
+    rows = log_rows(files) if trained else []
+    sample = files.json(SAMPLE_PATH) if trained else None
+    if not trained:
+        absent[JSON_LOG_PATH.as_posix()] = absent[SAMPLE_PATH.as_posix()] = "its baseline's, with train"
+    return CardData(name=name, rev=rev, records=records, notes=notes, rows=rows,
+                    sample=sample if isinstance(sample, dict) else None, absent=absent)
+
+
+def read_named(name: str) -> CardData:
+    """An experiment, commit, branch or metrics folder, found as `buildllm compare` finds it."""
+    from buildllm.report.experiments import exp_show, select
+
+    chosen, _ = select([name], exp_show, lambda: exp_show(all_commits=True))
+    exp = chosen[0]
+    return read_card(exp.name, exp.rev, exp.source, tuple(exp.carried))

@@ -1,0 +1,43 @@
+"""A short text from the trained checkpoint, for the run card: what the loss figures read like.
+
+Fixed settings, so two runs' samples differ only by their weights: the prompt "The", 60 new
+tokens sampled at temperature 0.8 among the 50 likeliest, the run's seed, on the CPU (a few
+dozen single-token steps with the KV cache: cheap on any machine, and the same draws on every
+device, buildllm/train/generate.py). Written to metrics/sample.json with the checkpoint's step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from buildllm.atomic import atomic_write_text
+from buildllm.config import Config
+from buildllm.errors import UserError
+
+SAMPLE_PATH = Path("metrics/sample.json")
+PROMPT, NEW_TOKENS, TEMPERATURE, TOP_K = "The", 60, 0.8, 50
+
+
+def make_sample(config: Config) -> dict:
+    """The sample and how it was drawn, or why there is none (no checkpoint yet)."""
+    from buildllm.train.generate import checkpoint_file, checkpoint_tokenizer, generate_ids, load_model
+
+    settings = {"prompt": PROMPT, "new_tokens": NEW_TOKENS, "temperature": TEMPERATURE, "top_k": TOP_K,
+                "seed": config.seed, "device": "cpu"}
+    try:
+        path = checkpoint_file(config.train.checkpoint_directory)
+        model, state = load_model(path, "cpu")
+        encoder = checkpoint_tokenizer(state.get("tokenizer", ""), config.train.tokenizer, path,
+                                       model.config.vocab_size)
+    except UserError as exc:
+        return {**settings, "missing_reason": str(exc)}
+    ids = generate_ids(model, encoder.encode(PROMPT).ids, NEW_TOKENS, temperature=TEMPERATURE, top_k=TOP_K,
+                       seed=config.seed)
+    return {**settings, "text": encoder.decode(ids), "checkpoint_step": state["step"], "checkpoint": path.name}
+
+
+def write_sample(config: Config, path: Path = SAMPLE_PATH) -> dict:
+    sample = make_sample(config)
+    atomic_write_text(path, json.dumps(sample, indent=2, ensure_ascii=False) + "\n")
+    return sample

@@ -1,0 +1,113 @@
+"""End to end with real DVC in a throw-away repo: `dvc repro` leaves a run card that renders offline,
+and two experiments' training logs overlay in `dvc plots diff` and in `buildllm compare`.
+
+One module-scoped project runs the whole bounded pipeline (tiny preset, a few steps), then two
+experiments of the same controls that differ in precision (this machine has no second device; a
+CPU run and a CUDA run compare the same way).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import copy_project, run
+from test_run_card import png_size
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+BOUNDED = {"preset": "tiny", "benchmark.warmup_steps": 1, "benchmark.measured_steps": 4, "benchmark.intervals": 2,
+           "train.training_examples": 256, "train.validation_examples": 32, "train.log_interval": 2,
+           "train.eval_interval": 4, "train.checkpoint_interval": 8}
+EXPERIMENTS = {"cpu-fp32": "precision=fp32", "cpu-bf16": "precision=bf16"}
+PLOTS = ("Loss against step", "Loss against elapsed time", "Tokens per second against step")
+
+
+def exp_ref(repo: Path, name: str) -> str:
+    refs = run(["git", "for-each-ref", "--format=%(objectname)", f"refs/exps/**/{name}"], repo).stdout.split()
+    assert len(refs) == 1, refs
+    return refs[0]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Path:
+    project = copy_project(tmp_path_factory.mktemp("card") / "project")
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    for dotted, value in BOUNDED.items():
+        *parents, leaf = dotted.split(".")
+        node = params
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(["dvc", "repro"], project)
+    run(["git", "add", "-A"], project)
+    run(["git", "commit", "-qm", "baseline: the bounded pipeline, run"], project)
+    for name, setting in EXPERIMENTS.items():
+        run(["dvc", "exp", "run", "-n", name, "-S", "device=cpu", "-S", setting], project)
+    return project
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="needs headless Chromium (Debian: apt-get install -y chromium)")
+def test_dvc_repro_leaves_a_run_card_that_renders_offline(lab, tmp_path):
+    assert "report" not in run(["dvc", "status", "report"], lab).stdout  # its outputs recorded, up to date
+    sample = json.loads((lab / "metrics" / "sample.json").read_text())
+    shot = tmp_path / "shot.png"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_report_html.py"),
+                           str(lab / "plots" / "run_card.html"), "--tables", "headline", "plan", "memory",
+                           "--screenshot", str(shot)], capture_output=True, text=True, timeout=300)
+    findings = json.loads(done.stdout)
+    assert done.returncode == 0, findings["problems"]
+    assert findings["images"] == findings["decoded"] == 4 and findings["fetched"] == []
+    text = findings["text"]
+    precision = json.loads((lab / "metrics" / "train.json").read_text())["precision"]  # the last experiment's
+    assert f"Run card: tiny on cpu ({precision})" in text and "headless Chromium, networking off" in text
+    assert sample["text"].split()[-1] in text and f"checkpoint step {sample['checkpoint_step']}" in text
+    # A full pipeline recorded every stage the card reads but the machine fingerprint (not a stage yet).
+    assert "% of a " in text and "GFLOP/s peak (measured" in text and "metrics/machine.json is absent" in text
+    for shown in (shot, lab / "plots" / "run_card.png"):  # the test's screenshot and the stage's own PNG
+        width, height = png_size(shown)
+        assert width == 1280 and height >= 1500 and shown.stat().st_size > 100_000
+
+
+def test_dvc_plots_diff_overlays_both_experiments_with_numbers(lab):
+    out = run(["dvc", "plots", "diff", *EXPERIMENTS, "--json"], lab).stdout
+    plots = json.loads(out)["data"]
+    for plot in PLOTS:
+        values = plots[plot][0]["content"]["data"]["values"]
+        revs = {v["rev"] for v in values}
+        assert set(EXPERIMENTS) <= revs, (plot, revs)
+        for v in values:
+            assert isinstance(v["step"], int) and isinstance(v["elapsed_seconds"], float), v
+            assert all(v[k] is None or isinstance(v[k], float) for k in ("train_loss", "validation_loss"))
+        for name in EXPERIMENTS:  # one series per experiment and y field, in the order of the log
+            for field in {v.get("field") for v in values}:  # a plot of one y field has none
+                mine = [v for v in values if v["rev"] == name and v.get("field") == field]
+                elapsed = [v["elapsed_seconds"] for v in mine]
+                assert len(mine) > 4 and elapsed == sorted(elapsed), (plot, name, field)
+
+
+def test_compare_overlays_the_curves_and_times_a_loss_both_reach(lab):
+    run([sys.executable, "-m", "buildllm", "compare", *EXPERIMENTS, "--out", "cmp"], lab)
+    md = (lab / "cmp.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| time to validation loss ≤"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert len(cells) == 3 and all(" (step " in c for c in cells[1:]), row
+    assert png_size(lab / "cmp_curves.png")[0] > 1000
+    assert (lab / "cmp.html").read_text().count("data:image/png;base64,") == 2
+
+
+def test_the_card_of_a_named_experiment_is_read_from_its_commit(lab):
+    run([sys.executable, "-m", "buildllm", "report", "--experiment", "cpu-bf16"], lab)
+    page = (lab / "reports" / "run_card_cpu-bf16.html").read_text()
+    committed = json.loads(run(["git", "show", f"{exp_ref(lab, 'cpu-bf16')}:metrics/sample.json"], lab).stdout)
+    assert "Run card: tiny on cpu (bf16), experiment cpu-bf16" in page
+    assert html.escape(committed["text"].split()[-1]) in page
