@@ -9,6 +9,7 @@ is the one flat record of them that the startup line, the metrics files and the 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -16,17 +17,21 @@ from dataclasses import dataclass, field
 
 import torch
 
-from buildllm import optimizer
+from buildllm import optimizer, tuned
 from buildllm.compile_choice import CompileDecision, decide_compile
 from buildllm.config import Config, profile_for
 from buildllm.data.windows import Windows, batches_per_epoch, load_tokens, planned_steps
 from buildllm.device.device import Device
+from buildllm.device.machine import fingerprint, machine_id
 from buildllm.device.precision import PrecisionDecision, apply_matmul_settings, resolve_precision
 from buildllm.device.resolve import resolve_device
 from buildllm.errors import ConfigError, UserError
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.paths import token_paths
-from buildllm.profiles import Profile, selected
+from buildllm.profiles import Profile
+
+# torch's own thread count, read before any plan sets one: `threads: null` starts from it.
+DEFAULT_THREADS = torch.get_num_threads()
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,7 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
                           f"{model.n_embd} / n_head {model.n_head} = {model.head_dim}; change model.n_head or model.n_embd")
     device = resolve_device(config.device)
     defaults = profile.runtime(device.runtime_defaults)
-    precision = resolve_precision(config.precision, device, defaults.precision)
-    decisions = {"device": f"{device.device}: {device.reason}", "precision": precision.reason}
+    decisions = {"device": f"{device.device}: {device.reason}"}
 
     def pick(name: str, explicit, default):
         if explicit is not None:
@@ -77,28 +81,45 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         decisions[name] = f"{default}: profile {profile.name}'s {device.runtime_defaults} default"
         return default
 
-    batch_size = pick("batch_size", config.train.batch_size, defaults.batch_size)
-    workers = pick("workers", config.train.workers, defaults.workers)
-    learning_rate = pick("learning_rate", config.train.learning_rate, defaults.learning_rate)
-    threads = config.train.threads or torch.get_num_threads()
-    decisions["threads"] = (f"{threads}: torch's default for this machine" if config.train.threads is None
-                            else f"requested: {threads}")
+    t = config.train
+    batch_size = pick("batch_size", t.batch_size, defaults.batch_size)
+    # This machine's tune figures for this profile, device, shape and batch (or why there are none).
+    record, why_not = tuned.lookup(this_machine(), profile.name, device.device, batch_size,
+                                   tuned.shape_label(model, t.gradient_checkpointing))
+    precision = resolve_precision(config.precision, device, defaults.precision,
+                                  lambda default: tuned.precision_choice(record, why_not, device.kind, default))
+    decisions["precision"] = precision.reason
+    workers = pick("workers", t.workers, defaults.workers)
+    learning_rate = pick("learning_rate", t.learning_rate, defaults.learning_rate)
+    if t.threads is not None:
+        threads, decisions["threads"] = t.threads, f"requested: {t.threads}"
+    elif device.threads_apply:
+        threads, decisions["threads"] = tuned.threads_choice(record, why_not, DEFAULT_THREADS)
+    else:
+        threads, decisions["threads"] = DEFAULT_THREADS, f"{DEFAULT_THREADS}: torch's default for this machine"
     # torchrun says how many processes share the run; each takes batch_size of every global batch.
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     examples = training_examples if training_examples is not None else count_training_examples(config, model)
-    t = config.train
     steps = None if examples is None else planned_steps(batches_per_epoch(examples, batch_size * processes),
                                                         t.epochs, t.grad_accum)
-    # A measurement of compile applies to the profile's own shape, batch and precision only.
-    base = selected(config.iteration, config.preset)
-    same_shape = (model == base.model and batch_size == defaults.batch_size)
-    compiled = decide_compile(t.compile, profile.name, device.kind, steps, same_shape, precision.precision)
+    # Compile figures measured here apply to the shape, batch and precision they were taken at only.
+    compiled = decide_compile(t.compile, steps, precision.precision, *tuned.compile_figures(record, why_not))
     decisions["compile"] = compiled.reason
     fused, fused_reason = optimizer.fused_adamw_support(device.device)
     decisions["fused_adamw"] = fused_reason
     parameters = build_model(model, "meta").num_parameters()
     return RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
                    parameters, processes, examples, steps, compiled, fused, fused_reason, decisions)
+
+
+@functools.lru_cache(maxsize=4)
+def _machine_id(override: str) -> str:
+    return machine_id(fingerprint())
+
+
+def this_machine() -> str:
+    """This machine's id (device/machine.py), computed once per process (and per test override)."""
+    return _machine_id(os.environ.get("BUILDLLM_MACHINE_OVERRIDE", ""))
 
 
 def count_training_examples(config: Config, model: GPTConfig) -> int | None:

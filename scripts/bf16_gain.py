@@ -1,30 +1,20 @@
 """bf16 autocast against fp32 on this CPU, per profile: Trainer.step() speed, interleaved in one process.
 
-    python scripts/bf16_gain.py --profiles iteration1 student small --rounds 12 --write
+    python scripts/bf16_gain.py --profiles iteration1 student small --rounds 12
 
 Two trainers (fp32 and bf16 autocast) on the same random tokens take turns: a few steps of one, a
 few of the other, round after round, so a competing job slows both alike; the figure is the median
-of the per-round time ratios. --write stores it with its source in
-buildllm/device/cpu_bf16_measurements.yaml, which the dry run and the benchmark quote where the CPU
-has native bf16 (buildllm/device/cpu_bf16.py). fp32 stays the CPU default either way.
+of the per-round time ratios, printed. A lab script over several profiles: what decides
+`precision: auto` is `buildllm tune`'s measurement on the machine that runs, in metrics/tune.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
 import statistics
 import time
-from pathlib import Path
-
-import torch
-import yaml
 
 from random_tokens import PROFILES, cpu_plan, random_token_trainer
-
-ROOT = Path(__file__).resolve().parent.parent
-FIGURES = ROOT / "buildllm" / "device" / "cpu_bf16_measurements.yaml"
 
 
 def main() -> None:
@@ -34,12 +24,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--steps", type=int, default=2, help="steps per turn")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    from buildllm.device.hardware import processor_name
-
-    figures = (yaml.safe_load(FIGURES.read_text()) if FIGURES.exists() else None) or {}
-    load = os.getloadavg()[0]
     for profile in args.profiles:
         total = args.warmup + args.rounds * args.steps
         sides = {p: random_token_trainer(cpu_plan(profile, p, args.threads, settings={"train.compile": "false"}), total)
@@ -57,18 +42,8 @@ def main() -> None:
                 seconds[name] = time.perf_counter() - begin
             ratios.append(seconds["fp32"] / seconds["bf16"])
         speedup = statistics.median(ratios)
-        name = sides["fp32"].plan.profile.name
         print(f"{profile}: bf16 autocast x{speedup:.3f} fp32's speed (median of {args.rounds} rounds, "
               f"min {min(ratios):.3f}, max {max(ratios):.3f})", flush=True)
-        figures.setdefault(name, {})["bf16_speedup"] = round(speedup, 3)
-        figures[name]["source"] = (f"scripts/bf16_gain.py, {args.rounds} interleaved rounds of {args.steps} steps, "
-                                   f"{args.threads} threads, torch {torch.__version__}, {processor_name()}, "
-                                   f"load average {load:.1f} at start, {datetime.date.today().isoformat()}")
-    if args.write:
-        header = ("# bf16 autocast / fp32 training-step speed on a CPU with native bf16, per profile\n"
-                  "# (scripts/bf16_gain.py --write); quoted by the dry run and the benchmark.\n")
-        FIGURES.write_text(header + yaml.safe_dump(figures, sort_keys=True))
-        print(f"written to {FIGURES}")
 
 
 if __name__ == "__main__":

@@ -1,22 +1,20 @@
 """torch.compile on this machine, per profile: compile seconds and steady speed-up of Trainer.step().
 
-    python scripts/compile_gain.py --profiles iteration1 student small --processes 2 --write
+    python scripts/compile_gain.py --profiles iteration1 student small --processes 2
 
 Each fresh process (with a cold inductor cache) builds a plain and a compiled trainer and times
 their first --warmup steps (compilation lands there); then they take turns, --steps steps each,
 for --rounds rounds, so a competing job slows both alike. Compile seconds = compiled warm-up minus
-plain warm-up; speed-up = median over the turns of plain time / compiled time; medians over processes.
---write stores the figures, with their source, in buildllm/train/compile_measurements.yaml, where
-`train.compile: auto` reads them (buildllm/compile_choice.py).
+plain warm-up; speed-up = median over the turns of plain time / compiled time; medians over processes,
+printed. A lab script over several profiles and fresh processes: what decides `train.compile: auto`
+is `buildllm tune`'s measurement on the machine that runs, in metrics/tune.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -24,13 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-import yaml
-
 from random_tokens import PROFILES, cpu_plan, random_token_trainer
 
 ROOT = Path(__file__).resolve().parent.parent
-FIGURES = ROOT / "buildllm" / "train" / "compile_measurements.yaml"
 
 
 def trainer(args, compiled: bool):
@@ -80,15 +74,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6, help="turns of --steps steps each side takes")
-    parser.add_argument("--write", action="store_true", help=f"store the figures in {FIGURES.relative_to(ROOT)}")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         args.profile = args.profiles[0]
         return child(args)
-    figures = yaml.safe_load(FIGURES.read_text()) if FIGURES.exists() else {}
-    figures = figures or {}
-    load = os.getloadavg()[0]
     for profile in args.profiles:
         compile_seconds, speedups, plain_steps = [], [], []
         for run in range(args.processes):
@@ -102,22 +92,8 @@ def main() -> None:
         entry = {"compile_seconds": round(statistics.median(compile_seconds), 1),
                  "speedup": round(statistics.median(speedups), 3),
                  "plain_step_seconds": round(statistics.median(plain_steps), 4), "precision": "fp32",
-                 "source": (f"scripts/compile_gain.py, {args.processes} processes of {args.rounds} interleaved turns, "
-                            f"cold inductor cache, {args.threads} threads, fp32, "
-                            f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-                            f"{os.cpu_count()} CPUs, load average {load:.1f} at start, "
-                            f"{datetime.date.today().isoformat()}")}
+                 "processes": args.processes, "threads": args.threads, "load_average": round(os.getloadavg()[0], 1)}
         print(f"{profile}: {json.dumps(entry)}", flush=True)
-        figures.setdefault(profile_name(profile), {})["cpu"] = entry
-    if args.write:
-        header = ("# torch.compile measured per profile and device kind (scripts/compile_gain.py --write).\n"
-                  "# `train.compile: auto` compiles when the speed-up pays back compile_seconds within the run.\n")
-        FIGURES.write_text(header + yaml.safe_dump(figures, sort_keys=True))
-        print(f"written to {FIGURES}")
-
-
-def profile_name(profile: str) -> str:
-    return "gpt_first_cpu" if profile == "iteration1" else profile
 
 
 if __name__ == "__main__":
