@@ -17,6 +17,7 @@ import torch
 
 from buildllm import __version__
 from buildllm.device.device import Device, processor_name
+from buildllm.device.machine import fingerprint, machine_id
 from buildllm.device.resolve import mps_available, resolve_device, why_no_cuda, xla_available
 
 
@@ -77,7 +78,8 @@ def environment(device: Device) -> dict:
         info["bf16_supported"] = True
     info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     info["cpu_bf16_native"] = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    info.update(resolved_device=device.device, device_reason=device.reason, machine=machine_name(device))
+    info.update(resolved_device=device.device, device_reason=device.reason, machine=machine_name(device),
+                machine_id=machine_id(fingerprint()))
     return info
 
 

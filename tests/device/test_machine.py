@@ -1,0 +1,49 @@
+"""The machine fingerprint: what decides speed, nothing volatile, one id per machine."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from buildllm.device.machine import MACHINE_FILE, OVERRIDE, fingerprint, machine_id, write_machine
+from buildllm.errors import UserError
+
+
+def test_fingerprint_names_this_machine_and_its_id_is_stable(monkeypatch):
+    monkeypatch.delenv(OVERRIDE, raising=False)
+    record = fingerprint()
+    for key in ("cpu_model", "physical_cores", "logical_cores", "avx2", "avx512", "avx512_bf16", "amx",
+                "memory_total_gib", "torch_version", "cuda_version", "driver_version", "auto_device"):
+        assert key in record, key
+    assert record["logical_cores"] >= record["physical_cores"] >= 1 and record["memory_total_gib"] > 0
+    assert fingerprint() == record  # nothing volatile: free memory, load and time are not in it
+    identity = machine_id(record)
+    assert re.fullmatch(r"[a-z0-9-]+-[0-9a-f]{8}", identity) and identity == machine_id(dict(record))
+    assert machine_id({**record, "logical_cores": record["logical_cores"] + 1}) != identity
+
+
+def test_override_is_merged_and_changes_the_id(monkeypatch):
+    monkeypatch.delenv(OVERRIDE, raising=False)
+    here = fingerprint()
+    monkeypatch.setenv(OVERRIDE, json.dumps({"cpu_model": "Other CPU 9000", "avx512_bf16": False}))
+    other = fingerprint()
+    assert other["cpu_model"] == "Other CPU 9000" and other["machine_override"] is True
+    assert machine_id(other).startswith("other-9000-") and machine_id(other) != machine_id(here)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"gpus": [1]}'])
+def test_a_bad_override_is_one_clear_error(monkeypatch, text):
+    monkeypatch.setenv(OVERRIDE, text)
+    with pytest.raises(UserError, match=OVERRIDE):
+        fingerprint()
+
+
+def test_the_stage_file_is_byte_identical_on_the_same_machine(workdir, monkeypatch):
+    monkeypatch.delenv(OVERRIDE, raising=False)
+    record = write_machine()
+    first = (workdir / MACHINE_FILE).read_bytes()
+    write_machine()
+    assert (workdir / MACHINE_FILE).read_bytes() == first
+    assert json.loads(first)["machine_id"] == record["machine_id"] == machine_id(fingerprint())
