@@ -113,7 +113,10 @@ def measure_precision(config: Config, plans: dict[str, RunPlan], train, validati
                          warmup=0, rounds=rounds, soft_deadline=budget.share("precision"),
                          hard_deadline=budget.end, min_rounds=MIN_ROUNDS, clock=device.timed)
     figures: dict = {"reference": "fp32", "steps_per_turn": k, **compare(seconds, "fp32")}
-    if len(seconds["fp32"]) < rounds:
+    if not seconds["fp32"]:
+        figures["skipped"] = "no time left in tune.seconds after building the trainers"
+        skipped.append(f"precision: {figures['skipped']}")
+    elif len(seconds["fp32"]) < rounds:
         skipped.append(f"precision: {len(seconds['fp32'])} of {rounds} rounds, to stay within tune.seconds")
     steps = trainers["fp32"].step_count
     check: dict = {"steps": steps, "tolerance": config.tune.loss_tolerance, "tokens": tokens, "done": False}
