@@ -87,7 +87,7 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     record, why_not = tuned.lookup(this_machine(), profile.name, device.device, batch_size,
                                    tuned.shape_label(model, t.gradient_checkpointing))
     precision = resolve_precision(config.precision, device, defaults.precision,
-                                  lambda default: tuned.precision_choice(record, why_not, device.kind, default))
+                                  lambda default: tuned.precision_choice(record, why_not, default))
     decisions["precision"] = precision.reason
     workers = pick("workers", t.workers, defaults.workers)
     learning_rate = pick("learning_rate", t.learning_rate, defaults.learning_rate)

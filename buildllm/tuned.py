@@ -68,16 +68,16 @@ def ratio_text(figure: dict) -> str:
             f"{figure['pairs']} pairs)")
 
 
-def precision_choice(record: dict | None, why_not: str, device_kind: str, default: str) -> tuple[str, str]:
-    """(precision, reason) for `precision: auto`. On the CPU fp32 stays unless bf16 was measured
-    conclusively faster (its whole paired interval above 1) *and* the short run's validation losses
-    agree within the stated tolerance. Elsewhere the device's low-precision default stays unless it
-    was measured conclusively slower than fp32."""
+def precision_choice(record: dict | None, why_not: str, default: str) -> tuple[str, str]:
+    """(precision, reason) for `precision: auto`, from the device's default. Where that is fp32 (the
+    CPU, MPS), bf16 replaces it only if measured conclusively faster (its whole paired interval
+    above 1) *and* the short run's validation losses agree within the stated tolerance. Where it is
+    a low precision (GPUs), it stays unless measured conclusively slower than fp32."""
     if record is None:
         return default, why_not
     figures = record.get("precision", {})
     where = f"at {record['profile']}"
-    if device_kind == "cpu":
+    if default == "fp32":
         bf16 = figures.get("bf16")
         if bf16 is None:
             return default, f"measured here: bf16 not measured ({figures.get('skipped', 'no figures')}): {default}"
@@ -92,9 +92,6 @@ def precision_choice(record: dict | None, why_not: str, device_kind: str, defaul
         if abs(check["bf16"] - check["fp32"]) > check["tolerance"]:
             return default, f"{speed}, but {losses}: keeping {default}"
         return "bf16", f"{speed} and {losses}: bf16"
-    if default == "fp32":  # MPS: fp32 stays its default; its low-precision figures are quoted
-        said = "; ".join(f"{p} {ratio_text(f)}" for p, f in figures.items() if p in ("bf16", "fp16"))
-        return default, f"measured here: {said or 'nothing'} fp32's speed {where}; fp32 stays this device's default"
     low = figures.get(default)
     if low is None:
         return default, f"measured here: {default} not measured ({figures.get('skipped', 'no figures')}): {default}"

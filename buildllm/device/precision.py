@@ -80,6 +80,15 @@ def _auto_rule(device: Device) -> tuple[str, str]:
     return "fp32", "auto: CPU training defaults to fp32 (bf16 autocast when asked for, or measured faster here)"
 
 
+def tunable_precisions(device: Device) -> list[str]:
+    """fp32 first (the reference `buildllm tune` measures against), then the low precisions this
+    device trains in: bf16 autocast on the CPU and XLA, bf16 (Ampere and newer) and fp16 with
+    gradient scaling on CUDA, fp16 on MPS."""
+    if device.kind == "cuda":
+        return ["fp32", *(["bf16"] if cuda_has_bf16(device) else []), "fp16"]
+    return {"cpu": ["fp32", "bf16"], "mps": ["fp32", "fp16"], "xla": ["fp32", "bf16"]}.get(device.kind, ["fp32"])
+
+
 def _refuse_unsupported(precision: str, device: Device) -> None:
     if device.kind == "cuda" and precision == "bf16" and not cuda_has_bf16(device):
         major, minor = cuda_capability(device)

@@ -35,10 +35,9 @@ from tqdm import tqdm
 from buildllm import tuned
 from buildllm.compile_choice import decide_compile
 from buildllm.config import Config, with_overrides
-from buildllm.data.windows import Windows, load_windows
+from buildllm.data.windows import windows_or_random
 from buildllm.device.device import processor_name
-from buildllm.device.precision import cuda_has_bf16
-from buildllm.errors import UserError
+from buildllm.device.precision import resolve_precision, tunable_precisions
 from buildllm.measure.pairs import compare, interleave
 from buildllm.measure.tune_compile import measure_compile
 from buildllm.model import fused_loss
@@ -51,28 +50,6 @@ SHARES = {"precision": 0.35, "threads": 0.12, "loss_chunk": 0.06, "attention": 0
 MIN_ROUNDS, MAX_ROUNDS = 6, 40
 MIN_COMPILE_SECONDS = 30.0   # a cold compile at iteration 1 took about 40 s on 2 cores: less cannot finish
 TURN_SECONDS = 0.3           # a turn runs enough steps to last about this long (a single step is noisier)
-
-
-def precisions(plan: RunPlan) -> list[str]:
-    """fp32 first (the reference), then the low precisions this device can train in."""
-    kind = plan.device.kind
-    if kind == "cuda":
-        return ["fp32", *(["bf16"] if cuda_has_bf16(plan.device) else []), "fp16"]
-    return {"cpu": ["fp32", "bf16"], "mps": ["fp32", "fp16"], "xla": ["fp32", "bf16"]}.get(kind, ["fp32"])
-
-
-def token_windows(config: Config, plan: RunPlan) -> tuple[Windows, Windows, str]:
-    """The token files' windows when they exist, else seeded random tokens (a step costs the same;
-    a loss measured on them says nothing): (train, validation, which)."""
-    try:
-        train, validation = load_windows(config, plan.model)
-        return train, validation, "real"
-    except UserError:
-        length = plan.model.sequence_length
-        generator = torch.Generator().manual_seed(config.seed)
-        count = 16 * plan.batch_size * length + 1
-        tokens = torch.randint(plan.model.vocab_size, (count,), generator=generator)
-        return Windows(tokens, length), Windows(tokens[: 4 * plan.batch_size * length + 1], length), "random"
 
 
 class Budget:
@@ -228,11 +205,11 @@ def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
 
 def decisions(record: dict, plan: RunPlan) -> dict:
     """What the plan's rules (buildllm/tuned.py) make of this record: {decision: reason}."""
-    kind = plan.device.kind
-    default = "fp32" if kind in ("cpu", "mps") else precisions(plan)[1]
-    precision, why = tuned.precision_choice(record, "", kind, default)
+    device = plan.device
+    default = resolve_precision("auto", device, plan.profile.runtime(device.runtime_defaults).precision).precision
+    precision, why = tuned.precision_choice(record, "", default)
     out = {"precision": f"{precision}: {why}"}
-    if kind == "cpu":
+    if device.threads_apply:
         out["threads"] = tuned.threads_choice(record, "", DEFAULT_THREADS)[1]
     out["compile"] = decide_compile("auto", plan.planned_steps, "fp32", *tuned.compile_figures(record, "")).reason
     out["loss_chunk"] = tuned.chunk_choice(record, "", record.get("loss_chunk", {}).get("default_bytes", 0))[1]
@@ -249,8 +226,8 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
     announce("tune", reference, budget_seconds=config.tune.seconds, measures="precision, threads, loss chunk, "
              "attention, torch.compile")
     plans = {p: (reference if p == "fp32" else make_plan(with_overrides(config, {**fixed, "precision": p})))
-             for p in precisions(reference)}
-    train, validation, tokens = token_windows(config, reference)
+             for p in tunable_precisions(reference.device)}
+    train, validation, tokens = windows_or_random(config, reference.model, reference.batch_size)
     m = reference.model
     record: dict = {
         "machine_id": this_machine(), "profile": reference.profile.name, "device": device.device,

@@ -53,7 +53,7 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
 def child(params: str, settings: dict, deadline: float) -> dict:
     from buildllm.config import load_config, with_overrides
     from buildllm.measure.pairs import compare, interleave
-    from buildllm.measure.tune import token_windows
+    from buildllm.data.windows import windows_or_random
     from buildllm.plan import apply_plan, make_plan
     from buildllm.train.trainer import Trainer
 
@@ -62,7 +62,7 @@ def child(params: str, settings: dict, deadline: float) -> dict:
                                                      or "false"})) for name in ("plain", "compiled")}
     apply_plan(plans["plain"])
     device = plans["plain"].device
-    train, validation, _ = token_windows(config, plans["plain"])
+    train, validation, _ = windows_or_random(config, plans["plain"].model, plans["plain"].batch_size)
     scratch = tempfile.mkdtemp(prefix="buildllm-tune-compile-")
     trainers = {name: Trainer(plan, train, validation, directory=scratch) for name, plan in plans.items()}
     warmup = {}
