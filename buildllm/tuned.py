@@ -131,19 +131,20 @@ def compile_figures(record: dict | None, why_not: str) -> tuple[dict | None, str
     return figures, ""
 
 
-def chunk_choice(record: dict | None, why_not: str, default_bytes: int) -> tuple[int, str]:
-    """(bytes, reason) for the fused loss's chunk: the fastest size measured conclusively faster than
-    the default, else the default."""
+def chunk_choice(record: dict | None, why_not: str, default_rows: int) -> tuple[int | None, str]:
+    """(rows, reason) for the fused loss's rows per chunk: the fastest count measured conclusively
+    faster than the default, else the default; (None, why) without figures for this default, so
+    the plan's own rule (the default) stands."""
     if record is None:
-        return default_bytes, f"{default_bytes // 2**20} MiB: the default; {why_not}"
+        return None, why_not
     figures = record.get("loss_chunk")
-    if not figures or "skipped" in figures or figures.get("default_bytes") != default_bytes:
-        skipped = (figures or {}).get("skipped", "measured against another default")
-        return default_bytes, f"{default_bytes // 2**20} MiB: the default; measured here: not compared ({skipped})"
-    others = {int(b): f for b, f in figures["candidates"].items()}
-    said = "; ".join(f"{f['rows']} rows {ratio_text(f)}" for _, f in sorted(others.items()))
-    faster = {b: f for b, f in others.items() if f["low"] > 1.0}
+    if not figures or "skipped" in figures or figures.get("default_rows") != default_rows:
+        why = (figures or {}).get("skipped", "measured against another default")
+        return None, f"measured here: not compared ({why})"
+    others = {int(rows): f for rows, f in figures["candidates"].items()}
+    said = "; ".join(f"{rows} rows {ratio_text(f)}" for rows, f in sorted(others.items()))
+    faster = {rows: f for rows, f in others.items() if f["low"] > 1.0}
     if faster:
-        best = max(faster, key=lambda b: faster[b]["ratio"])
-        return best, f"{others[best]['rows']} rows: measured here against the default {figures['default_rows']}: {said}"
-    return default_bytes, f"{figures['default_rows']} rows (the default), kept; measured here against it: {said}"
+        best = max(faster, key=lambda rows: faster[rows]["ratio"])
+        return best, f"{best} rows: measured here against the default {default_rows}: {said}"
+    return default_rows, f"{default_rows} rows (the default), kept; measured here against it: {said}"

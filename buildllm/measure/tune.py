@@ -146,14 +146,23 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
     return {"default": default, "steps_per_turn": k, "candidates": compare(seconds, str(default))}
 
 
+def fused_loss_pass(x, weight, targets, chunk_rows: int) -> None:
+    """One forward + backward of the fused output layer and loss, `chunk_rows` rows at a time."""
+    fused_loss.CHUNK_BYTES = chunk_rows * 4 * weight.shape[0]
+    fused_loss.linear_cross_entropy(x, weight, targets).backward()
+
+
 def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
-    """The fused loss forward + backward at one micro-batch's rows, per chunk size (rows per chunk)."""
+    """The fused loss forward + backward at one micro-batch's rows, per chunk size (rows per chunk):
+    the default against half, double and four times as many."""
     m, device = plan.model, plan.device
     rows = plan.batch_size * m.sequence_length
     default_bytes = fused_loss.CHUNK_BYTES
     default_rows = fused_loss.chunk_rows(m.vocab_size, rows)
     options = sorted({r for r in (default_rows // 2, 2 * default_rows, 4 * default_rows) if 1 <= r <= rows}
                      - {default_rows})
+    if not options:
+        return {"default_rows": default_rows, "skipped": f"one chunk holds the whole micro-batch of {rows} rows"}
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(rows, m.n_embd, generator=generator).to(device.device).requires_grad_()
     weight = (0.02 * torch.randn(m.vocab_size, m.n_embd, generator=generator)).to(device.device).requires_grad_()
@@ -161,23 +170,21 @@ def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
 
     def turn(chunk_rows: int):
         def run():
-            fused_loss.CHUNK_BYTES = chunk_rows * 4 * m.vocab_size
-            fused_loss.linear_cross_entropy(x, weight, targets).backward()
+            fused_loss_pass(x, weight, targets, chunk_rows)
             x.grad = weight.grad = None
         return run
 
     try:
-        seconds = interleave({str(r): turn(r) for r in [default_rows, *options]},
-                             warmup=1, rounds=MAX_ROUNDS, soft_deadline=budget.share("loss_chunk"),
-                             hard_deadline=budget.end, min_rounds=MIN_ROUNDS, clock=device.timed)
+        seconds = interleave({str(r): turn(r) for r in [default_rows, *options]}, warmup=1, rounds=MAX_ROUNDS,
+                             soft_deadline=budget.share("loss_chunk"), hard_deadline=budget.end,
+                             min_rounds=MIN_ROUNDS, clock=device.timed)
     finally:
         fused_loss.CHUNK_BYTES = default_bytes
     if not seconds[str(default_rows)]:
         skipped.append("loss chunk: no time left in tune.seconds")
-        return {"default_bytes": default_bytes, "skipped": "no time left in tune.seconds"}
-    figures = compare(seconds, str(default_rows))
-    return {"default_bytes": default_bytes, "default_rows": default_rows, "rows": rows, "precision": "fp32",
-            "candidates": {str(int(r) * 4 * m.vocab_size): {**f, "rows": int(r)} for r, f in figures.items()}}
+        return {"default_rows": default_rows, "skipped": "no time left in tune.seconds"}
+    return {"default_rows": default_rows, "rows": rows, "precision": "fp32",
+            "candidates": compare(seconds, str(default_rows))}
 
 
 def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
@@ -212,7 +219,7 @@ def decisions(record: dict, plan: RunPlan) -> dict:
     if device.threads_apply:
         out["threads"] = tuned.threads_choice(record, "", DEFAULT_THREADS)[1]
     out["compile"] = decide_compile("auto", plan.planned_steps, "fp32", *tuned.compile_figures(record, "")).reason
-    out["loss_chunk"] = tuned.chunk_choice(record, "", record.get("loss_chunk", {}).get("default_bytes", 0))[1]
+    out["loss_chunk"] = tuned.chunk_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
     return out
 
 
@@ -280,8 +287,8 @@ def summary(record: dict) -> str:
                      f"(tolerance {check['tolerance']}, {check['tokens']} tokens)")
     for n, figure in record.get("threads", {}).get("candidates", {}).items():
         lines.append(f"  threads: {n} {tuned.ratio_text(figure)} the speed of {record['threads']['default']}")
-    for figure in record["loss_chunk"].get("candidates", {}).values():
-        lines.append(f"  loss chunk: {figure['rows']} rows {tuned.ratio_text(figure)} the speed of "
+    for rows, figure in record["loss_chunk"].get("candidates", {}).items():
+        lines.append(f"  loss chunk: {rows} rows {tuned.ratio_text(figure)} the speed of "
                      f"{record['loss_chunk']['default_rows']}")
     if "math" in record["attention"]:
         lines.append(f"  attention: math kernel {tuned.ratio_text(record['attention']['math'])} the dispatch's speed")

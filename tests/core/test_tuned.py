@@ -121,3 +121,15 @@ def test_the_writer_keeps_other_machines_and_profiles():
     assert set(machines) == {"other-cpu-0123abcd", this_machine()}
     assert set(machines[this_machine()]) == {"tiny", "student"}
     assert json.loads(tuned.PATH.read_text())["format"] == tuned.FORMAT
+
+
+def test_the_loss_chunk_rule_takes_a_size_only_when_measured_here_conclusively_faster():
+    noisy = speeds(1.0, [1.0, 1.1, 0.9, 1.0, 1.05, 0.95])
+    measured = record(loss_chunk={"default_rows": 512, "rows": 2048,
+                                  "candidates": {"256": noisy, "1024": speeds(1.0, [0.8] * 6)}})
+    rows, reason = tuned.chunk_choice(measured, "", 512)
+    assert rows == 1024 and reason.startswith("1024 rows: measured here") and "256 rows x1.00" in reason
+    measured["loss_chunk"]["candidates"] = {"256": noisy}
+    assert tuned.chunk_choice(measured, "", 512)[0] == 512
+    assert tuned.chunk_choice(measured, "", 128)[0] is None  # measured against another default: the plan's rule stands
+    assert tuned.chunk_choice(None, tuned.NOT_MEASURED, 512) == (None, tuned.NOT_MEASURED)
