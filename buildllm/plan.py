@@ -2,7 +2,10 @@
 
 make_plan resolves the config against this machine and the chosen profile: device, precision,
 batch size, workers, threads, the planned optimizer steps, torch.compile and fused AdamW (probed
-once, on the device). Each automatic choice carries its reason in `decisions`. The trainer, the
+once, on the device). `precision: auto`, `threads: null` and `compile: auto` decide from this
+machine's tune record (metrics/tune.json, buildllm/tuned.py) where one matches the machine id,
+profile, device, shape and batch, and keep their defaults otherwise, saying "not measured on this
+machine". Each automatic choice carries its reason in `decisions`. The trainer, the
 benchmark, the dry run and the startup line read these fields and decide nothing again; facts()
 is the one flat record of them that the startup line, the metrics files and the run log share.
 """
@@ -53,6 +56,7 @@ class RunPlan:
     fused_adamw: bool = False
     fused_adamw_reason: str = "not planned"
     decisions: dict = field(default_factory=dict)
+    tuned_here: bool = False  # a tune record of this machine, profile, shape and batch decided the auto knobs
 
     @property
     def tokens_per_step(self) -> int:
@@ -109,7 +113,8 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     decisions["fused_adamw"] = fused_reason
     parameters = build_model(model, "meta").num_parameters()
     return RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
-                   parameters, processes, examples, steps, compiled, fused, fused_reason, decisions)
+                   parameters, processes, examples, steps, compiled, fused, fused_reason, decisions,
+                   tuned_here=record is not None)
 
 
 @functools.lru_cache(maxsize=4)
@@ -173,6 +178,8 @@ def facts(plan: RunPlan) -> dict:
         **({"planned_steps": plan.planned_steps} if plan.planned_steps is not None else {}),
         "workers": plan.workers,
         "threads": plan.threads,
+        "threads_reason": plan.decisions.get("threads", ""),
+        "tuned_here": plan.tuned_here,
         "learning_rate": plan.learning_rate,
         "gradient_checkpointing": plan.config.train.gradient_checkpointing,
         "compile": plan.config.train.compile,

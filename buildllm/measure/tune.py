@@ -35,7 +35,7 @@ from tqdm import tqdm
 from buildllm import tuned
 from buildllm.compile_choice import decide_compile
 from buildllm.config import Config, with_overrides
-from buildllm.data.windows import windows_or_random
+from buildllm.data.windows import Windows, windows_or_random
 from buildllm.device.device import processor_name
 from buildllm.device.precision import resolve_precision, tunable_precisions
 from buildllm.measure.pairs import compare, interleave
@@ -50,6 +50,7 @@ SHARES = {"precision": 0.35, "threads": 0.12, "loss_chunk": 0.06, "attention": 0
 MIN_ROUNDS, MAX_ROUNDS = 6, 40
 MIN_COMPILE_SECONDS = 30.0   # a cold compile at iteration 1 took about 40 s on 2 cores: less cannot finish
 TURN_SECONDS = 0.3           # a turn runs enough steps to last about this long (a single step is noisier)
+LOSS_CHECK_BATCHES = 4       # validation batches each side's loss is measured on
 
 
 class Budget:
@@ -74,8 +75,11 @@ def steps_per_turn(step, clock) -> int:
 
 def measure_precision(config: Config, plans: dict[str, RunPlan], train, validation, tokens: str,
                       budget: Budget, skipped: list) -> tuple[dict, dict]:
-    """(figures, trainers): each low precision against fp32, and the short run's validation losses."""
-    device = plans["fp32"].device
+    """(figures, trainers): each low precision against fp32, and the short run's validation losses
+    (on the first LOSS_CHECK_BATCHES batches of validation windows, the same for every side)."""
+    device, batch = plans["fp32"].device, plans["fp32"].batch_size
+    validation = Windows(validation.tokens, validation.sequence_length,
+                         min(len(validation), LOSS_CHECK_BATCHES * batch))
     scratch = tempfile.mkdtemp(prefix="buildllm-tune-")
     trainers = {name: Trainer(plan, train, validation, directory=scratch) for name, plan in plans.items()}
     for trainer in trainers.values():
@@ -96,8 +100,12 @@ def measure_precision(config: Config, plans: dict[str, RunPlan], train, validati
     elif len(seconds["fp32"]) < rounds:
         skipped.append(f"precision: {len(seconds['fp32'])} of {rounds} rounds, to stay within tune.seconds")
     steps = trainers["fp32"].step_count
-    check: dict = {"steps": steps, "tolerance": config.tune.loss_tolerance, "tokens": tokens, "done": False}
-    if budget.left() > 0:
+    check: dict = {"steps": steps, "tolerance": config.tune.loss_tolerance, "tokens": tokens, "done": False,
+                   "validation_examples": len(validation)}
+    # A validation batch's forward pass costs about a third of a training step's forward + backward.
+    step_seconds = max(seconds["fp32"] or [0.0]) / k
+    passes = len(trainers) * math.ceil(len(validation) / batch) * step_seconds / 3
+    if budget.left() > passes:
         check.update({name: trainer.evaluate() for name, trainer in trainers.items()})
         if tokens != "real":
             check["skipped"] = "random tokens (no token files: run `dvc repro tokenize`); their loss says nothing"

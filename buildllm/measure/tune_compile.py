@@ -4,7 +4,7 @@ A compilation cannot be stopped half-way inside a process, so `buildllm tune` ru
 that it ends when the budget runs out (the record then says so). The child builds a plain and a
 compiled Trainer of the same fp32 plan, times each one's first steps (compilation lands in the
 compiled one's: compile seconds = its warm-up minus the plain one's), then lets them take turns
-(A B A B, measure/pairs.py) until its deadline, and prints its figures as one JSON line.
+(A B A B, measure/pairs.py) for ROUNDS rounds or until its deadline, and prints its figures as one JSON line.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import buildllm
 from buildllm.config import Config, config_to_dict
 
 WARMUP_STEPS = 2
+ROUNDS = 12  # pairs of turns at most: enough for a 95% interval of the median ratio
 
 
 def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
@@ -72,7 +73,7 @@ def child(params: str, settings: dict, deadline: float) -> dict:
             trainer.step()
         warmup[name] = device.timed() - begin
     end = time.perf_counter() + (deadline - time.time())
-    seconds = interleave({name: trainer.step for name, trainer in trainers.items()}, warmup=0, rounds=1000,
+    seconds = interleave({name: trainer.step for name, trainer in trainers.items()}, warmup=0, rounds=ROUNDS,
                          soft_deadline=end, hard_deadline=end, min_rounds=3, clock=device.timed)
     figures = compare(seconds, "plain")["compiled"]
     return {"compile_seconds": warmup["compiled"] - warmup["plain"], "speedup": figures["ratio"],
