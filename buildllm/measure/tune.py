@@ -12,8 +12,8 @@ of pairs:
      double and four times as many, forward + backward at the profile's rows, vocabulary and width;
   4. attention: torch's scaled_dot_product_attention dispatch against its math kernel (recorded:
      torch picks the kernel, nothing is decided from it);
-  5. torch.compile, in a child process given what is left of the budget (measure/tune_compile.py),
-     only when that is at least MIN_COMPILE_SECONDS.
+  5. torch.compile, in the precision `auto` chose from 1., in a child process given what is left
+     of the budget (measure/tune_compile.py), only when that is at least MIN_COMPILE_SECONDS.
 Each part has a share of `tune.seconds`; a part that cannot start in time is skipped, and the
 console and the record say what was skipped or cut short. The record goes to metrics/tune.json
 under this machine's id, the profile and the device (buildllm/tuned.py), where the plan reads it.
@@ -218,15 +218,22 @@ def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
             **compare(seconds, "dispatch")}
 
 
+def decided_precision(record: dict, plan: RunPlan, why: bool = False):
+    """What `precision: auto` makes of this record: the precision (and, with `why`, its reason)."""
+    device = plan.device
+    default = resolve_precision("auto", device, plan.profile.runtime(device.runtime_defaults).precision).precision
+    choice = tuned.precision_choice(record, "", default)
+    return choice if why else choice[0]
+
+
 def decisions(record: dict, plan: RunPlan) -> dict:
     """What the plan's rules (buildllm/tuned.py) make of this record: {decision: reason}."""
     device = plan.device
-    default = resolve_precision("auto", device, plan.profile.runtime(device.runtime_defaults).precision).precision
-    precision, why = tuned.precision_choice(record, "", default)
+    precision, why = decided_precision(record, plan, why=True)
     out = {"precision": f"{precision}: {why}"}
     if device.threads_apply:
         out["threads"] = tuned.threads_choice(record, "", DEFAULT_THREADS)[1]
-    out["compile"] = decide_compile("auto", plan.planned_steps, "fp32", *tuned.compile_figures(record, "")).reason
+    out["compile"] = decide_compile("auto", plan.planned_steps, precision, *tuned.compile_figures(record, "")).reason
     out["loss_chunk"] = tuned.chunk_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
     return out
 
@@ -265,7 +272,9 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
         bar.update()
         left = budget.left()
         if left >= MIN_COMPILE_SECONDS:
-            record["compile"] = measure_compile(config, {**fixed, "precision": "fp32"}, left)
+            # In the precision `auto` will run in, so the figures apply to the runs that read them.
+            precision = decided_precision(record, reference)
+            record["compile"] = measure_compile(config, {**fixed, "precision": precision}, left)
         else:
             record["compile"] = {"skipped": f"skipped: {max(left, 0):.0f} s of tune.seconds left, under the "
                                             f"{MIN_COMPILE_SECONDS:.0f} s a compile needs (raise tune.seconds)"}

@@ -2,9 +2,10 @@
 
 A compilation cannot be stopped half-way inside a process, so `buildllm tune` runs it in a child
 that it ends when the budget runs out (the record then says so). The child builds a plain and a
-compiled Trainer of the same fp32 plan, times each one's first steps (compilation lands in the
-compiled one's: compile seconds = its warm-up minus the plain one's), then lets them take turns
-(A B A B, measure/pairs.py) for ROUNDS rounds or until its deadline, and prints its figures as one JSON line.
+compiled Trainer of the same plan (in the precision `auto` chose from the fresh figures), times
+each one's first steps (compilation lands in the compiled one's: compile seconds = its warm-up
+minus the plain one's), then lets them take turns (A B A B, measure/pairs.py) for ROUNDS rounds or
+until its deadline, and prints its figures as one JSON line.
 """
 
 from __future__ import annotations
