@@ -81,9 +81,16 @@ def measure_precision(config: Config, plans: dict[str, RunPlan], train, validati
     validation = Windows(validation.tokens, validation.sequence_length,
                          min(len(validation), LOSS_CHECK_BATCHES * batch))
     scratch = tempfile.mkdtemp(prefix="buildllm-tune-")
-    trainers = {name: Trainer(plan, train, validation, directory=scratch) for name, plan in plans.items()}
-    for trainer in trainers.values():
-        trainer.step()  # the first step allocates; untimed
+    trainers: dict[str, Trainer] = {}
+    for name, plan in plans.items():
+        if trainers and budget.left() <= 0:  # a large model's build and first step can take the budget
+            break
+        trainers[name] = Trainer(plan, train, validation, directory=scratch)
+        trainers[name].step()  # the first step allocates; untimed
+    if len(trainers) < len(plans) or budget.left() <= 0:
+        why = "no time left in tune.seconds after building and warming up the trainers"
+        skipped.append(f"precision: {why}")
+        return {"reference": "fp32", "skipped": why, "loss_check": {"done": False, "skipped": why}}, trainers
     k = steps_per_turn(trainers["fp32"].step, device.timed)
     for name, trainer in trainers.items():
         if name != "fp32":
@@ -133,6 +140,9 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
     counts = thread_counts(default)
     if not counts:
         return {"default": default, "skipped": "no other thread count on this machine"}
+    if budget.left() <= 0:
+        skipped.append("threads: no time left in tune.seconds")
+        return {"default": default, "skipped": "no time left in tune.seconds"}
     k = steps_per_turn(trainer.step, trainer.device.timed)
 
     def turn(n: int):
