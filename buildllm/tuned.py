@@ -68,6 +68,16 @@ def ratio_text(figure: dict) -> str:
             f"{figure['pairs']} pairs)")
 
 
+def faster(figure: dict) -> bool:
+    """Conclusively faster: the median ratio's interval lies above 1 and covers at least 95% (6 pairs
+    or more; with fewer, even min to max covers less)."""
+    return figure["low"] > 1.0 and figure.get("coverage", 0.0) >= 0.95
+
+
+def slower(figure: dict) -> bool:
+    return figure["high"] < 1.0 and figure.get("coverage", 0.0) >= 0.95
+
+
 def precision_choice(record: dict | None, why_not: str, default: str) -> tuple[str, str]:
     """(precision, reason) for `precision: auto`, from the device's default. Where that is fp32 (the
     CPU, MPS), bf16 replaces it only if measured conclusively faster (its whole paired interval
@@ -82,7 +92,7 @@ def precision_choice(record: dict | None, why_not: str, default: str) -> tuple[s
         if bf16 is None:
             return default, f"measured here: bf16 not measured ({figures.get('skipped', 'no figures')}): {default}"
         speed = f"measured here: bf16 {ratio_text(bf16)} fp32's speed {where}"
-        if bf16["low"] <= 1.0:
+        if not faster(bf16):
             return default, f"{speed}, not conclusively faster: keeping {default}"
         check = figures.get("loss_check", {})
         if not check.get("done"):
@@ -96,7 +106,7 @@ def precision_choice(record: dict | None, why_not: str, default: str) -> tuple[s
     if low is None:
         return default, f"measured here: {default} not measured ({figures.get('skipped', 'no figures')}): {default}"
     speed = f"measured here: {default} {ratio_text(low)} fp32's speed {where}"
-    if low["high"] < 1.0:
+    if slower(low):
         return "fp32", f"{speed}, conclusively slower: fp32"
     return default, f"{speed}: {default}"
 
@@ -113,10 +123,10 @@ def threads_choice(record: dict | None, why_not: str, default: int) -> tuple[int
     others = {int(n): f for n, f in figures.get("candidates", {}).items()}
     if not others:
         return default, f"{default}: torch's default; measured here: no other thread count to compare"
-    faster = {n: f for n, f in others.items() if f["low"] > 1.0}
+    quicker = {n: f for n, f in others.items() if faster(f)}
     said = "; ".join(f"{n} threads {ratio_text(f)}" for n, f in sorted(others.items()))
-    if faster:
-        best = max(faster, key=lambda n: faster[n]["ratio"])
+    if quicker:
+        best = max(quicker, key=lambda n: quicker[n]["ratio"])
         return best, f"{best}: measured here against torch's default {default}: {said}"
     return default, f"{default}: torch's default, kept; measured here against it: {said}"
 
@@ -143,8 +153,8 @@ def chunk_choice(record: dict | None, why_not: str, default_rows: int) -> tuple[
         return None, f"measured here: not compared ({why})"
     others = {int(rows): f for rows, f in figures["candidates"].items()}
     said = "; ".join(f"{rows} rows {ratio_text(f)}" for rows, f in sorted(others.items()))
-    faster = {rows: f for rows, f in others.items() if f["low"] > 1.0}
-    if faster:
-        best = max(faster, key=lambda rows: faster[rows]["ratio"])
+    quicker = {rows: f for rows, f in others.items() if faster(f)}
+    if quicker:
+        best = max(quicker, key=lambda rows: quicker[rows]["ratio"])
         return best, f"{best} rows: measured here against the default {default_rows}: {said}"
     return default_rows, f"{default_rows} rows (the default), kept; measured here against it: {said}"

@@ -68,7 +68,8 @@ def test_bf16_on_the_cpu_only_when_measured_here_conclusively_faster_with_the_sa
     tuned.write_record(record(precision=bf16([0.7, 0.7, 0.7, 0.7, 0.7, 1.05])))  # one pair slower
     p = plan()
     assert p.precision.precision == "fp32"
-    assert "measured here: bf16 x1.43" in p.decisions["precision"] and "not conclusively faster" in p.decisions["precision"]
+    reason = p.decisions["precision"]
+    assert "measured here: bf16 x1.43" in reason and "not conclusively faster" in reason
 
     slower = bf16([1.43] * 6)
     tuned.write_record(record(precision=slower))  # the Intel case: bf16 x0.70 at iteration 1
@@ -133,3 +134,8 @@ def test_the_loss_chunk_rule_takes_a_size_only_when_measured_here_conclusively_f
     assert tuned.chunk_choice(measured, "", 512)[0] == 512
     assert tuned.chunk_choice(measured, "", 128)[0] is None  # measured against another default: the plan's rule stands
     assert tuned.chunk_choice(None, tuned.NOT_MEASURED, 512) == (None, tuned.NOT_MEASURED)
+
+
+def test_conclusive_needs_the_interval_past_1_with_95_percent_coverage():
+    assert tuned.faster(speeds(1.0, [0.7] * 6)) and not tuned.faster(speeds(1.0, [0.7] * 5))  # 5 pairs: 93.8%
+    assert tuned.slower(speeds(1.0, [1.3] * 6)) and not tuned.faster(speeds(1.0, [0.7] * 5 + [1.01]))
