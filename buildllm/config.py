@@ -111,10 +111,11 @@ class TrainConfig:
     workers: Optional[int] = knob(None, minimum=0, flag="--workers", metavar="N",
                                   help="data-loader worker processes; default: the profile's")
     threads: Optional[int] = knob(None, minimum=1, flag="--threads", metavar="N", control=True,
-                                  help="torch CPU threads; default: the count `buildllm tune` measured fastest here, else torch's")
+                                  help="torch CPU threads; default: the count `buildllm tune` measured fastest "
+                                       "here, else torch's")
     compile: str = knob("auto", choices=COMPILE_CHOICES, flag="--compile",
-                        help="torch.compile the model: true, false, or auto (only where `buildllm tune` measured a speed-up "
-                             "here that pays back its compile time within this run)")
+                        help="torch.compile the model: true, false, or auto (only where `buildllm tune` measured "
+                             "a speed-up here that pays back its compile time within this run)")
     gradient_checkpointing: bool = knob(False, flag="--gradient-checkpointing",
                                         help="recompute activations in backward to save memory")
     train_tokens: Optional[str] = knob(None, flag="--train-tokens", metavar="PATH", control=True,
@@ -343,4 +344,5 @@ def defaults_dict() -> dict:
 
 
 __all__ = ["Config", "CorpusConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "BenchmarkConfig",
-           "EstimateConfig", "TuneConfig", "profile_for", "knobs", "base_type", "control_keys", "value_at", "load_config", "with_overrides", "config_to_dict", "defaults_dict", "replace"]
+           "EstimateConfig", "TuneConfig",
+           "profile_for", "knobs", "base_type", "control_keys", "value_at", "load_config", "with_overrides", "config_to_dict", "defaults_dict", "replace"]
