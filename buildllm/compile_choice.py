@@ -3,7 +3,8 @@
 torch.compile costs seconds to minutes before the first step and then may or may not make each step
 faster; on a small CPU model it often does not. `auto` compiles only where `buildllm tune` measured,
 on this machine and for this run's profile, shape and batch (metrics/tune.json, read by the plan),
-that the time saved per step pays back the compile time within the steps this run plans. Without
+that each step is conclusively faster (tuned.faster) and the time saved per step pays back the
+compile time within the steps this run plans. Without
 such a measurement it does not compile, and says how to get one. Every answer carries its reason.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from buildllm.tuned import faster
 
 
 @dataclass(frozen=True)
@@ -22,9 +25,10 @@ class CompileDecision:
 def decide_compile(setting: str, planned_steps: int | None, precision: str = "fp32",
                    measured: dict | None = None, missing: str = "") -> CompileDecision:
     """The decision for one run (made by the plan). `measured`: tune's compile figures for this
-    machine, profile, shape and batch (compile_seconds, speedup, plain_step_seconds, precision,
-    pairs), or None with `missing` saying why there are none. planned_steps None (before the data is
-    counted) states the break-even step count instead of a decision against it."""
+    machine, profile, shape and batch (compile_seconds, speedup with its paired interval low-high and
+    coverage, plain_step_seconds, precision, pairs), or None with `missing` saying why there are
+    none. planned_steps None (before the data is counted) states the break-even step count instead
+    of a decision against it."""
     if setting in ("true", "false"):
         return CompileDecision(setting == "true", f"train.compile: {setting}")
     if measured is None:
@@ -37,6 +41,9 @@ def decide_compile(setting: str, planned_steps: int | None, precision: str = "fp
                     f"{seconds:.0f} s of compilation at {step * 1000:.0f} ms/step")
     if speedup <= 1.0:
         return CompileDecision(False, f"auto: not compiling; {figures_text}: no gain to pay it back")
+    if not faster(measured):
+        return CompileDecision(False, f"auto: not compiling; {figures_text}: not conclusively faster (interval "
+                                      f"{measured['low']:.2f}-{measured['high']:.2f})")
     saved_per_step = step * (1.0 - 1.0 / speedup)
     break_even = math.ceil(max(seconds, 0.0) / saved_per_step)
     if planned_steps is None:

@@ -46,7 +46,7 @@ from buildllm.train.trainer import Trainer
 
 # Each part's share of the budget (torch.compile gets what is left), and the fewest rounds a part
 # runs once started: 6 pairs are the fewest for a 95% interval of a median.
-SHARES = {"precision": 0.35, "threads": 0.12, "loss_chunk": 0.06, "attention": 0.04}
+SHARES = {"precision": 0.45, "threads": 0.10, "loss_chunk": 0.05, "attention": 0.03}
 MIN_ROUNDS, MAX_ROUNDS = 6, 40
 MIN_COMPILE_SECONDS = 30.0   # a cold compile at iteration 1 took about 40 s on 2 cores: less cannot finish
 TURN_SECONDS = 0.3           # a turn runs enough steps to last about this long (a single step is noisier)

@@ -78,7 +78,7 @@ def child(params: str, settings: dict, deadline: float) -> dict:
                          soft_deadline=end, hard_deadline=end, min_rounds=3, clock=device.timed)
     figures = compare(seconds, "plain")["compiled"]
     return {"compile_seconds": warmup["compiled"] - warmup["plain"], "speedup": figures["ratio"],
-            "low": figures["low"], "high": figures["high"], "pairs": figures["pairs"],
+            "low": figures["low"], "high": figures["high"], "pairs": figures["pairs"], "coverage": figures["coverage"],
             "plain_step_seconds": figures["reference_median_seconds"],
             "compiled_step_seconds": figures["median_seconds"], "precision": plans["plain"].precision.precision}
 

@@ -13,7 +13,8 @@ from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.plan import make_plan
 
 # 0.3 s/step at x1.5 saves 0.1 s a step: 30 s of compilation pay back after 300 steps.
-PAYS = {"speedup": 1.5, "compile_seconds": 30.0, "plain_step_seconds": 0.3, "precision": "fp32", "pairs": 6}
+PAYS = {"speedup": 1.5, "low": 1.4, "high": 1.6, "coverage": 0.97, "compile_seconds": 30.0, "plain_step_seconds": 0.3,
+        "precision": "fp32", "pairs": 6}
 SLOWER = {"speedup": 0.97, "compile_seconds": 40.0, "plain_step_seconds": 0.9, "precision": "fp32", "pairs": 6}
 
 
@@ -31,6 +32,8 @@ def test_auto_compiles_only_when_the_gain_measured_here_pays_back_the_compile_ti
     assert not slower.enabled and "no gain" in slower.reason
     dry = decide_compile("auto", None, measured=PAYS)
     assert not dry.enabled and "at least 300 steps" in dry.reason
+    noisy = decide_compile("auto", 10**6, measured={**PAYS, "low": 0.9, "pairs": 4, "coverage": 0.875})
+    assert not noisy.enabled and "not conclusively faster (interval 0.90-1.60)" in noisy.reason
     other_precision = decide_compile("auto", 10**6, "bf16", measured=PAYS)
     assert not other_precision.enabled and "computes in bf16" in other_precision.reason
 

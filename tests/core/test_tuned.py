@@ -101,11 +101,12 @@ def test_a_record_for_another_shape_or_batch_is_ignored():
 def test_threads_and_compile_follow_the_figures_measured_here():
     other = 1 if DEFAULT_THREADS != 1 else 2
     threads = {"default": DEFAULT_THREADS, "candidates": {str(other): speeds(1.0, [0.6] * 6)}}
-    figures = {"speedup": 1.5, "compile_seconds": 30.0, "plain_step_seconds": 0.3, "precision": "fp32", "pairs": 6}
+    figures = {**speeds(1.0, [0.66] * 6), "compile_seconds": 30.0, "plain_step_seconds": 0.3, "precision": "fp32"}
+    figures["speedup"] = figures["ratio"]
     tuned.write_record(record(threads=threads, compile=figures))
     p = plan()
     assert p.threads == other and p.decisions["threads"].startswith(f"{other}: measured here")
-    assert p.compile.enabled and "measured here: x1.50" in p.decisions["compile"]
+    assert p.compile.enabled and "measured here: x1.52" in p.decisions["compile"]
     assert plan(**{"train.threads": DEFAULT_THREADS}).threads == DEFAULT_THREADS  # asked for: obeyed
     tuned.write_record(record(threads={**threads, "candidates": {str(other): speeds(1.0, [1.2] * 6)}},
                               compile={"skipped": "skipped: 12 s of tune.seconds left"}))
