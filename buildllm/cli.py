@@ -148,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="find the largest batch size that fits (doubling, then bisecting)")
     p.set_defaults(handler=cmd_benchmark)
 
+    p = sub.add_parser("tune", help="measure this machine's auto decisions (precision, threads, the fused loss's "
+                                    "chunk, torch.compile) within --seconds; the plan reads metrics/tune.json")
+    add_run_flags(p, "tune", skip=("--precision", "--compile", "--threads"))
+    p.set_defaults(handler=config_command("buildllm.measure.tune:tune"))
+
     p = sub.add_parser("generate", help="print text from a trained checkpoint")
     p.add_argument("--params", default="params.yaml", metavar="PATH",
                    help="params file for defaults (default ./params.yaml)")

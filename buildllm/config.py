@@ -28,7 +28,7 @@ DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps, xla"
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 # Which commands offer a knob's flag: those that run or plan a model by default; a knob that only
 # matters to a training run (its checkpoints, logging, resume) is offered where a run is planned.
-MODEL_COMMANDS = ("dry-run", "train", "benchmark", "estimate", "preflight", "fits")
+MODEL_COMMANDS = ("dry-run", "train", "benchmark", "estimate", "preflight", "fits", "tune")
 PLANNING_COMMANDS = ("dry-run", "train", "estimate", "preflight")
 TRAIN_COMMANDS = ("train", "preflight")
 
@@ -111,10 +111,11 @@ class TrainConfig:
     workers: Optional[int] = knob(None, minimum=0, flag="--workers", metavar="N",
                                   help="data-loader worker processes; default: the profile's")
     threads: Optional[int] = knob(None, minimum=1, flag="--threads", metavar="N", control=True,
-                                  help="torch CPU threads; default: torch's")
+                                  help="torch CPU threads; default: the count `buildllm tune` measured fastest "
+                                       "here, else torch's")
     compile: str = knob("auto", choices=COMPILE_CHOICES, flag="--compile",
-                        help="torch.compile the model: true, false, or auto (only where the measured speed-up "
-                             "pays back its compile time within this run; buildllm/compile_choice.py)")
+                        help="torch.compile the model: true, false, or auto (only where `buildllm tune` measured "
+                             "a speed-up here that pays back its compile time within this run)")
     gradient_checkpointing: bool = knob(False, flag="--gradient-checkpointing",
                                         help="recompute activations in backward to save memory")
     train_tokens: Optional[str] = knob(None, flag="--train-tokens", metavar="PATH", control=True,
@@ -148,6 +149,16 @@ class EstimateConfig:
 
 
 @dataclass(frozen=True)
+class TuneConfig:
+    seconds: float = knob(120.0, minimum=5.0, flag="--seconds", metavar="S", commands=("tune",),
+                          help="`buildllm tune`'s time budget; what does not fit is skipped and said")
+    loss_steps: int = knob(30, minimum=2, help="steps each of fp32 and bf16 train before their validation losses "
+                                               "are compared")
+    loss_tolerance: float = knob(0.05, minimum=0.0, help="bf16's validation loss must be within this many nats "
+                                                         "of fp32's for `precision: auto` to pick bf16")
+
+
+@dataclass(frozen=True)
 class Config:
     device: str = knob("auto", flag="--device", metavar=DEVICE_CHOICES.replace(", ", "|"),
                        help=f"where to train; one of {DEVICE_CHOICES}")
@@ -166,6 +177,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
 
 
 def profile_for(config: Config) -> profiles.Profile:
@@ -335,4 +347,5 @@ def defaults_dict() -> dict:
 
 
 __all__ = ["Config", "CorpusConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "BenchmarkConfig",
-           "EstimateConfig", "profile_for", "knobs", "base_type", "control_keys", "value_at", "load_config", "with_overrides", "config_to_dict", "defaults_dict", "replace"]
+           "EstimateConfig", "TuneConfig",
+           "profile_for", "knobs", "base_type", "control_keys", "value_at", "load_config", "with_overrides", "config_to_dict", "defaults_dict", "replace"]

@@ -3,13 +3,17 @@
 make_plan resolves the config against this machine and the chosen profile: device, precision,
 batch size, workers, threads, the planned optimizer steps, torch.compile, fused AdamW (probed
 once, on the device), the fused loss's chunk size and whether the estimated memory fits the memory
-free now. Each automatic choice carries its reason in `decisions`. The trainer, the benchmark, the
-dry run and the startup line read these fields and decide nothing again; facts() is the one flat
-record of them that the startup line, the metrics files and the run log share.
+free now. `precision: auto`, `threads: null` and `compile: auto` decide from this
+machine's tune record (metrics/tune.json, buildllm/tuned.py) where one matches the machine id,
+profile, device, shape and batch, and keep their defaults otherwise, saying "not measured on this
+machine". Each automatic choice carries its reason in `decisions`. The trainer, the
+benchmark, the dry run and the startup line read these fields and decide nothing again; facts()
+is the one flat record of them that the startup line, the metrics files and the run log share.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -17,19 +21,23 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from buildllm import optimizer
+from buildllm import optimizer, tuned
 from buildllm.compile_choice import CompileDecision, decide_compile
 from buildllm.config import Config, profile_for
 from buildllm.data.windows import Windows, batches_per_epoch, load_tokens, planned_steps
 from buildllm.device.device import Device
+from buildllm.device.machine import fingerprint, machine_id
 from buildllm.device.precision import PrecisionDecision, apply_matmul_settings, resolve_precision
 from buildllm.device.resolve import resolve_device
 from buildllm.errors import ConfigError, UserError
 from buildllm.loss_choice import LossDecision, decide_loss
+from buildllm.memory.fit import NOT_DECIDED, MemoryFit, decide_memory
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.paths import token_paths
-from buildllm.memory.fit import NOT_DECIDED, MemoryFit, decide_memory
-from buildllm.profiles import Profile, selected
+from buildllm.profiles import Profile
+
+# torch's own thread count, read before any plan sets one: `threads: null` starts from it.
+DEFAULT_THREADS = torch.get_num_threads()
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class RunPlan:
     fused_adamw: bool = False
     fused_adamw_reason: str = "not planned"
     decisions: dict = field(default_factory=dict)
+    tuned_here: bool = False  # a tune record of this machine, profile, shape and batch decided the auto knobs
     loss: LossDecision = LossDecision(1, 1, "not planned")
     # Whether the estimated peak fits the memory free now (memory/fit.py): every command reads this verdict.
     memory: MemoryFit = NOT_DECIDED
@@ -73,8 +82,7 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
                           f"{model.n_embd} / n_head {model.n_head} = {model.head_dim}; change model.n_head or model.n_embd")
     device = resolve_device(config.device)
     defaults = profile.runtime(device.runtime_defaults)
-    precision = resolve_precision(config.precision, device, defaults.precision)
-    decisions = {"device": f"{device.device}: {device.reason}", "precision": precision.reason}
+    decisions = {"device": f"{device.device}: {device.reason}"}
 
     def pick(name: str, explicit, default):
         if explicit is not None:
@@ -83,34 +91,55 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         decisions[name] = f"{default}: profile {profile.name}'s {device.runtime_defaults} default"
         return default
 
-    batch_size = pick("batch_size", config.train.batch_size, defaults.batch_size)
-    workers = pick("workers", config.train.workers, defaults.workers)
-    learning_rate = pick("learning_rate", config.train.learning_rate, defaults.learning_rate)
-    threads = config.train.threads or torch.get_num_threads()
-    decisions["threads"] = (f"{threads}: torch's default for this machine" if config.train.threads is None
-                            else f"requested: {threads}")
+    t = config.train
+    batch_size = pick("batch_size", t.batch_size, defaults.batch_size)
+    # This machine's tune figures for this profile, device, shape and batch (or why there are none).
+    record, why_not = tuned.lookup(this_machine(), profile.name, device.device, batch_size,
+                                   tuned.shape_label(model, t.gradient_checkpointing))
+    precision = resolve_precision(config.precision, device, defaults.precision,
+                                  lambda default: tuned.precision_choice(record, why_not, default))
+    decisions["precision"] = precision.reason
+    workers = pick("workers", t.workers, defaults.workers)
+    learning_rate = pick("learning_rate", t.learning_rate, defaults.learning_rate)
+    if t.threads is not None:
+        threads, decisions["threads"] = t.threads, f"requested: {t.threads}"
+    elif device.threads_apply:
+        threads, decisions["threads"] = tuned.threads_choice(record, why_not, DEFAULT_THREADS)
+    else:
+        threads, decisions["threads"] = DEFAULT_THREADS, f"{DEFAULT_THREADS}: torch's default for this machine"
     # torchrun says how many processes share the run; each takes batch_size of every global batch.
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     examples = training_examples if training_examples is not None else count_training_examples(config, model)
-    t = config.train
     steps = None if examples is None else planned_steps(batches_per_epoch(examples, batch_size * processes),
                                                         t.epochs, t.grad_accum)
-    # A measurement of compile applies to the profile's own shape, batch and precision only.
-    base = selected(config.iteration, config.preset)
-    same_shape = (model == base.model and batch_size == defaults.batch_size)
-    compiled = decide_compile(t.compile, profile.name, device.kind, steps, same_shape, precision.precision)
+    # Compile figures measured here apply to the shape, batch and precision they were taken at only.
+    compiled = decide_compile(t.compile, steps, precision.precision, *tuned.compile_figures(record, why_not))
     decisions["compile"] = compiled.reason
     fused, fused_reason = optimizer.fused_adamw_support(device.device)
     decisions["fused_adamw"] = fused_reason
-    # The tune step's measured chunk size, when it has run on this machine, is decide_loss's measured_rows.
-    loss = decide_loss(model.vocab_size, batch_size * model.sequence_length, precision.activation_bytes, device)
-    decisions["loss"] = loss.reason
+    rows = batch_size * model.sequence_length
+    loss = decide_loss(model.vocab_size, rows, precision.activation_bytes, device)
+    measured_rows, measured_why = tuned.chunk_choice(record, why_not, loss.chunk_rows)
+    if measured_rows is not None and measured_rows != loss.chunk_rows:
+        loss = decide_loss(model.vocab_size, rows, precision.activation_bytes, device, measured_rows=measured_rows)
+    decisions["loss"] = f"{loss.reason}; {measured_why}"
     parameters = build_model(model, "meta").num_parameters()
     plan = RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
-                   parameters, processes, examples, steps, compiled, fused, fused_reason, decisions, loss)
+                   parameters, processes, examples, steps, compiled, fused, fused_reason, decisions,
+                   tuned_here=record is not None, loss=loss)
     memory = decide_memory(plan)
     decisions["memory"] = memory.reason
     return replace(plan, memory=memory)
+
+
+@functools.lru_cache(maxsize=4)
+def _machine_id(override: str) -> str:
+    return machine_id(fingerprint())
+
+
+def this_machine() -> str:
+    """This machine's id (device/machine.py), computed once per process (and per test override)."""
+    return _machine_id(os.environ.get("BUILDLLM_MACHINE_OVERRIDE", ""))
 
 
 def count_training_examples(config: Config, model: GPTConfig) -> int | None:
@@ -164,6 +193,7 @@ def facts(plan: RunPlan) -> dict:
         **({"planned_steps": plan.planned_steps} if plan.planned_steps is not None else {}),
         "workers": plan.workers,
         "threads": plan.threads,
+        "tuned_here": plan.tuned_here,
         "learning_rate": plan.learning_rate,
         "gradient_checkpointing": plan.config.train.gradient_checkpointing,
         "compile": plan.config.train.compile,
@@ -172,14 +202,11 @@ def facts(plan: RunPlan) -> dict:
         # The fused output layer + cross-entropy: rows computed at once, and chunks per micro-batch.
         "loss_chunk_rows": plan.loss.chunk_rows,
         "loss_chunks": plan.loss.chunks,
-        "loss_reason": plan.loss.reason,
+        "loss_reason": plan.decisions["loss"],
         **plan.memory.metrics(),
         "force_memory": plan.config.train.force_memory,
         # What torch saw at import (buildllm.cli.before_torch sets it when mps_fallback is asked for).
         "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
-        # The picks' reasons (requested, or whose default): notes that the run card shows.
-        **{f"{name}_reason": plan.decisions[name] for name in ("batch_size", "workers", "threads", "learning_rate")
-           if name in plan.decisions},
     }
 
 

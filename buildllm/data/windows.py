@@ -111,6 +111,20 @@ def load_windows(config: Config, model: GPTConfig) -> tuple[Windows, Windows]:
     return split_windows(config, model, "train"), split_windows(config, model, "validation")
 
 
+def windows_or_random(config: Config, model: GPTConfig, batch_size: int) -> tuple[Windows, Windows, str]:
+    """The token files' windows when they exist, else seeded random tokens, for a measurement that
+    needs steps, not learning (a step costs the same on any tokens; a loss on random ones says
+    nothing): (train, validation, "real" or "random")."""
+    try:
+        train, validation = load_windows(config, model)
+        return train, validation, "real"
+    except UserError:
+        length = model.sequence_length
+        generator = torch.Generator().manual_seed(config.seed)
+        tokens = torch.randint(model.vocab_size, (16 * batch_size * length + 1,), generator=generator)
+        return Windows(tokens, length), Windows(tokens[: 4 * batch_size * length + 1], length), "random"
+
+
 def epoch_order(n_examples: int, seed: int, epoch: int) -> torch.Tensor:
     """A permutation of example indices, the same for a (seed, epoch) everywhere."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)

@@ -1,7 +1,9 @@
 """Precision resolution: fp32, bf16 or fp16 for a device, the autocast that goes with it, and why.
 
 auto on CUDA: bf16 where the GPU has it (Ampere and newer), else fp16 with gradient scaling.
-auto on CPU: fp32 (bf16 autocast is allowed when asked for explicitly).
+auto on CPU: fp32, unless `buildllm tune` measured bf16 autocast conclusively faster on this machine
+with the same validation loss (buildllm/tuned.py; the plan passes its rule in). bf16 is also allowed
+when asked for explicitly.
 auto on MPS: fp32. MPS autocast covers fewer ops and its bf16 needs macOS 14+, and for the small
 models of this course the measured gain is small; ask for fp16 explicitly to try it.
 An explicit precision the device lacks fails with advice instead of silently falling back.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -47,13 +50,19 @@ def cuda_has_bf16(device: Device) -> bool:
     return cuda_capability(device) >= (8, 0)
 
 
-def resolve_precision(requested: str, device: Device, profile_default: str = "auto") -> PrecisionDecision:
-    """requested: the config's value; profile_default: what the profile says for this device kind."""
+def resolve_precision(requested: str, device: Device, profile_default: str = "auto",
+                      measured: Callable[[str], tuple[str, str]] | None = None) -> PrecisionDecision:
+    """requested: the config's value; profile_default: what the profile says for this device kind;
+    measured: for `auto`, what this machine's tune figures make of the default (the plan passes
+    buildllm.tuned's rule): (precision, why)."""
     chosen, origin = requested, "requested explicitly"
     if requested == "auto" and profile_default != "auto":
         chosen, origin = profile_default, f"auto: the profile's {device.kind} default"
     if chosen == "auto":
         chosen, origin = _auto_rule(device)
+    if requested == "auto" and measured is not None:
+        choice, why = measured(chosen)
+        origin, chosen = (f"{origin}; {why}" if choice == chosen else f"auto: {why}"), choice
     _refuse_unsupported(chosen, device)
     return _decision(requested, chosen, device, origin)
 
@@ -68,7 +77,16 @@ def _auto_rule(device: Device) -> tuple[str, str]:
         return "bf16", "auto: XLA devices compute natively in bf16"
     if device.kind == "mps":
         return "fp32", "auto: MPS autocast is partial and bf16 needs macOS 14+; fp32 is the safe default"
-    return "fp32", "auto: CPU training defaults to fp32 (bf16 autocast only when asked for)"
+    return "fp32", "auto: CPU training defaults to fp32 (bf16 autocast when asked for, or measured faster here)"
+
+
+def tunable_precisions(device: Device) -> list[str]:
+    """fp32 first (the reference `buildllm tune` measures against), then the low precisions this
+    device trains in: bf16 autocast on the CPU and XLA, bf16 (Ampere and newer) and fp16 with
+    gradient scaling on CUDA, fp16 on MPS."""
+    if device.kind == "cuda":
+        return ["fp32", *(["bf16"] if cuda_has_bf16(device) else []), "fp16"]
+    return {"cpu": ["fp32", "bf16"], "mps": ["fp32", "fp16"], "xla": ["fp32", "bf16"]}.get(device.kind, ["fp32"])
 
 
 def _refuse_unsupported(precision: str, device: Device) -> None:

@@ -20,7 +20,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from buildllm.measure.noise import interval_rates
+from buildllm.measure.noise import interval_rates, sign_interval  # noqa: F401 (report's name for it)
 
 # Student's t, two-sided 95% (0.975 quantile), by degrees of freedom; between entries the smaller
 # df is used, which widens the interval (conservative). Above 30: 2.042 still, close to 1.96.
@@ -92,19 +92,6 @@ def from_intervals(reference: dict, other: dict) -> Speedup | None:
     df = total ** 2 / (va ** 2 / dfa + vb ** 2 / dfb)
     half = t975(df) * math.sqrt(total)
     return Speedup(ratio, ratio * math.exp(-half), ratio * math.exp(half), f"Welch t over {dfa + 1}+{dfb + 1} intervals")
-
-
-def sign_interval(values: list, confidence: float = 0.95) -> tuple[float, float, float]:
-    """(low, high, coverage): the order-statistic interval for the median, the narrowest whose
-    coverage reaches `confidence`; with too few values, min to max and the coverage it has."""
-    xs, n = sorted(values), len(values)
-    tail = [math.comb(n, i) / 2 ** n for i in range(n + 1)]
-    best = 1  # k: the interval is [x_(k), x_(n-k+1)], 1-based; coverage 1 - 2 P(X <= k-1)
-    for k in range(1, n // 2 + 1):
-        if 1 - 2 * sum(tail[:k]) >= confidence:
-            best = k
-    coverage = 1 - 2 * sum(tail[:best])
-    return xs[best - 1], xs[n - best], coverage
 
 
 def from_pairs(ratios: list) -> Speedup:

@@ -1,57 +1,53 @@
-"""`train.compile`: true, false, or auto from measured figures; and the CPU's bf16 advice."""
+"""`train.compile`: true, false, or auto from this machine's tune figures; and the CPU's bf16 advice."""
 
 from __future__ import annotations
 
+from importlib import resources
 from types import SimpleNamespace
 
+from buildllm import tuned
 from buildllm.cli import build_parser, config_from_args
+from buildllm.compile_choice import decide_compile
 from buildllm.config import load_config
 from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.plan import make_plan
-from buildllm import compile_choice
-from buildllm.compile_choice import decide_compile
 
-FIGURES = {"student": {"cpu": {"speedup": 1.5, "compile_seconds": 30.0, "plain_step_seconds": 0.3,
-                               "precision": "fp32", "source": "scripts/compile_gain.py, test figures"}},
-           "small": {"cpu": {"speedup": 0.97, "compile_seconds": 40.0, "plain_step_seconds": 0.9,
-                             "precision": "fp32", "source": "test figures"}}}
+# 0.3 s/step at x1.5 saves 0.1 s a step: 30 s of compilation pay back after 300 steps.
+PAYS = {"speedup": 1.5, "low": 1.4, "high": 1.6, "coverage": 0.97, "compile_seconds": 30.0, "plain_step_seconds": 0.3,
+        "precision": "fp32", "pairs": 6}
+SLOWER = {"speedup": 0.97, "compile_seconds": 40.0, "plain_step_seconds": 0.9, "precision": "fp32", "pairs": 6}
 
 
 def test_true_and_false_are_obeyed_whatever_was_measured():
-    assert decide_compile("true", "small", "cpu", 10, figures=FIGURES).enabled
-    assert not decide_compile("false", "student", "cpu", 10**6, figures=FIGURES).enabled
+    assert decide_compile("true", 10, measured=SLOWER).enabled
+    assert not decide_compile("false", 10**6, measured=PAYS).enabled
 
 
-def test_auto_compiles_only_when_the_gain_pays_back_the_compile_time_within_the_run():
-    # 0.3 s/step at x1.5 saves 0.1 s a step: 30 s of compilation pay back after 300 steps.
-    short = decide_compile("auto", "student", "cpu", 299, figures=FIGURES)
-    long = decide_compile("auto", "student", "cpu", 300, figures=FIGURES)
+def test_auto_compiles_only_when_the_gain_measured_here_pays_back_the_compile_time_within_the_run():
+    short, long = decide_compile("auto", 299, measured=PAYS), decide_compile("auto", 300, measured=PAYS)
     assert not short.enabled and long.enabled
     assert "pays back after 300 steps" in long.reason and "plans 300" in long.reason
-    assert "x1.50" in long.reason and "test figures" in long.reason  # the figures and their source
-    slower = decide_compile("auto", "small", "cpu", 10**6, figures=FIGURES)
+    assert "measured here: x1.50" in long.reason and "6 pairs" in long.reason
+    slower = decide_compile("auto", 10**6, measured=SLOWER)
     assert not slower.enabled and "no gain" in slower.reason
-    unknown = decide_compile("auto", "student", "cuda", 10**6, figures=FIGURES)
-    assert not unknown.enabled and "never measured" in unknown.reason
-    dry = decide_compile("auto", "student", "cpu", None, figures=FIGURES)
+    dry = decide_compile("auto", None, measured=PAYS)
     assert not dry.enabled and "at least 300 steps" in dry.reason
+    noisy = decide_compile("auto", 10**6, measured={**PAYS, "low": 0.9, "pairs": 4, "coverage": 0.875})
+    assert not noisy.enabled and "not conclusively faster (interval 0.90-1.60)" in noisy.reason
+    other_precision = decide_compile("auto", 10**6, "bf16", measured=PAYS)
+    assert not other_precision.enabled and "computes in bf16" in other_precision.reason
 
 
-def test_a_measurement_applies_to_its_profiles_default_shape_only(monkeypatch):
-    monkeypatch.setattr(compile_choice, "measurements", lambda: FIGURES)
-    default = make_plan(load_config(None, {"preset": "student", "device": "cpu"}), training_examples=10**6)
-    # The plan decides with the steps it plans (a million examples of the profile's batch).
-    assert default.compile.enabled and default.decisions["compile"] == default.compile.reason
-    changed = make_plan(load_config(None, {"preset": "student", "device": "cpu", "train.batch_size": 3}),
-                        training_examples=10**6)
-    assert not changed.compile.enabled and "changes them" in changed.compile.reason
+def test_auto_without_figures_of_this_machine_does_not_compile_and_says_how_to_measure():
+    unknown = decide_compile("auto", 10**6, measured=None, missing=tuned.NOT_MEASURED)
+    assert not unknown.enabled
+    assert "not measured on this machine: run `buildllm tune`" in unknown.reason
 
 
-def test_the_stored_measurements_carry_figures_and_their_source():
-    for profile, kinds in compile_choice.measurements().items():
-        for kind, entry in kinds.items():
-            assert entry["compile_seconds"] >= 0 and entry["speedup"] > 0 and entry["plain_step_seconds"] > 0
-            assert entry["source"].startswith("scripts/compile_gain.py"), (profile, kind)
+def test_no_package_data_holds_one_machines_measurements():
+    for package in ("buildllm", "buildllm.device", "buildllm.train"):
+        names = [entry.name for entry in resources.files(package).iterdir()]
+        assert not [n for n in names if n.endswith("_measurements.yaml")], (package, names)
 
 
 def test_the_flag_takes_a_value_or_stands_alone_for_true():
@@ -64,12 +60,12 @@ def test_the_flag_takes_a_value_or_stands_alone_for_true():
     assert load_config(None, {"train.compile": True}).train.compile == "true"  # YAML's true
 
 
-def test_bf16_advice_only_on_a_cpu_with_native_bf16_and_quotes_the_measurement():
-    figures = {"student": {"bf16_speedup": 1.21, "source": "scripts/bf16_gain.py, test figures"}}
+def test_bf16_advice_only_on_a_cpu_with_native_bf16_and_points_to_tune(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no metrics/tune.json here
     plan = make_plan(load_config(None, {"preset": "student", "device": "cpu"}))
-    advice = precision_advice(plan, native=True, figures=figures)
-    assert "natively" in advice and "x1.21" in advice and "test figures" in advice and "fp32 stays" in advice
-    assert precision_advice(plan, native=False, figures=figures) == ""
-    assert "not measured" in precision_advice(plan, native=True, figures={})
+    advice = precision_advice(plan, native=True)
+    assert "natively" in advice and "buildllm tune" in advice and "fp32 stays" in advice
+    assert "not measured on this machine" in advice  # the plan's reason, quoted
+    assert precision_advice(plan, native=False) == ""
     cuda = SimpleNamespace(device=SimpleNamespace(kind="cuda"))
-    assert precision_advice(cuda, native=True, figures=figures) == ""
+    assert precision_advice(cuda, native=True) == ""

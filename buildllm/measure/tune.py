@@ -1,0 +1,324 @@
+"""`buildllm tune`: the auto decisions measured on this machine, within a stated time budget.
+
+For the planned profile, shape and batch, each on the device the run would use, in turns (A B A B,
+each side warmed up first; measure/pairs.py), with the median ratio, its interval and the number
+of pairs:
+  1. precision: fp32 against bf16 autocast (and fp16 with gradient scaling on GPUs), the Trainer's
+     own step from the same seed on the same tokens; after `tune.loss_steps` steps each, their
+     validation losses (the CPU switches to bf16 only if it is conclusively faster *and* its loss
+     is within `tune.loss_tolerance` of fp32's);
+  2. threads (CPU): torch's default count against fewer, on the fp32 trainer;
+  3. the fused loss's chunk (buildllm.model.fused_loss): the default rows per chunk against half,
+     double and four times as many, forward + backward at the profile's rows, vocabulary and width;
+  4. attention: torch's scaled_dot_product_attention dispatch against its math kernel (recorded:
+     torch picks the kernel, nothing is decided from it);
+  5. torch.compile, in the precision `auto` chose from 1., in a child process given what is left
+     of the budget (measure/tune_compile.py), only when that is at least MIN_COMPILE_SECONDS.
+Each part has a share of `tune.seconds`; a part that cannot start in time is skipped, and the
+console and the record say what was skipped or cut short. The record goes to metrics/tune.json
+under this machine's id, the profile and the device (buildllm/tuned.py), where the plan reads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from tqdm import tqdm
+
+from buildllm import tuned
+from buildllm.compile_choice import decide_compile
+from buildllm.config import Config, with_overrides
+from buildllm.data.windows import Windows, windows_or_random
+from buildllm.device.device import processor_name
+from buildllm.device.precision import resolve_precision, tunable_precisions
+from buildllm.measure.pairs import compare, interleave
+from buildllm.measure.tune_compile import measure_compile
+from buildllm.loss_choice import decide_loss
+from buildllm.model import fused_loss
+from buildllm.plan import DEFAULT_THREADS, RunPlan, announce, apply_plan, make_plan, this_machine
+from buildllm.train.trainer import Trainer
+
+# Each part's share of the budget (torch.compile gets what is left), and the fewest rounds a part
+# runs once started: 6 pairs are the fewest for a 95% interval of a median.
+SHARES = {"precision": 0.45, "threads": 0.10, "loss_chunk": 0.05, "attention": 0.03}
+MIN_ROUNDS, MAX_ROUNDS = 6, 40
+MIN_COMPILE_SECONDS = 30.0   # a cold compile at iteration 1 took about 40 s on 2 cores: less cannot finish
+TURN_SECONDS = 0.3           # a turn runs enough steps to last about this long (a single step is noisier)
+LOSS_CHECK_BATCHES = 4       # validation batches each side's loss is measured on
+
+
+class Budget:
+    def __init__(self, seconds: float, clock):
+        self.seconds, self.clock = seconds, clock
+        self.start = clock()
+        self.end = self.start + seconds
+
+    def left(self) -> float:
+        return self.end - self.clock()
+
+    def share(self, name: str) -> float:
+        """The deadline of a part starting now: its share of the whole budget, within the budget."""
+        return min(self.end, self.clock() + SHARES[name] * self.seconds)
+
+
+def steps_per_turn(step, clock) -> int:
+    begin = clock()
+    step()
+    return max(1, min(8, round(TURN_SECONDS / max(clock() - begin, 1e-6))))
+
+
+def measure_precision(config: Config, plans: dict[str, RunPlan], train, validation, tokens: str,
+                      budget: Budget, skipped: list) -> tuple[dict, dict]:
+    """(figures, trainers): each low precision against fp32, and the short run's validation losses
+    (on the first LOSS_CHECK_BATCHES batches of validation windows, the same for every side)."""
+    device, batch = plans["fp32"].device, plans["fp32"].batch_size
+    validation = Windows(validation.tokens, validation.sequence_length,
+                         min(len(validation), LOSS_CHECK_BATCHES * batch))
+    scratch = tempfile.mkdtemp(prefix="buildllm-tune-")
+    trainers: dict[str, Trainer] = {}
+    for name, plan in plans.items():
+        if trainers and budget.left() <= 0:  # a large model's build and first step can take the budget
+            break
+        trainers[name] = Trainer(plan, train, validation, directory=scratch)
+        trainers[name].step()  # the first step allocates; untimed
+    if len(trainers) < len(plans) or budget.left() <= 0:
+        why = "no time left in tune.seconds after building and warming up the trainers"
+        skipped.append(f"precision: {why}")
+        return {"reference": "fp32", "skipped": why, "loss_check": {"done": False, "skipped": why}}, trainers
+    k = steps_per_turn(trainers["fp32"].step, device.timed)
+    for name, trainer in trainers.items():
+        if name != "fp32":
+            trainer.step()  # every side has taken the same steps before the timed turns
+    wanted = config.tune.loss_steps
+    rounds = max(MIN_ROUNDS, math.ceil((wanted - 2) / k))
+    seconds = interleave({name: (lambda t=t: [t.step() for _ in range(k)]) for name, t in trainers.items()},
+                         warmup=0, rounds=rounds, soft_deadline=budget.share("precision"),
+                         hard_deadline=budget.end, min_rounds=MIN_ROUNDS, clock=device.timed)
+    figures: dict = {"reference": "fp32", "steps_per_turn": k, **compare(seconds, "fp32")}
+    if not seconds["fp32"]:
+        figures["skipped"] = "no time left in tune.seconds after building the trainers"
+        skipped.append(f"precision: {figures['skipped']}")
+    elif len(seconds["fp32"]) < rounds:
+        skipped.append(f"precision: {len(seconds['fp32'])} of {rounds} rounds, to stay within tune.seconds")
+    steps = trainers["fp32"].step_count
+    check: dict = {"steps": steps, "tolerance": config.tune.loss_tolerance, "tokens": tokens, "done": False,
+                   "validation_examples": len(validation)}
+    # A validation batch's forward pass costs about a third of a training step's forward + backward.
+    step_seconds = max(seconds["fp32"] or [0.0]) / k
+    passes = len(trainers) * math.ceil(len(validation) / batch) * step_seconds / 3
+    if budget.left() > passes:
+        check.update({name: trainer.evaluate() for name, trainer in trainers.items()})
+        if tokens != "real":
+            check["skipped"] = "random tokens (no token files: run `dvc repro tokenize`); their loss says nothing"
+        elif steps < wanted:
+            check["skipped"] = f"cut short at {steps} of tune.loss_steps {wanted} steps to stay within tune.seconds"
+        else:
+            check["done"] = True
+    else:
+        check["skipped"] = "no time left in tune.seconds for the validation passes"
+    if "skipped" in check:
+        skipped.append(f"loss check: {check['skipped']}")
+    figures["loss_check"] = check
+    return figures, trainers
+
+
+def thread_counts(default: int) -> list[int]:
+    physical = os.cpu_count() or default
+    return sorted({n for n in (1, default // 2, physical) if 1 <= n and n != default})
+
+
+def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, skipped: list) -> dict:
+    default = DEFAULT_THREADS
+    if requested is not None:
+        return {"default": default, "skipped": f"train.threads is set ({requested}): not compared"}
+    counts = thread_counts(default)
+    if not counts:
+        return {"default": default, "skipped": "no other thread count on this machine"}
+    if budget.left() <= 0:
+        skipped.append("threads: no time left in tune.seconds")
+        return {"default": default, "skipped": "no time left in tune.seconds"}
+    k = steps_per_turn(trainer.step, trainer.device.timed)
+
+    def turn(n: int):
+        def run():
+            torch.set_num_threads(n)
+            for _ in range(k):
+                trainer.step()
+        return run
+
+    try:
+        seconds = interleave({str(n): turn(n) for n in [default, *counts]}, warmup=1, rounds=MAX_ROUNDS,
+                             soft_deadline=budget.share("threads"), hard_deadline=budget.end,
+                             min_rounds=MIN_ROUNDS, clock=trainer.device.timed)
+    finally:
+        torch.set_num_threads(trainer.plan.threads)
+    if not seconds[str(default)]:
+        skipped.append("threads: no time left in tune.seconds")
+        return {"default": default, "skipped": "no time left in tune.seconds"}
+    return {"default": default, "steps_per_turn": k, "candidates": compare(seconds, str(default))}
+
+
+def fused_loss_pass(x, weight, targets, chunk_rows: int) -> None:
+    """One forward + backward of the fused output layer and loss, `chunk_rows` rows at a time."""
+    fused_loss.linear_cross_entropy(x, weight, targets, chunk_rows).backward()
+
+
+def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
+    """The fused loss forward + backward at one micro-batch's rows, per chunk size (rows per chunk):
+    the default against half, double and four times as many."""
+    m, device = plan.model, plan.device
+    rows = plan.batch_size * m.sequence_length
+    # The plan's own rule, not a size an earlier tune chose: what the tune record is compared against.
+    default_rows = decide_loss(m.vocab_size, rows, 4, device).chunk_rows
+    options = sorted({r for r in (default_rows // 2, 2 * default_rows, 4 * default_rows) if 1 <= r <= rows}
+                     - {default_rows})
+    if not options:
+        return {"default_rows": default_rows, "skipped": f"one chunk holds the whole micro-batch of {rows} rows"}
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, m.n_embd, generator=generator).to(device.device).requires_grad_()
+    weight = (0.02 * torch.randn(m.vocab_size, m.n_embd, generator=generator)).to(device.device).requires_grad_()
+    targets = torch.randint(m.vocab_size, (rows,), generator=generator).to(device.device)
+
+    def turn(chunk_rows: int):
+        def run():
+            fused_loss_pass(x, weight, targets, chunk_rows)
+            x.grad = weight.grad = None
+        return run
+
+    seconds = interleave({str(r): turn(r) for r in [default_rows, *options]}, warmup=1, rounds=MAX_ROUNDS,
+                         soft_deadline=budget.share("loss_chunk"), hard_deadline=budget.end,
+                         min_rounds=MIN_ROUNDS, clock=device.timed)
+    if not seconds[str(default_rows)]:
+        skipped.append("loss chunk: no time left in tune.seconds")
+        return {"default_rows": default_rows, "skipped": "no time left in tune.seconds"}
+    return {"default_rows": default_rows, "rows": rows, "precision": "fp32",
+            "candidates": compare(seconds, str(default_rows))}
+
+
+def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
+    m, device = plan.model, plan.device
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(plan.batch_size, m.n_head, m.sequence_length, m.head_dim, generator=generator)
+               .to(device.device).requires_grad_() for _ in range(3))
+
+    def turn(backend):
+        def run():
+            with sdpa_kernel(backend) if backend else contextlib.nullcontext():
+                F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+            q.grad = k.grad = v.grad = None
+        return run
+
+    seconds = interleave({"dispatch": turn(None), "math": turn(SDPBackend.MATH)}, warmup=1, rounds=MAX_ROUNDS,
+                         soft_deadline=budget.share("attention"), hard_deadline=budget.end,
+                         min_rounds=MIN_ROUNDS, clock=device.timed)
+    if not seconds["dispatch"]:
+        skipped.append("attention: no time left in tune.seconds")
+        return {"skipped": "no time left in tune.seconds"}
+    return {"reference": "dispatch", "decides": "nothing: torch's dispatch picks the kernel",
+            **compare(seconds, "dispatch")}
+
+
+def decided_precision(record: dict, plan: RunPlan, why: bool = False):
+    """What `precision: auto` makes of this record: the precision (and, with `why`, its reason)."""
+    device = plan.device
+    default = resolve_precision("auto", device, plan.profile.runtime(device.runtime_defaults).precision).precision
+    choice = tuned.precision_choice(record, "", default)
+    return choice if why else choice[0]
+
+
+def decisions(record: dict, plan: RunPlan) -> dict:
+    """What the plan's rules (buildllm/tuned.py) make of this record: {decision: reason}."""
+    device = plan.device
+    precision, why = decided_precision(record, plan, why=True)
+    out = {"precision": f"{precision}: {why}"}
+    if device.threads_apply:
+        out["threads"] = tuned.threads_choice(record, "", DEFAULT_THREADS)[1]
+    out["compile"] = decide_compile("auto", plan.planned_steps, precision, *tuned.compile_figures(record, "")).reason
+    out["loss_chunk"] = tuned.chunk_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
+    return out
+
+
+def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
+    fixed = {"train.compile": "false", "train.threads": config.train.threads or DEFAULT_THREADS}
+    reference = make_plan(with_overrides(config, {**fixed, "precision": "fp32"}))
+    apply_plan(reference)
+    device = reference.device
+    budget = Budget(config.tune.seconds, device.timed)
+    load_start = os.getloadavg()[0]
+    announce("tune", reference, budget_seconds=config.tune.seconds, measures="precision, threads, loss chunk, "
+             "attention, torch.compile")
+    plans = {p: (reference if p == "fp32" else make_plan(with_overrides(config, {**fixed, "precision": p})))
+             for p in tunable_precisions(reference.device)}
+    train, validation, tokens = windows_or_random(config, reference.model, reference.batch_size)
+    m = reference.model
+    record: dict = {
+        "machine_id": this_machine(), "profile": reference.profile.name, "device": device.device,
+        "device_kind": device.kind, "processor": processor_name(), "torch_version": torch.__version__,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"), "batch_size": reference.batch_size,
+        "shape": tuned.shape_label(m, config.train.gradient_checkpointing), "tokens": tokens,
+        "budget_seconds": config.tune.seconds, "load_average_start": round(load_start, 2),
+    }
+    skipped: list[str] = []
+    with tqdm(total=5, desc="tune", unit="part", disable=not progress) as bar:
+        record["precision"], trainers = measure_precision(config, plans, train, validation, tokens, budget, skipped)
+        bar.update()
+        if device.threads_apply:
+            record["threads"] = measure_threads(trainers["fp32"], config.train.threads, budget, skipped)
+        del trainers
+        bar.update()
+        record["loss_chunk"] = measure_chunks(reference, budget, skipped)
+        bar.update()
+        record["attention"] = measure_attention(reference, budget, skipped)
+        bar.update()
+        left = budget.left()
+        if left >= MIN_COMPILE_SECONDS:
+            # In the precision `auto` will run in, so the figures apply to the runs that read them.
+            precision = decided_precision(record, reference)
+            record["compile"] = measure_compile(config, {**fixed, "precision": precision}, left)
+        else:
+            record["compile"] = {"skipped": f"skipped: {max(left, 0):.0f} s of tune.seconds left, under the "
+                                            f"{MIN_COMPILE_SECONDS:.0f} s a compile needs (raise tune.seconds)"}
+        if "skipped" in record["compile"]:
+            skipped.append(f"torch.compile: {record['compile']['skipped']}")
+        bar.update()
+    record.update(seconds_taken=round(budget.clock() - budget.start, 1), load_average_end=round(os.getloadavg()[0], 2),
+                  skipped=skipped)
+    record["decisions"] = decisions(record, reference)
+    if write:
+        tuned.write_record(record)
+    print(summary(record))
+    return record
+
+
+def summary(record: dict) -> str:
+    lines = [f"tune {record['profile']} on {record['device']} ({record['processor']}, machine {record['machine_id']}): "
+             f"{record['seconds_taken']:.0f} s of {record['budget_seconds']:.0f} s, load average "
+             f"{record['load_average_start']} -> {record['load_average_end']} (figures on a busy machine are noisy)"]
+    for name, figure in record["precision"].items():
+        if isinstance(figure, dict) and "ratio" in figure:
+            lines.append(f"  precision: {name} {tuned.ratio_text(figure)} fp32's speed")
+    check = record["precision"]["loss_check"]
+    if "fp32" in check:
+        losses = ", ".join(f"{p} {check[p]:.3f}" for p in record["precision"] if p in check and p != "loss_check")
+        lines.append(f"  validation loss after {check['steps']} steps: fp32 {check['fp32']:.3f}, {losses} "
+                     f"(tolerance {check['tolerance']}, {check['tokens']} tokens)")
+    for n, figure in record.get("threads", {}).get("candidates", {}).items():
+        lines.append(f"  threads: {n} {tuned.ratio_text(figure)} the speed of {record['threads']['default']}")
+    for rows, figure in record["loss_chunk"].get("candidates", {}).items():
+        lines.append(f"  loss chunk: {rows} rows {tuned.ratio_text(figure)} the speed of "
+                     f"{record['loss_chunk']['default_rows']}")
+    if "math" in record["attention"]:
+        lines.append(f"  attention: math kernel {tuned.ratio_text(record['attention']['math'])} the dispatch's speed")
+    if "speedup" in record["compile"]:
+        c = record["compile"]
+        lines.append(f"  torch.compile: x{c['speedup']:.2f} ({c['pairs']} pairs) after {c['compile_seconds']:.0f} s")
+    lines += [f"  decision {name}: {reason}" for name, reason in record["decisions"].items()]
+    lines += [f"  skipped to stay within tune.seconds: {what}" for what in record["skipped"]]
+    return "\n".join(lines)

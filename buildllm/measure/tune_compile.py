@@ -1,0 +1,87 @@
+"""torch.compile's cost and gain for one plan, measured in a fresh process within a deadline.
+
+A compilation cannot be stopped half-way inside a process, so `buildllm tune` runs it in a child
+that it ends when the budget runs out (the record then says so). The child builds a plain and a
+compiled Trainer of the same plan (in the precision `auto` chose from the fresh figures), times
+each one's first steps (compilation lands in the compiled one's: compile seconds = its warm-up
+minus the plain one's), then lets them take turns (A B A B, measure/pairs.py) for ROUNDS rounds or
+until its deadline, and prints its figures as one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+import buildllm
+from buildllm.config import Config, config_to_dict
+
+WARMUP_STEPS = 2
+ROUNDS = 12  # pairs of turns at most: enough for a 95% interval of the median ratio
+
+
+def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
+    """The child's figures (compile_seconds, speedup, low, high, pairs, plain_step_seconds,
+    precision), or {"skipped": why} when it failed or did not finish within `seconds`."""
+    folder = Path(tempfile.mkdtemp(prefix="buildllm-tune-compile-"))
+    params = folder / "params.yaml"
+    params.write_text(yaml.safe_dump(config_to_dict(config)))
+    # Leave a little of the window for the child's last round and its exit.
+    deadline = time.time() + max(seconds - 3.0, 1.0)
+    root = str(Path(buildllm.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "buildllm.measure.tune_compile", str(params), json.dumps(settings), str(deadline)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds, env=env, cwd=folder)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"skipped: did not finish compiling and timing within the {seconds:.0f} s left "
+                           "of tune.seconds (raise it to measure torch.compile)"}
+    finally:
+        params.unlink(missing_ok=True)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        return {"skipped": f"failed here ({last}): not compiling"}
+    return json.loads(lines[-1])
+
+
+def child(params: str, settings: dict, deadline: float) -> dict:
+    from buildllm.config import load_config, with_overrides
+    from buildllm.measure.pairs import compare, interleave
+    from buildllm.data.windows import windows_or_random
+    from buildllm.plan import apply_plan, make_plan
+    from buildllm.train.trainer import Trainer
+
+    config = load_config(params)
+    plans = {name: make_plan(with_overrides(config, {**settings, "train.compile": name == "compiled" and "true"
+                                                     or "false"})) for name in ("plain", "compiled")}
+    apply_plan(plans["plain"])
+    device = plans["plain"].device
+    train, validation, _ = windows_or_random(config, plans["plain"].model, plans["plain"].batch_size)
+    scratch = tempfile.mkdtemp(prefix="buildllm-tune-compile-")
+    trainers = {name: Trainer(plan, train, validation, directory=scratch) for name, plan in plans.items()}
+    warmup = {}
+    for name, trainer in trainers.items():
+        begin = device.timed()
+        for _ in range(WARMUP_STEPS):
+            trainer.step()
+        warmup[name] = device.timed() - begin
+    end = time.perf_counter() + (deadline - time.time())
+    seconds = interleave({name: trainer.step for name, trainer in trainers.items()}, warmup=0, rounds=ROUNDS,
+                         soft_deadline=end, hard_deadline=end, min_rounds=3, clock=device.timed)
+    figures = compare(seconds, "plain")["compiled"]
+    return {"compile_seconds": warmup["compiled"] - warmup["plain"], "speedup": figures["ratio"],
+            "low": figures["low"], "high": figures["high"], "pairs": figures["pairs"], "coverage": figures["coverage"],
+            "plain_step_seconds": figures["reference_median_seconds"],
+            "compiled_step_seconds": figures["median_seconds"], "precision": plans["plain"].precision.precision}
+
+
+if __name__ == "__main__":
+    print(json.dumps(child(sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]))), flush=True)

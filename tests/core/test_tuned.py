@@ -1,0 +1,142 @@
+"""The plan decides precision, threads and compile from this machine's tune record (buildllm/tuned.py),
+and from no other machine's: records are written through the real writer, their figures made by the
+real pairing code (measure/pairs.py compare) from per-round seconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from buildllm import tuned
+from buildllm.config import load_config
+from buildllm.measure.pairs import compare
+from buildllm.plan import DEFAULT_THREADS, facts, make_plan, this_machine
+
+SETTINGS = {"device": "cpu", "preset": "tiny"}
+
+
+@pytest.fixture(autouse=True)
+def here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # metrics/tune.json is relative: each test writes its own
+    monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
+    return tmp_path
+
+
+def speeds(reference: float, other: list[float]) -> dict:
+    """The figure of a side that took `other` seconds per round against `reference` seconds."""
+    return compare({"ref": [reference] * len(other), "other": other}, "ref")["other"]
+
+
+def record(machine: str | None = None, settings: dict | None = None, **parts) -> dict:
+    plan = make_plan(load_config(None, {**SETTINGS, **(settings or {})}))
+    return {"machine_id": machine or this_machine(), "profile": plan.profile.name, "device": plan.device.device,
+            "batch_size": plan.batch_size, "shape": tuned.shape_label(plan.model), **parts}
+
+
+def bf16(faster: list[float], fp32_loss: float = 6.10, bf16_loss: float = 6.12) -> dict:
+    return {"reference": "fp32", "bf16": speeds(1.0, faster),
+            "loss_check": {"done": True, "steps": 30, "tolerance": 0.05, "fp32": fp32_loss, "bf16": bf16_loss,
+                           "tokens": "real"}}
+
+
+def plan(**settings):
+    return make_plan(load_config(None, {**SETTINGS, **settings}), training_examples=10**6)
+
+
+def test_without_a_record_each_auto_decision_keeps_its_default_and_says_run_tune():
+    p = plan()
+    assert p.precision.precision == "fp32" and p.threads == DEFAULT_THREADS and not p.compile.enabled
+    for name in ("precision", "threads", "compile"):
+        assert tuned.NOT_MEASURED in p.decisions[name], name
+
+
+def test_bf16_on_the_cpu_only_when_measured_here_conclusively_faster_with_the_same_loss():
+    tuned.write_record(record(precision=bf16([0.70, 0.72, 0.69, 0.71, 0.75, 0.70, 0.73, 0.71])))
+    chosen = plan()
+    assert chosen.precision.precision == "bf16" and facts(chosen)["precision"] == "bf16"
+    reason = chosen.decisions["precision"]
+    assert reason.startswith("bf16: auto: measured here: bf16 x1.4") and "8 pairs" in reason
+    assert "6.120 against fp32's 6.100 after 30 steps (tolerance 0.05)" in reason
+    assert plan(precision="fp32").precision.precision == "fp32"  # asked for: obeyed whatever was measured
+
+    tuned.write_record(record(precision=bf16([0.7] * 8, bf16_loss=6.30)))  # faster, but learns differently
+    p = plan()
+    assert p.precision.precision == "fp32" and "keeping fp32" in p.decisions["precision"]
+    assert "6.300 against fp32's 6.100" in p.decisions["precision"]
+
+    tuned.write_record(record(precision=bf16([0.7, 0.7, 0.7, 0.7, 0.7, 1.05])))  # one pair slower
+    p = plan()
+    assert p.precision.precision == "fp32"
+    reason = p.decisions["precision"]
+    assert "measured here: bf16 x1.43" in reason and "not conclusively faster" in reason
+
+    slower = bf16([1.43] * 6)
+    tuned.write_record(record(precision=slower))  # the issue's Intel case: bf16 x0.70 at iteration 1
+    assert "bf16 x0.70" in plan().decisions["precision"] and "keeping fp32" in plan().decisions["precision"]
+
+
+def test_a_record_of_another_machine_is_ignored(monkeypatch):
+    tuned.write_record(record(machine="other-cpu-0123abcd", precision=bf16([0.7] * 8)))
+    p = plan()
+    assert p.precision.precision == "fp32" and tuned.NOT_MEASURED in p.decisions["precision"]
+    # The same record under this machine's id applies; seen from a machine with another fingerprint it does not.
+    tuned.write_record(record(precision=bf16([0.7] * 8)))
+    assert plan().precision.precision == "bf16"
+    measured_on = this_machine()
+    monkeypatch.setenv("BUILDLLM_MACHINE_OVERRIDE", json.dumps({"cpu_model": "Some Other CPU"}))
+    assert this_machine() != measured_on
+    p = plan()
+    assert p.precision.precision == "fp32" and tuned.NOT_MEASURED in p.decisions["precision"]
+
+
+def test_a_record_for_another_shape_or_batch_is_ignored():
+    tuned.write_record(record(precision=bf16([0.7] * 8)))
+    p = plan(**{"train.batch_size": 3})
+    assert p.precision.precision == "fp32"
+    assert "not measured on this machine for this run's shape" in p.decisions["precision"]
+    assert "not measured on this machine for this run's shape" in plan(**{"model.n_layer": 3}).decisions["compile"]
+
+
+def test_threads_and_compile_follow_the_figures_measured_here():
+    other = 1 if DEFAULT_THREADS != 1 else 2
+    threads = {"default": DEFAULT_THREADS, "candidates": {str(other): speeds(1.0, [0.6] * 6)}}
+    figures = {**speeds(1.0, [0.66] * 6), "compile_seconds": 30.0, "plain_step_seconds": 0.3, "precision": "fp32"}
+    figures["speedup"] = figures["ratio"]
+    tuned.write_record(record(threads=threads, compile=figures))
+    p = plan()
+    assert p.threads == other and p.decisions["threads"].startswith(f"{other}: measured here")
+    assert p.compile.enabled and "measured here: x1.52" in p.decisions["compile"]
+    assert plan(**{"train.threads": DEFAULT_THREADS}).threads == DEFAULT_THREADS  # asked for: obeyed
+    tuned.write_record(record(threads={**threads, "candidates": {str(other): speeds(1.0, [1.2] * 6)}},
+                              compile={"skipped": "skipped: 12 s of tune.seconds left"}))
+    p = plan()
+    assert p.threads == DEFAULT_THREADS and "kept" in p.decisions["threads"]
+    assert not p.compile.enabled and "measured here: torch.compile skipped: 12 s" in p.decisions["compile"]
+
+
+def test_the_writer_keeps_other_machines_and_profiles():
+    tuned.write_record(record(machine="other-cpu-0123abcd", precision=bf16([0.7] * 8)))
+    tuned.write_record(record(precision=bf16([0.7] * 8)))
+    tuned.write_record(record(settings={"preset": "student"}, precision=bf16([0.7] * 8)))
+    machines = tuned.read_all()
+    assert set(machines) == {"other-cpu-0123abcd", this_machine()}
+    assert set(machines[this_machine()]) == {"tiny", "student"}
+    assert json.loads(tuned.PATH.read_text())["format"] == tuned.FORMAT
+
+
+def test_the_loss_chunk_rule_takes_a_size_only_when_measured_here_conclusively_faster():
+    noisy = speeds(1.0, [1.0, 1.1, 0.9, 1.0, 1.05, 0.95])
+    measured = record(loss_chunk={"default_rows": 512, "rows": 2048,
+                                  "candidates": {"256": noisy, "1024": speeds(1.0, [0.8] * 6)}})
+    rows, reason = tuned.chunk_choice(measured, "", 512)
+    assert rows == 1024 and reason.startswith("1024 rows: measured here") and "256 rows x1.00" in reason
+    measured["loss_chunk"]["candidates"] = {"256": noisy}
+    assert tuned.chunk_choice(measured, "", 512)[0] == 512
+    assert tuned.chunk_choice(measured, "", 128)[0] is None  # measured against another default: the plan's rule stands
+    assert tuned.chunk_choice(None, tuned.NOT_MEASURED, 512) == (None, tuned.NOT_MEASURED)
+
+
+def test_conclusive_needs_the_interval_past_1_with_95_percent_coverage():
+    assert tuned.faster(speeds(1.0, [0.7] * 6)) and not tuned.faster(speeds(1.0, [0.7] * 5))  # 5 pairs: 93.8%
+    assert tuned.slower(speeds(1.0, [1.3] * 6)) and not tuned.faster(speeds(1.0, [0.7] * 5 + [1.01]))

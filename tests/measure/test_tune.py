@@ -1,0 +1,96 @@
+"""`buildllm tune` on preset tiny: paired turns, its record keyed by this machine, what it skipped to
+stay within its budget, and the plan's decisions reading the record (and ignoring another machine's)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from buildllm import tuned
+from buildllm.cli import main
+from buildllm.measure.pairs import compare, interleave
+from buildllm.plan import this_machine
+
+
+def turns(order: list, now: list, costs: dict):
+    def turn(name):
+        def run():
+            order.append(name)
+            now[0] += costs[name]
+        return run
+    return {name: turn(name) for name in costs}
+
+
+def test_sides_take_turns_after_warming_up_and_no_round_starts_that_would_end_past_the_deadline():
+    order, now = [], [0.0]
+    seconds = interleave(turns(order, now, {"a": 1.0, "b": 2.0}), warmup=1, rounds=100, soft_deadline=20.0,
+                         hard_deadline=30.0, min_rounds=3, clock=lambda: now[0])
+    assert order[:2] == ["a", "b"] and order[2:] == ["a", "b"] * 5  # warm-up, then A B A B from t=3 s to t=18 s
+    assert seconds == {"a": [1.0] * 5, "b": [2.0] * 5}
+    figure = compare(seconds, "a")["b"]
+    assert figure["ratio"] == 0.5 and figure["pairs"] == 5 and figure["low"] == figure["high"] == 0.5
+    order, now = [], [0.0]
+    seconds = interleave(turns(order, now, {"a": 1.0, "b": 2.0}), warmup=1, rounds=100, soft_deadline=20.0,
+                         hard_deadline=10.0, min_rounds=3, clock=lambda: now[0])
+    assert len(seconds["a"]) == 2  # the whole budget's end wins over the fewest rounds wanted
+
+
+def tune_args(tokens, *extra: str) -> list[str]:
+    return ["--preset", "tiny", "--device", "cpu", "--train-tokens", str(tokens["train"]),
+            "--validation-tokens", str(tokens["validation"]), "--tokenizer", str(tokens["tokenizer"]),
+            "--batch-size", "8", "--training-examples", "64", "--validation-examples", "16", *extra]
+
+
+def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_reads_it(workdir, tokens, capsys,
+                                                                                        monkeypatch):
+    monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
+    (workdir / "params.yaml").write_text(yaml.safe_dump({"tune": {"loss_steps": 4}}))
+    assert main(["tune", *tune_args(tokens, "--seconds", "29")]) == 0
+    out = capsys.readouterr().out
+    record = tuned.read_all()[this_machine()]["tiny"]["cpu"]
+    assert record["batch_size"] == 8 and record["tokens"] == "real" and record["budget_seconds"] == 29
+    bf16 = record["precision"]["bf16"]
+    assert bf16["pairs"] == len(bf16["ratios"]) >= 1 and bf16["low"] <= bf16["ratio"] <= bf16["high"]
+    assert bf16["median_seconds"] > 0 and bf16["reference_median_seconds"] > 0
+    check = record["precision"]["loss_check"]
+    assert check["tolerance"] == 0.05 and check["fp32"] > 0 and check["bf16"] > 0 and check["steps"] >= 2
+    assert set(record["decisions"]) >= {"precision", "threads", "compile", "loss_chunk"}
+    # Under the 30 s a compilation needs: skipped, and said on the console and in the record.
+    assert "speedup" not in record["compile"] and any(s.startswith("torch.compile") for s in record["skipped"])
+    assert "skipped to stay within tune.seconds: torch.compile" in out
+    assert record["processor"] and record["load_average_start"] >= 0
+
+    # The dry run's plan reads this machine's record: its reasons say "measured here".
+    assert main(["dry-run", *tune_args(tokens)]) == 0
+    notes = json.loads((workdir / "metrics" / "dry_run_notes.json").read_text())
+    assert "measured here" in notes["precision_reason"] and "measured here" in notes["compile_reason"]
+    assert "measured here" in notes["threads_reason"]
+    assert json.loads((workdir / "metrics" / "dry_run.json").read_text())["tuned_here"] is True
+
+    # The same record written under another machine's id (the real writer) applies to nothing here.
+    other = {**record, "machine_id": "another-cpu-0123abcd"}
+    (workdir / "metrics" / "tune.json").unlink()
+    tuned.write_record(other)
+    assert main(["dry-run", *tune_args(tokens)]) == 0
+    notes = json.loads((workdir / "metrics" / "dry_run_notes.json").read_text())
+    assert "not measured on this machine: run `buildllm tune`" in notes["precision_reason"]
+    assert "not measured on this machine: run `buildllm tune`" in notes["compile_reason"]
+    assert json.loads((workdir / "metrics" / "dry_run.json").read_text())["tuned_here"] is False
+
+
+@pytest.mark.slow
+def test_tune_measures_compile_when_the_budget_allows_it(workdir, tokens, capsys, monkeypatch):
+    monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
+    (workdir / "params.yaml").write_text(yaml.safe_dump({"tune": {"loss_steps": 4}}))
+    assert main(["tune", *tune_args(tokens, "--seconds", "100")]) == 0
+    record = tuned.read_all()[this_machine()]["tiny"]["cpu"]
+    compiled = record["compile"]
+    # Measured (with its figures and pairs), or, on a machine too slow or busy to compile within
+    # what was left, skipped with the reason.
+    assert ("speedup" in compiled and compiled["pairs"] >= 1 and compiled["compile_seconds"] > 0
+            # in the precision `auto` chose from the same record
+            and record["decisions"]["precision"].startswith(compiled["precision"] + ":")
+            ) or "tune.seconds" in compiled["skipped"]
+    assert "threads" in record and record["loss_chunk"].get("candidates")
