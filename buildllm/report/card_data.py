@@ -18,7 +18,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from buildllm.paths import TRAIN_LOG_CSV as LOG_PATH, TRAIN_LOG_JSON as JSON_LOG_PATH, metrics_path
+from buildllm.paths import TRAIN_LOG_CSV as LOG_PATH
+from buildllm.paths import TRAIN_LOG_JSON as JSON_LOG_PATH
+from buildllm.paths import metrics_path
 from buildllm.report.sample import SAMPLE_PATH
 
 CARD_STAGES = ("dry_run", "benchmark", "estimate", "train", "machine")

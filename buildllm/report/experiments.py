@@ -12,10 +12,10 @@ left (see read_folder).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml

@@ -28,8 +28,7 @@ import sys
 from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
-from buildllm.errors import guarded
-from buildllm.errors import UserError
+from buildllm.errors import UserError, guarded
 from buildllm.metrics import read_metrics
 from buildllm.units import duration, size
 

@@ -21,7 +21,18 @@ from buildllm.measure.noise import NOISY_CV, is_noisy
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison
 from buildllm.report.curves import TARGET_NOTE, time_to, write_curves
-from buildllm.report.document import Bullets, Code, Details, Heading, Image, Paragraph, Table, Verdict, to_html, to_markdown
+from buildllm.report.document import (
+    Bullets,
+    Code,
+    Details,
+    Heading,
+    Image,
+    Paragraph,
+    Table,
+    Verdict,
+    to_html,
+    to_markdown,
+)
 
 # The course's controls, always shown (the config knobs declared as controls, and what the plan
 # resolved them to); other controls are listed only when they differ.
