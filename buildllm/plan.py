@@ -122,7 +122,8 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     measured_rows, measured_why = tuned.chunk_choice(record, why_not, loss.chunk_rows)
     if measured_rows is not None and measured_rows != loss.chunk_rows:
         loss = decide_loss(model.vocab_size, rows, precision.activation_bytes, device, measured_rows=measured_rows)
-    decisions["loss"] = f"{loss.reason}; {measured_why}"
+    loss = replace(loss, reason=f"{loss.reason}; {measured_why}")
+    decisions["loss"] = loss.reason
     parameters = build_model(model, "meta").num_parameters()
     plan = RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
                    parameters, processes, examples, steps, compiled, fused, fused_reason, decisions,
@@ -202,9 +203,12 @@ def facts(plan: RunPlan) -> dict:
         # The fused output layer + cross-entropy: rows computed at once, and chunks per micro-batch.
         "loss_chunk_rows": plan.loss.chunk_rows,
         "loss_chunks": plan.loss.chunks,
-        "loss_reason": plan.decisions["loss"],
+        "loss_reason": plan.loss.reason,
         **plan.memory.metrics(),
         "force_memory": plan.config.train.force_memory,
+        # The picks' reasons (requested, or whose default): notes that the run card shows.
+        **{f"{name}_reason": plan.decisions[name] for name in ("batch_size", "workers", "threads", "learning_rate")
+           if name in plan.decisions},
         # What torch saw at import (buildllm.cli.before_torch sets it when mps_fallback is asked for).
         "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
     }
