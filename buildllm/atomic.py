@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO
 
 from buildllm import disk
 
@@ -44,8 +45,9 @@ def atomic_path(path: str | Path, needed: int | None = None, advice: str = "") -
         free = disk.free_bytes(path.parent)
         # torch's writer may lose the errno; a save bigger than the free space is a full disk all the same.
         if disk.is_disk_full(exc) or (needed is not None and isinstance(exc, RuntimeError) and free < needed):
-            raise disk.DiskFull(path.parent, max(needed or 0, written), free, f"writing {path.name}", advice,
-                                known=needed is not None) from None
+            raise disk.DiskFull(
+                path.parent, max(needed or 0, written), free, f"writing {path.name}", advice, known=needed is not None
+            ) from None
         raise
     finally:
         tmp.unlink(missing_ok=True)
@@ -59,8 +61,7 @@ def atomic_open(path: str | Path, needed: int | None = None, advice: str = "") -
         handle.flush()
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None], needed: int | None = None,
-                 advice: str = "") -> None:
+def atomic_write(path: str | Path, write: Callable[[Path], None], needed: int | None = None, advice: str = "") -> None:
     with atomic_path(path, needed, advice) as tmp:
         write(tmp)
 

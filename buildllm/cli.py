@@ -25,8 +25,9 @@ class Parser(argparse.ArgumentParser):
 def add_run_flags(parser: argparse.ArgumentParser, command: str, skip: tuple[str, ...] = ()) -> None:
     """The course's flags that `command` uses: one per Config knob that declares a flag and names the
     command; `skip` leaves some out for a command that gives them another meaning."""
-    parser.add_argument("--params", default="params.yaml", metavar="PATH",
-                        help="params file (default: ./params.yaml if present)")
+    parser.add_argument(
+        "--params", default="params.yaml", metavar="PATH", help="params file (default: ./params.yaml if present)"
+    )
     for key, f, hint in knobs():
         flag = f.metadata.get("flag")
         if not flag or flag in skip or command not in f.metadata["commands"]:
@@ -46,8 +47,7 @@ def add_run_flags(parser: argparse.ArgumentParser, command: str, skip: tuple[str
 
 
 def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Config:
-    overrides = {name[4:]: value for name, value in vars(args).items()
-                 if name.startswith("cfg:") and value is not None}
+    overrides = {name[4:]: value for name, value in vars(args).items() if name.startswith("cfg:") and value is not None}
     overrides.update(extra or {})
     return before_torch(load_config(args.params, overrides))
 
@@ -60,8 +60,11 @@ def before_torch(config: Config) -> Config:
     lazily, after this). PYTORCH_ENABLE_MPS_FALLBACK picks MPS's fallback for missing operators."""
     if config.mps_fallback and os.environ.get(MPS_FALLBACK) != "1":
         if "torch" in sys.modules:
-            print(f"warning: mps_fallback asked for after torch was imported; set {MPS_FALLBACK}=1 in the "
-                  "environment instead", file=sys.stderr)
+            print(
+                f"warning: mps_fallback asked for after torch was imported; set {MPS_FALLBACK}=1 in the "
+                "environment instead",
+                file=sys.stderr,
+            )
         os.environ[MPS_FALLBACK] = "1"
     return config
 
@@ -91,13 +94,21 @@ def cmd_benchmark(args) -> None:
     config = config_from_args(args, {"train.threads": threads[0]} if len(threads) == 1 else {})
     workers = args.workers or []
     if len(workers) == 1:
-        config = config_from_args(args, {"train.workers": workers[0], **({"train.threads": threads[0]}
-                                                                         if len(threads) == 1 else {})})
+        config = config_from_args(
+            args, {"train.workers": workers[0], **({"train.threads": threads[0]} if len(threads) == 1 else {})}
+        )
     if args.find_batch_size:
         call("buildllm.measure.batch_finder:find_batch_size", config)
     elif args.presets or args.architectures or len(threads) > 1 or len(workers) > 1:
-        call("buildllm.measure.sweep:sweep", config, args.presets, args.architectures,
-             threads if len(threads) > 1 else None, True, workers if len(workers) > 1 else None)
+        call(
+            "buildllm.measure.sweep:sweep",
+            config,
+            args.presets,
+            args.architectures,
+            threads if len(threads) > 1 else None,
+            True,
+            workers if len(workers) > 1 else None,
+        )
     else:
         call("buildllm.measure.benchmark:benchmark", config)
 
@@ -116,17 +127,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_env)
 
     for name, help_text, target in [
-        ("dry-run", "resolve device, precision and profile; count parameters; estimate memory",
-         "buildllm.predict.dry_run:dry_run"),
+        (
+            "dry-run",
+            "resolve device, precision and profile; count parameters; estimate memory",
+            "buildllm.predict.dry_run:dry_run",
+        ),
         ("corpus", "write the corpus's train and validation documents to data/", "buildllm.data.corpus:build_corpus"),
-        ("tokenize", "train the BPE tokenizer and encode train and validation tokens",
-         "buildllm.data.tokenization:tokenize_corpus"),
-        ("estimate", "project the full run's time and storage from metrics/benchmark.json",
-         "buildllm.predict.estimate:estimate"),
-        ("preflight", "stop and check before a full run: device, precision, benchmark, estimate, disk, power, "
-                      "cooling, checkpoint directory", "buildllm.predict.preflight:preflight"),
-        ("fits", "the largest batch each profile and precision fits in 8 to 141 GiB, from the memory model",
-         "buildllm.predict.fits:fits"),
+        (
+            "tokenize",
+            "train the BPE tokenizer and encode train and validation tokens",
+            "buildllm.data.tokenization:tokenize_corpus",
+        ),
+        (
+            "estimate",
+            "project the full run's time and storage from metrics/benchmark.json",
+            "buildllm.predict.estimate:estimate",
+        ),
+        (
+            "preflight",
+            "stop and check before a full run: device, precision, benchmark, estimate, disk, power, "
+            "cooling, checkpoint directory",
+            "buildllm.predict.preflight:preflight",
+        ),
+        (
+            "fits",
+            "the largest batch each profile and precision fits in 8 to 141 GiB, from the memory model",
+            "buildllm.predict.fits:fits",
+        ),
     ]:
         p = sub.add_parser(name, help=help_text)
         add_run_flags(p, name)
@@ -140,24 +167,39 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("benchmark", help="measure training speed, memory and MFU with the train code path")
     add_run_flags(p, "benchmark", skip=("--threads", "--workers"))
     p.add_argument("--threads", type=int, nargs="+", metavar="N", help="torch threads; several values make a sweep")
-    p.add_argument("--workers", type=int, nargs="+", metavar="N",
-                   help="data-loader workers; several values make a sweep (with its data-wait share)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="data-loader workers; several values make a sweep (with its data-wait share)",
+    )
     p.add_argument("--presets", nargs="+", metavar="PRESET", help="sweep these presets (tiny student small ...)")
     p.add_argument("--architectures", nargs="+", choices=("classic", "modern"), help="sweep these architectures")
-    p.add_argument("--find-batch-size", action="store_true",
-                   help="find the largest batch size that fits (doubling, then bisecting)")
+    p.add_argument(
+        "--find-batch-size",
+        action="store_true",
+        help="find the largest batch size that fits (doubling, then bisecting)",
+    )
     p.set_defaults(handler=cmd_benchmark)
 
-    p = sub.add_parser("tune", help="measure this machine's auto decisions (precision, threads, the fused loss's "
-                                    "chunk, torch.compile) within --seconds; the plan reads metrics/tune.json")
+    p = sub.add_parser(
+        "tune",
+        help="measure this machine's auto decisions (precision, threads, the fused loss's "
+        "chunk, torch.compile) within --seconds; the plan reads metrics/tune.json",
+    )
     add_run_flags(p, "tune", skip=("--precision", "--compile", "--threads"))
     p.set_defaults(handler=config_command("buildllm.measure.tune:tune"))
 
     p = sub.add_parser("generate", help="print text from a trained checkpoint")
-    p.add_argument("--params", default="params.yaml", metavar="PATH",
-                   help="params file for defaults (default ./params.yaml)")
-    p.add_argument("--checkpoint-directory", metavar="DIR", help="a training run's directory or one checkpoint "
-                                                                 "file (default: params' train.checkpoint_directory)")
+    p.add_argument(
+        "--params", default="params.yaml", metavar="PATH", help="params file for defaults (default ./params.yaml)"
+    )
+    p.add_argument(
+        "--checkpoint-directory",
+        metavar="DIR",
+        help="a training run's directory or one checkpoint file (default: params' train.checkpoint_directory)",
+    )
     p.add_argument("--prompt", required=True, help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=100, metavar="N")
     p.add_argument("--temperature", type=float, default=0.8, metavar="T", help="below 1: safer text; above 1: wilder")
@@ -170,49 +212,104 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=lambda args: call("buildllm.train.generate:command", args))
 
     p = sub.add_parser("compare", help="compare DVC experiments (device, precision) in a report, controls first")
-    p.add_argument("names", nargs="*", help="experiments, commits, branches or metrics folders from another machine "
-                                            "(default: the workspace and every experiment of the current baseline); "
-                                            "the first is the speed-up reference")
-    p.add_argument("--out", default="reports/device_comparison", metavar="PATH",
-                   help="report path without suffix: writes .md, .csv, .png and .html (default %(default)s)")
-    p.add_argument("--allow-different", action="store_true",
-                   help="show speed-ups even when controls differ (the differences stay in the report)")
-    p.add_argument("--vary", action="append", default=[], metavar="KEY",
-                   help="a param that is meant to differ, like train.threads (repeatable)")
-    p.add_argument("--paired", action="store_true",
-                   help="re-measure the experiments' benchmarks here, interleaved in fresh processes, and report "
-                        "the median speed-up with its 95%% interval (survives a busy machine)")
-    p.add_argument("--rounds", type=int, metavar="N",
-                   help="--paired: rounds of one run per experiment (default 6, the fewest for a 95%% interval)")
-    p.set_defaults(handler=lambda args: call("buildllm.report.command:run_compare", args.names, args.out,
-                                             args.allow_different, args.vary, args.paired, args.rounds) and None)
+    p.add_argument(
+        "names",
+        nargs="*",
+        help="experiments, commits, branches or metrics folders from another machine "
+        "(default: the workspace and every experiment of the current baseline); "
+        "the first is the speed-up reference",
+    )
+    p.add_argument(
+        "--out",
+        default="reports/device_comparison",
+        metavar="PATH",
+        help="report path without suffix: writes .md, .csv, .png and .html (default %(default)s)",
+    )
+    p.add_argument(
+        "--allow-different",
+        action="store_true",
+        help="show speed-ups even when controls differ (the differences stay in the report)",
+    )
+    p.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a param that is meant to differ, like train.threads (repeatable)",
+    )
+    p.add_argument(
+        "--paired",
+        action="store_true",
+        help="re-measure the experiments' benchmarks here, interleaved in fresh processes, and report "
+        "the median speed-up with its 95%% interval (survives a busy machine)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="--paired: rounds of one run per experiment (default 6, the fewest for a 95%% interval)",
+    )
+    p.set_defaults(
+        handler=lambda args: (
+            call(
+                "buildllm.report.command:run_compare",
+                args.names,
+                args.out,
+                args.allow_different,
+                args.vary,
+                args.paired,
+                args.rounds,
+            )
+            and None
+        )
+    )
 
-    p = sub.add_parser("report", help="the run card: one self-contained HTML page and its PNG (machine, plan, memory, "
-                                      "step time, estimate against the run, loss, a text sample)")
+    p = sub.add_parser(
+        "report",
+        help="the run card: one self-contained HTML page and its PNG (machine, plan, memory, "
+        "step time, estimate against the run, loss, a text sample)",
+    )
     p.add_argument("--params", default="params.yaml", metavar="PATH", help="params file (default ./params.yaml)")
-    p.add_argument("--experiment", metavar="NAME", help="an experiment, commit, branch or metrics folder, read from "
-                                                        "its commit (default: the workspace, with a fresh sample)")
-    p.add_argument("--out", metavar="PATH", help="path without suffix: writes .html and .png (default plots/run_card "
-                                                 "for the workspace, reports/run_card_NAME for an experiment)")
-    p.set_defaults(handler=lambda args: call("buildllm.report.run_card:report", load_config(args.params),
-                                             args.experiment, args.out) and None)
+    p.add_argument(
+        "--experiment",
+        metavar="NAME",
+        help="an experiment, commit, branch or metrics folder, read from "
+        "its commit (default: the workspace, with a fresh sample)",
+    )
+    p.add_argument(
+        "--out",
+        metavar="PATH",
+        help="path without suffix: writes .html and .png (default plots/run_card "
+        "for the workspace, reports/run_card_NAME for an experiment)",
+    )
+    p.set_defaults(
+        handler=lambda args: (
+            call("buildllm.report.run_card:report", load_config(args.params), args.experiment, args.out) and None
+        )
+    )
     add_verify(sub)
     return parser
 
 
-VERIFY = {"memory": "the memory estimate against the measured peak, on fitted and held-out shapes",
-          "estimate": "benchmark, estimate and a real training run: did the run's time fall inside the range",
-          "mfu": "the same benchmark in fresh processes: MFU recomputable from each file and steady across runs"}
+VERIFY = {
+    "memory": "the memory estimate against the measured peak, on fitted and held-out shapes",
+    "estimate": "benchmark, estimate and a real training run: did the run's time fall inside the range",
+    "mfu": "the same benchmark in fresh processes: MFU recomputable from each file and steady across runs",
+}
 
 
 def add_verify(sub) -> None:
     p = sub.add_parser("verify", help="check the product's estimates against measurements here (exit 1 on a miss)")
     checks = p.add_subparsers(dest="check", required=True, parser_class=Parser)
     for check, help_text in VERIFY.items():
-        c = checks.add_parser(check, help=help_text, description=importlib.import_module(
-            f"buildllm.verify.{check}").__doc__.split("\n\n")[0])
-        c.add_argument("--params", default="params.yaml", metavar="PATH",
-                       help="params file (default: ./params.yaml if present)")
+        c = checks.add_parser(
+            check,
+            help=help_text,
+            description=importlib.import_module(f"buildllm.verify.{check}").__doc__.split("\n\n")[0],
+        )
+        c.add_argument(
+            "--params", default="params.yaml", metavar="PATH", help="params file (default: ./params.yaml if present)"
+        )
         c.add_argument("--out", metavar="PATH", help=f"the record (default metrics/verify_{check}.json)")
         call(f"buildllm.verify.{check}:add_arguments", c)
         c.set_defaults(handler=lambda args, check=check: call(f"buildllm.verify.{check}:command", args))

@@ -22,8 +22,9 @@ class CompileDecision:
     reason: str
 
 
-def decide_compile(setting: str, planned_steps: int | None, precision: str = "fp32",
-                   measured: dict | None = None, missing: str = "") -> CompileDecision:
+def decide_compile(
+    setting: str, planned_steps: int | None, precision: str = "fp32", measured: dict | None = None, missing: str = ""
+) -> CompileDecision:
     """The decision for one run (made by the plan). `measured`: tune's compile figures for this
     machine, profile, shape and batch (compile_seconds, speedup with its paired interval low-high and
     coverage, plain_step_seconds, precision, pairs), or None with `missing` saying why there are
@@ -34,21 +35,31 @@ def decide_compile(setting: str, planned_steps: int | None, precision: str = "fp
     if measured is None:
         return CompileDecision(False, f"auto: not compiling; {missing}")
     if precision != measured.get("precision", "fp32"):
-        return CompileDecision(False, f"auto: not compiling; torch.compile was measured here in "
-                                      f"{measured.get('precision', 'fp32')} and this run computes in {precision}")
+        return CompileDecision(
+            False,
+            f"auto: not compiling; torch.compile was measured here in "
+            f"{measured.get('precision', 'fp32')} and this run computes in {precision}",
+        )
     speedup, seconds, step = measured["speedup"], measured["compile_seconds"], measured["plain_step_seconds"]
-    figures_text = (f"measured here: x{speedup:.2f} per step ({measured.get('pairs', 0)} pairs) after "
-                    f"{seconds:.0f} s of compilation at {step * 1000:.0f} ms/step")
+    figures_text = (
+        f"measured here: x{speedup:.2f} per step ({measured.get('pairs', 0)} pairs) after "
+        f"{seconds:.0f} s of compilation at {step * 1000:.0f} ms/step"
+    )
     if speedup <= 1.0:
         return CompileDecision(False, f"auto: not compiling; {figures_text}: no gain to pay it back")
     if not faster(measured):
-        return CompileDecision(False, f"auto: not compiling; {figures_text}: not conclusively faster (interval "
-                                      f"{measured['low']:.2f}-{measured['high']:.2f})")
+        return CompileDecision(
+            False,
+            f"auto: not compiling; {figures_text}: not conclusively faster (interval "
+            f"{measured['low']:.2f}-{measured['high']:.2f})",
+        )
     saved_per_step = step * (1.0 - 1.0 / speedup)
     break_even = math.ceil(max(seconds, 0.0) / saved_per_step)
     if planned_steps is None:
         return CompileDecision(False, f"auto: compiles if the run plans at least {break_even} steps; {figures_text}")
     enabled = planned_steps >= break_even
     verdict = "compiling" if enabled else "not compiling"
-    return CompileDecision(enabled, f"auto: {verdict}; pays back after {break_even} steps and this run plans "
-                                    f"{planned_steps}; {figures_text}")
+    return CompileDecision(
+        enabled,
+        f"auto: {verdict}; pays back after {break_even} steps and this run plans {planned_steps}; {figures_text}",
+    )

@@ -1,23 +1,33 @@
 """The one config: params.yaml (or defaults) plus CLI flags -> one validated, typed, frozen object.
 
 Nothing else in the package reads params.yaml. Every knob is declared once here, with its type,
-default and allowed values; a bad value raises ConfigError naming the key, the value and what is
-allowed. The code reads the Config object and nothing else.
+default and allowed values (buildllm/knob.py says how a declaration is read and checked); a bad
+value raises ConfigError naming the key, the value and what is allowed. The code reads the Config
+object and nothing else.
 """
 
 from __future__ import annotations
 
 import re
-import types
-import typing
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import yaml
 
-from buildllm.errors import ConfigError
 from buildllm import profiles
+from buildllm.errors import ConfigError
+from buildllm.knob import (
+    MODEL_COMMANDS,
+    PLANNING_COMMANDS,
+    TRAIN_COMMANDS,
+    base_type,
+    build,
+    knob,
+    leaf_knobs,
+    set_dotted,
+)
 
 ARCHITECTURES = ("classic", "modern")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -25,42 +35,20 @@ COMPILE_CHOICES = ("false", "true", "auto")
 CORPUS_SOURCES = ("wiki_vital", "shakespeare", "files")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps|xla)$")
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps, xla"
-TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-# Which commands offer a knob's flag: those that run or plan a model by default; a knob that only
-# matters to a training run (its checkpoints, logging, resume) is offered where a run is planned.
-MODEL_COMMANDS = ("dry-run", "train", "benchmark", "estimate", "preflight", "fits", "tune")
-PLANNING_COMMANDS = ("dry-run", "train", "estimate", "preflight")
-TRAIN_COMMANDS = ("train", "preflight")
-
-
-def knob(default: Any, *, choices: tuple | None = None, minimum: float | None = None,
-         maximum: float | None = None, help: str = "", flag: str | None = None, metavar: str | None = None,
-         control: bool = False, resume: bool = False, commands: tuple[str, ...] = MODEL_COMMANDS) -> Any:
-    """A config field with everything said about it once: its checks (the declaration is the
-    validation), its command-line flag and help (the CLI is generated from these), whether a report
-    always shows it as a key control, whether a resume must find it unchanged, and which commands
-    offer its flag."""
-    meta = {"choices": choices, "minimum": minimum, "maximum": maximum, "help": help, "flag": flag,
-            "metavar": metavar, "control": control, "resume": resume, "commands": commands}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class CorpusConfig:
-    source: str = knob("wiki_vital", choices=CORPUS_SOURCES, control=True,
-                       help="where the documents come from")
+    source: str = knob("wiki_vital", choices=CORPUS_SOURCES, control=True, help="where the documents come from")
     files: list = knob([], help="globs of plain-text files, used when source is `files`")
-    name: Optional[str] = knob(None, help="names the corpus's output folders; default: the source")
+    name: str | None = knob(None, help="names the corpus's output folders; default: the source")
     # Above 0: training needs validation documents to report a validation loss.
     validation_percent: float = knob(5.0, minimum=0.1, maximum=50.0, help="share of documents held out")
 
 
 @dataclass(frozen=True)
 class TokenizeConfig:
-    vocab_size: Optional[int] = knob(None, minimum=257, control=True,
-                                     help="BPE vocabulary size; default: the profile's")
+    vocab_size: int | None = knob(None, minimum=257, control=True, help="BPE vocabulary size; default: the profile's")
     min_frequency: int = knob(2, minimum=1, help="a pair must occur this often to be merged")
     encode_chunk: int = knob(1000, minimum=1, help="documents per encode_batch call")
 
@@ -69,66 +57,161 @@ class TokenizeConfig:
 class ModelConfig:
     """Overrides of the profile's model shape; None keeps the profile's value."""
 
-    architecture: Optional[str] = knob(None, choices=ARCHITECTURES, flag="--architecture",
-                                       help="classic (GPT-2) or modern (RMSNorm, rotary, SwiGLU)")
-    n_layer: Optional[int] = knob(None, minimum=1, help="transformer blocks")
-    n_head: Optional[int] = knob(None, minimum=1, help="attention heads")
-    n_embd: Optional[int] = knob(None, minimum=1, help="model width")
-    sequence_length: Optional[int] = knob(None, minimum=2, flag="--sequence-length", metavar="TOKENS",
-                                          help="context length in tokens")
-    dropout: Optional[float] = knob(None, minimum=0.0, maximum=1.0, help="dropout probability")
+    architecture: str | None = knob(
+        None, choices=ARCHITECTURES, flag="--architecture", help="classic (GPT-2) or modern (RMSNorm, rotary, SwiGLU)"
+    )
+    n_layer: int | None = knob(None, minimum=1, help="transformer blocks")
+    n_head: int | None = knob(None, minimum=1, help="attention heads")
+    n_embd: int | None = knob(None, minimum=1, help="model width")
+    sequence_length: int | None = knob(
+        None, minimum=2, flag="--sequence-length", metavar="TOKENS", help="context length in tokens"
+    )
+    dropout: float | None = knob(None, minimum=0.0, maximum=1.0, help="dropout probability")
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    batch_size: Optional[int] = knob(None, minimum=1, flag="--batch-size", metavar="N", control=True,
-                                     help="sequences per micro-batch; default: the profile's for the device")
-    grad_accum: int = knob(1, minimum=1, flag="--grad-accum", metavar="N", control=True, resume=True,
-                           help="micro-batches per optimizer step")
-    epochs: int = knob(1, minimum=1, flag="--epochs", metavar="N", control=True, resume=True,
-                       help="passes over the training examples")
-    training_examples: Optional[int] = knob(8000, minimum=1, flag="--training-examples", metavar="N", control=True,
-                                            help="training windows used; null: every window in the token file")
-    validation_examples: Optional[int] = knob(100, minimum=1, flag="--validation-examples", metavar="N",
-                                              control=True, resume=True, help="validation windows used")
-    learning_rate: Optional[float] = knob(None, minimum=0.0, flag="--learning-rate", metavar="LR", resume=True,
-                                          help="peak learning rate; default: the profile's")
-    min_learning_rate_ratio: float = knob(0.1, minimum=0.0, maximum=1.0, resume=True,
-                                          help="the cosine schedule ends at this share of the peak")
-    warmup_steps: Optional[int] = knob(None, minimum=0, flag="--warmup-steps", metavar="N", resume=True,
-                                       help="linear warm-up steps; default: 5%% of the planned optimizer steps")
+    batch_size: int | None = knob(
+        None,
+        minimum=1,
+        flag="--batch-size",
+        metavar="N",
+        control=True,
+        help="sequences per micro-batch; default: the profile's for the device",
+    )
+    grad_accum: int = knob(
+        1,
+        minimum=1,
+        flag="--grad-accum",
+        metavar="N",
+        control=True,
+        resume=True,
+        help="micro-batches per optimizer step",
+    )
+    epochs: int = knob(
+        1, minimum=1, flag="--epochs", metavar="N", control=True, resume=True, help="passes over the training examples"
+    )
+    training_examples: int | None = knob(
+        8000,
+        minimum=1,
+        flag="--training-examples",
+        metavar="N",
+        control=True,
+        help="training windows used; null: every window in the token file",
+    )
+    validation_examples: int | None = knob(
+        100,
+        minimum=1,
+        flag="--validation-examples",
+        metavar="N",
+        control=True,
+        resume=True,
+        help="validation windows used",
+    )
+    learning_rate: float | None = knob(
+        None,
+        minimum=0.0,
+        flag="--learning-rate",
+        metavar="LR",
+        resume=True,
+        help="peak learning rate; default: the profile's",
+    )
+    min_learning_rate_ratio: float = knob(
+        0.1, minimum=0.0, maximum=1.0, resume=True, help="the cosine schedule ends at this share of the peak"
+    )
+    warmup_steps: int | None = knob(
+        None,
+        minimum=0,
+        flag="--warmup-steps",
+        metavar="N",
+        resume=True,
+        help="linear warm-up steps; default: 5%% of the planned optimizer steps",
+    )
     weight_decay: float = knob(0.1, minimum=0.0, resume=True, help="AdamW weight decay on matrices")
     grad_clip: float = knob(1.0, minimum=0.0, resume=True, help="gradient norm clip (0: off)")
-    log_interval: int = knob(10, minimum=1, flag="--log-interval", metavar="STEPS", help="steps between log rows", commands=PLANNING_COMMANDS)
-    eval_interval: int = knob(50, minimum=0, flag="--eval-interval", metavar="STEPS",
-                              help="steps between validations (0: only at the end)", commands=PLANNING_COMMANDS)
-    checkpoint_interval: int = knob(100, minimum=0, flag="--checkpoint-interval", metavar="STEPS",
-                                    help="steps between checkpoints (0: only at the end)", commands=PLANNING_COMMANDS)
-    keep_checkpoints: int = knob(2, minimum=1, flag="--keep-checkpoints", metavar="N",
-                                 help="newest checkpoints kept on disk", commands=PLANNING_COMMANDS)
-    checkpoint_directory: str = knob("checkpoints/run", flag="--checkpoint-directory", metavar="DIR",
-                                     help="where this run's checkpoints live; one run per directory", commands=PLANNING_COMMANDS)
-    workers: Optional[int] = knob(None, minimum=0, flag="--workers", metavar="N",
-                                  help="data-loader worker processes; default: the profile's")
-    threads: Optional[int] = knob(None, minimum=1, flag="--threads", metavar="N", control=True,
-                                  help="torch CPU threads; default: the count `buildllm tune` measured fastest "
-                                       "here, else torch's")
-    compile: str = knob("auto", choices=COMPILE_CHOICES, flag="--compile",
-                        help="torch.compile the model: true, false, or auto (only where `buildllm tune` measured "
-                             "a speed-up here that pays back its compile time within this run)")
-    gradient_checkpointing: bool = knob(False, flag="--gradient-checkpointing",
-                                        help="recompute activations in backward to save memory")
-    train_tokens: Optional[str] = knob(None, flag="--train-tokens", metavar="PATH", control=True,
-                                       help="training token file; default: the tokenize stage's")
-    validation_tokens: Optional[str] = knob(None, flag="--validation-tokens", metavar="PATH", control=True,
-                                            help="validation token file; default: the tokenize stage's")
-    tokenizer: Optional[str] = knob(None, flag="--tokenizer", metavar="PATH", control=True,
-                                    help="tokenizer JSON; default: the tokenize stage's")
+    log_interval: int = knob(
+        10, minimum=1, flag="--log-interval", metavar="STEPS", help="steps between log rows", commands=PLANNING_COMMANDS
+    )
+    eval_interval: int = knob(
+        50,
+        minimum=0,
+        flag="--eval-interval",
+        metavar="STEPS",
+        help="steps between validations (0: only at the end)",
+        commands=PLANNING_COMMANDS,
+    )
+    checkpoint_interval: int = knob(
+        100,
+        minimum=0,
+        flag="--checkpoint-interval",
+        metavar="STEPS",
+        help="steps between checkpoints (0: only at the end)",
+        commands=PLANNING_COMMANDS,
+    )
+    keep_checkpoints: int = knob(
+        2,
+        minimum=1,
+        flag="--keep-checkpoints",
+        metavar="N",
+        help="newest checkpoints kept on disk",
+        commands=PLANNING_COMMANDS,
+    )
+    checkpoint_directory: str = knob(
+        "checkpoints/run",
+        flag="--checkpoint-directory",
+        metavar="DIR",
+        help="where this run's checkpoints live; one run per directory",
+        commands=PLANNING_COMMANDS,
+    )
+    workers: int | None = knob(
+        None, minimum=0, flag="--workers", metavar="N", help="data-loader worker processes; default: the profile's"
+    )
+    threads: int | None = knob(
+        None,
+        minimum=1,
+        flag="--threads",
+        metavar="N",
+        control=True,
+        help="torch CPU threads; default: the count `buildllm tune` measured fastest here, else torch's",
+    )
+    compile: str = knob(
+        "auto",
+        choices=COMPILE_CHOICES,
+        flag="--compile",
+        help="torch.compile the model: true, false, or auto (only where `buildllm tune` measured "
+        "a speed-up here that pays back its compile time within this run)",
+    )
+    gradient_checkpointing: bool = knob(
+        False, flag="--gradient-checkpointing", help="recompute activations in backward to save memory"
+    )
+    train_tokens: str | None = knob(
+        None,
+        flag="--train-tokens",
+        metavar="PATH",
+        control=True,
+        help="training token file; default: the tokenize stage's",
+    )
+    validation_tokens: str | None = knob(
+        None,
+        flag="--validation-tokens",
+        metavar="PATH",
+        control=True,
+        help="validation token file; default: the tokenize stage's",
+    )
+    tokenizer: str | None = knob(
+        None, flag="--tokenizer", metavar="PATH", control=True, help="tokenizer JSON; default: the tokenize stage's"
+    )
     resume: bool = knob(False, flag="--resume", help="continue the checkpoint directory's run", commands=TRAIN_COMMANDS)
-    force: bool = knob(False, flag="--force", help="resume even where the run's settings changed", commands=TRAIN_COMMANDS)
+    force: bool = knob(
+        False, flag="--force", help="resume even where the run's settings changed", commands=TRAIN_COMMANDS
+    )
     # Not --force: that one resumes past changed settings, and trying a larger batch must not also do that.
-    force_memory: bool = knob(False, flag="--force-memory", commands=("dry-run", "train", "benchmark"),
-                              help="run a plan whose memory estimate exceeds the free memory (refused otherwise)")
+    force_memory: bool = knob(
+        False,
+        flag="--force-memory",
+        commands=("dry-run", "train", "benchmark"),
+        help="run a plan whose memory estimate exceeds the free memory (refused otherwise)",
+    )
 
 
 @dataclass(frozen=True)
@@ -136,40 +219,75 @@ class BenchmarkConfig:
     warmup_steps: int = knob(3, minimum=1, help="steps run before timing (compile lands here)")
     measured_steps: int = knob(20, minimum=2, control=True, help="timed steps")
     intervals: int = knob(4, minimum=1, help="the timed steps are split into this many intervals")
-    memory_budget: Optional[str] = knob(None, flag="--memory-budget", metavar="SIZE",
-                                        help="batch-size finder's budget, e.g. 4GiB; default: free memory", commands=("benchmark",))
+    memory_budget: str | None = knob(
+        None,
+        flag="--memory-budget",
+        metavar="SIZE",
+        help="batch-size finder's budget, e.g. 4GiB; default: free memory",
+        commands=("benchmark",),
+    )
     safety_margin: float = knob(0.1, minimum=0.0, maximum=0.9, help="batch finder keeps this share free")
     max_batch_size: int = knob(1024, minimum=1, help="batch finder's ceiling")
 
 
 @dataclass(frozen=True)
 class EstimateConfig:
-    startup_seconds: Optional[float] = knob(None, minimum=0.0,
-                                            help="seconds added once for process start; default: measured")
+    startup_seconds: float | None = knob(
+        None, minimum=0.0, help="seconds added once for process start; default: measured"
+    )
 
 
 @dataclass(frozen=True)
 class TuneConfig:
-    seconds: float = knob(120.0, minimum=5.0, flag="--seconds", metavar="S", commands=("tune",),
-                          help="`buildllm tune`'s time budget; what does not fit is skipped and said")
-    loss_steps: int = knob(30, minimum=2, help="steps each of fp32 and bf16 train before their validation losses "
-                                               "are compared")
-    loss_tolerance: float = knob(0.05, minimum=0.0, help="bf16's validation loss must be within this many nats "
-                                                         "of fp32's for `precision: auto` to pick bf16")
+    seconds: float = knob(
+        120.0,
+        minimum=5.0,
+        flag="--seconds",
+        metavar="S",
+        commands=("tune",),
+        help="`buildllm tune`'s time budget; what does not fit is skipped and said",
+    )
+    loss_steps: int = knob(
+        30, minimum=2, help="steps each of fp32 and bf16 train before their validation losses are compared"
+    )
+    loss_tolerance: float = knob(
+        0.05,
+        minimum=0.0,
+        help="bf16's validation loss must be within this many nats of fp32's for `precision: auto` to pick bf16",
+    )
 
 
 @dataclass(frozen=True)
 class Config:
-    device: str = knob("auto", flag="--device", metavar=DEVICE_CHOICES.replace(", ", "|"),
-                       help=f"where to train; one of {DEVICE_CHOICES}")
+    device: str = knob(
+        "auto",
+        flag="--device",
+        metavar=DEVICE_CHOICES.replace(", ", "|"),
+        help=f"where to train; one of {DEVICE_CHOICES}",
+    )
     precision: str = knob("auto", choices=PRECISIONS, flag="--precision", help="compute precision")
-    mps_fallback: bool = knob(False, flag="--mps-fallback",
-                              help="on Apple MPS, run operators MPS lacks on the CPU instead of failing "
-                                   "(sets PYTORCH_ENABLE_MPS_FALLBACK=1 before torch is imported)")
-    iteration: int = knob(1, choices=tuple(profiles.iterations()), flag="--iteration", control=True,
-                          help="the course's iteration: " + ", ".join(f"{n} {p}" for n, p in profiles.iterations().items()), commands=MODEL_COMMANDS + ("tokenize",))
-    preset: Optional[str] = knob(None, choices=profiles.presets(), flag="--preset", control=True,
-                                 help="a preset replaces the iteration's profile", commands=MODEL_COMMANDS + ("tokenize",))
+    mps_fallback: bool = knob(
+        False,
+        flag="--mps-fallback",
+        help="on Apple MPS, run operators MPS lacks on the CPU instead of failing "
+        "(sets PYTORCH_ENABLE_MPS_FALLBACK=1 before torch is imported)",
+    )
+    iteration: int = knob(
+        1,
+        choices=tuple(profiles.iterations()),
+        flag="--iteration",
+        control=True,
+        help="the course's iteration: " + ", ".join(f"{n} {p}" for n, p in profiles.iterations().items()),
+        commands=MODEL_COMMANDS + ("tokenize",),
+    )
+    preset: str | None = knob(
+        None,
+        choices=profiles.presets(),
+        flag="--preset",
+        control=True,
+        help="a preset replaces the iteration's profile",
+        commands=MODEL_COMMANDS + ("tokenize",),
+    )
     seed: int = knob(1337, minimum=0, flag="--seed", metavar="N", resume=True, help="random seed")
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
@@ -191,22 +309,9 @@ def profile_for(config: Config) -> profiles.Profile:
     return replace(profile, model=replace(profile.model, **overrides))
 
 
-def knobs(cls: type = Config, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    """Every leaf knob as (dotted key, dataclass field, type hint), in declaration order."""
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in fields(cls):
-        if is_dataclass(hints[f.name]):
-            out += knobs(hints[f.name], prefix + f.name + ".")
-        else:
-            out.append((prefix + f.name, f, hints[f.name]))
-    return out
-
-
-def base_type(hint: Any) -> Any:
-    """int for Optional[int]: the type a value must have when it is given."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) and args else hint
+def knobs(cls: type = Config) -> list[tuple[str, Any, Any]]:
+    """Every leaf knob of the Config as (dotted key, dataclass field, type hint), in declaration order."""
+    return leaf_knobs(cls)
 
 
 def value_at(config: Config, dotted: str) -> Any:
@@ -233,8 +338,14 @@ def load_config(path: str | Path | None = "params.yaml", overrides: Mapping[str,
     elif path is not None and str(path) != "params.yaml":
         raise ConfigError(f"params file {path} does not exist; pass an existing file to --params")
     for dotted, value in (overrides or {}).items():
-        _set_dotted(data, dotted, value)
-    return _build(Config, data, prefix="")
+        set_dotted(data, dotted, value)
+    return _checked(build(Config, data))
+
+
+def _checked(config: Config) -> Config:
+    if not DEVICE_PATTERN.match(config.device):
+        raise ConfigError(f"device={config.device!r} is not a device; allowed: {DEVICE_CHOICES}")
+    return config
 
 
 def config_to_dict(config: Config) -> dict:
@@ -245,100 +356,8 @@ def with_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:
     """A new validated Config with dotted keys replaced (used by sweeps over presets or threads)."""
     data = config_to_dict(config)
     for dotted, value in overrides.items():
-        _set_dotted(data, dotted, value)
-    return _build(Config, data, prefix="")
-
-
-def _set_dotted(data: dict, dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node = data
-    for part in parents:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"{dotted}: {part} is not a section")
-    node[leaf] = value
-
-
-def _build(cls: type, data: Mapping, prefix: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{prefix.rstrip('.') or 'params'} must be a section (a mapping), got {data!r}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        where = prefix.rstrip(".") or "top level"
-        raise ConfigError(f"unknown key {prefix}{unknown[0]} in {where}; allowed keys: {', '.join(known)}")
-    values = {}
-    for name, f in known.items():
-        key = prefix + name
-        if name not in data:
-            continue
-        if is_dataclass(hints[name]):
-            values[name] = _build(hints[name], data[name] or {}, prefix=key + ".")
-        else:
-            values[name] = _check(key, data[name], hints[name], f.metadata)
-    config = cls(**values)
-    if cls is Config and not DEVICE_PATTERN.match(config.device):
-        raise ConfigError(f"device={config.device!r} is not a device; allowed: {DEVICE_CHOICES}")
-    return config
-
-
-def _check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
-    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
-    base = base_type(hint)
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(f"{key} must not be empty; give {TYPE_NAMES.get(base, base)}")
-    choices = meta.get("choices")
-    if base is str and choices is not None and not isinstance(value, str):
-        if isinstance(value, bool) and str(value).lower() in choices:
-            value = str(value).lower()  # YAML's true/false for a knob whose choices spell them
-        else:
-            raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, choices))}")
-    value = _coerce(key, value, base)
-    if choices is not None and value not in choices:
-        raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, choices))}")
-    low, high = meta.get("minimum"), meta.get("maximum")
-    if low is not None and value < low:
-        raise ConfigError(f"{key}={value!r} is too small; it must be at least {low}")
-    if high is not None and value > high:
-        raise ConfigError(f"{key}={value!r} is too large; it must be at most {high}")
-    return value
-
-
-def _coerce(key: str, value: Any, base: Any) -> Any:
-    def wrong() -> ConfigError:
-        return ConfigError(f"{key}={value!r} has the wrong type; it must be {TYPE_NAMES.get(base, base)}")
-
-    if base is bool:
-        if isinstance(value, bool):
-            return value
-        raise wrong()
-    if base is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise wrong()
-    if base is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
-            try:
-                return float(value)
-            except ValueError:
-                raise wrong() from None
-        raise wrong()
-    if base is str:
-        if isinstance(value, str):
-            return value
-        raise wrong()
-    if base is list:
-        if isinstance(value, str):
-            value = [value]
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return list(value)
-        raise ConfigError(f"{key}={value!r} must be a list of strings")
-    raise TypeError(f"config field {key} has an unsupported type {base}")  # a bug here, not user input
+        set_dotted(data, dotted, value)
+    return _checked(build(Config, data))
 
 
 def defaults_dict() -> dict:
@@ -346,6 +365,23 @@ def defaults_dict() -> dict:
     return config_to_dict(Config())
 
 
-__all__ = ["Config", "CorpusConfig", "TokenizeConfig", "ModelConfig", "TrainConfig", "BenchmarkConfig",
-           "EstimateConfig", "TuneConfig",
-           "profile_for", "knobs", "base_type", "control_keys", "value_at", "load_config", "with_overrides", "config_to_dict", "defaults_dict", "replace"]
+__all__ = [
+    "Config",
+    "CorpusConfig",
+    "TokenizeConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "BenchmarkConfig",
+    "EstimateConfig",
+    "TuneConfig",
+    "profile_for",
+    "knobs",
+    "base_type",
+    "control_keys",
+    "value_at",
+    "load_config",
+    "with_overrides",
+    "config_to_dict",
+    "defaults_dict",
+    "replace",
+]

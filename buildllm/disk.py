@@ -23,9 +23,11 @@ class DiskFull(UserError):
     def __init__(self, folder: str | Path, needed: int, free: int, what: str, advice: str = "", known: bool = True):
         self.folder, self.needed, self.free = Path(folder), int(needed), int(free)
         amount = "about" if known else "more than"
-        super().__init__(f"disk full: {what} needs {amount} {size(needed)} ({needed:,} bytes) in {folder} but only "
-                         f"{size(free)} ({free:,} bytes) is free there; "
-                         + (advice or "free some space or write to another disk, then rerun"))
+        super().__init__(
+            f"disk full: {what} needs {amount} {size(needed)} ({needed:,} bytes) in {folder} but only "
+            f"{size(free)} ({free:,} bytes) is free there; "
+            + (advice or "free some space or write to another disk, then rerun")
+        )
 
 
 def existing_parent(path: str | Path) -> Path:

@@ -66,31 +66,56 @@ def size(nbytes: float) -> str:
     return f"{nbytes / GiB:.2f} GiB" if nbytes >= GiB else f"{nbytes / 2**20:.1f} MiB"
 
 
-def decide_loss(vocab_size: int, rows: int, precision_bytes: int, device: Device, capacity: int | None = None,
-                measured_rows: int | None = None) -> LossDecision:
+def decide_loss(
+    vocab_size: int,
+    rows: int,
+    precision_bytes: int,
+    device: Device,
+    capacity: int | None = None,
+    measured_rows: int | None = None,
+) -> LossDecision:
     """The chunk size for micro-batches of `rows` rows, logits in `precision_bytes` (4 fp32, 2 under
     bf16/fp16 autocast). capacity: the device's memory (asked of the device when None; the fits
     table passes the sizes it tabulates). measured_rows: a measured best chunk size, preferred."""
     if measured_rows is not None:
         chunk = max(1, min(rows, measured_rows))
-        return LossDecision(chunk, rows, f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}): "
-                                         f"measured best on this machine ({measured_rows} rows)")
+        return LossDecision(
+            chunk,
+            rows,
+            f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}): "
+            f"measured best on this machine ({measured_rows} rows)",
+        )
     if device.cache_sized_work:
         chunk = max(1, min(rows, CPU_CHUNK_BYTES // (4 * vocab_size)))
-        return LossDecision(chunk, rows, f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}): "
-                                         f"fp32 logits of at most {CPU_CHUNK_BYTES // 2**20} MiB stay in the "
-                                         "CPU's cache (measured fastest on a 2-core EPYC)")
+        return LossDecision(
+            chunk,
+            rows,
+            f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}): "
+            f"fp32 logits of at most {CPU_CHUNK_BYTES // 2**20} MiB stay in the "
+            "CPU's cache (measured fastest on a 2-core EPYC)",
+        )
     capacity = device.memory_capacity() if capacity is None else capacity
     per_row = chunk_bytes_per_row(vocab_size, precision_bytes)
     budget = int(capacity * DEVICE_MEMORY_SHARE)
     share = f"1/{round(1 / DEVICE_MEMORY_SHARE)} of the device's {size(capacity)}: {size(budget)}"
     if rows * per_row <= budget:
-        return LossDecision(rows, rows, f"one chunk of {rows} rows: the micro-batch's loss buffers "
-                                        f"({size(rows * per_row)}) fit the budget ({share}); computed at once, "
-                                        "as the plain loss")
+        return LossDecision(
+            rows,
+            rows,
+            f"one chunk of {rows} rows: the micro-batch's loss buffers "
+            f"({size(rows * per_row)}) fit the budget ({share}); computed at once, "
+            "as the plain loss",
+        )
     fitting = budget // per_row // ROW_MULTIPLE * ROW_MULTIPLE
     chunk = min(rows, max(fitting, MIN_ROWS))
-    why = (f"the most that fit the budget ({share}) in whole {ROW_MULTIPLE}-row tiles" if fitting >= MIN_ROWS else
-           f"the floor of {MIN_ROWS} rows that keeps the matmuls large, past the budget ({share})")
-    return LossDecision(chunk, rows, f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}, "
-                                     f"{size(chunk * per_row)} of loss buffers): {why}")
+    why = (
+        f"the most that fit the budget ({share}) in whole {ROW_MULTIPLE}-row tiles"
+        if fitting >= MIN_ROWS
+        else f"the floor of {MIN_ROWS} rows that keeps the matmuls large, past the budget ({share})"
+    )
+    return LossDecision(
+        chunk,
+        rows,
+        f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}, "
+        f"{size(chunk * per_row)} of loss buffers): {why}",
+    )

@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from buildllm.atomic import atomic_write_text
 from buildllm.errors import UserError
@@ -33,19 +34,29 @@ MAX_LABEL = 40
 # A label cut to fit is cut shorter still: two of them side by side in `dvc metrics diff --md`, with
 # the path, the metric's name and a numeric change, stay within 160 columns.
 CUT_LABEL = 30
-NOTE_SUFFIXES = ("_reason", "_advice")   # sentences: notes only
+NOTE_SUFFIXES = ("_reason", "_advice")  # sentences: notes only
 # Labels whose text can run long (from the machine, the user, or a measurement's own account): the
 # metrics file keeps the label cut to fit, which reports read; the notes keep the full text.
-SHORTENED = ("platform", "processor", "gpu_name", "checkpoint_directory", "tokenizer", "peak_flops_source",
-             "peak_memory_method")
+SHORTENED = (
+    "platform",
+    "processor",
+    "gpu_name",
+    "checkpoint_directory",
+    "tokenizer",
+    "peak_flops_source",
+    "peak_memory_method",
+)
 # stage -> {name in the summary: (key in the full record, scale)}; a key the record lacks (a benchmark
 # that ran out of memory has no speed) is left out of the summary.
 SUMMARY = {
     "corpus": {"characters": ("characters", 1)},
     "tokenize": {"tokens": ("train_tokens", 1)},
     "dry_run": {"parameters": ("parameters", 1), "estimate_mib": ("memory_estimate_total_bytes", 2**-20)},
-    "benchmark": {"tokens_per_s": ("tokens_per_second", 1), "peak_mib": ("peak_memory_bytes", 2**-20),
-                  "mfu": ("mfu", 1)},
+    "benchmark": {
+        "tokens_per_s": ("tokens_per_second", 1),
+        "peak_mib": ("peak_memory_bytes", 2**-20),
+        "mfu": ("mfu", 1),
+    },
     "estimate": {"minutes": ("estimated_seconds", 1 / 60)},
     "preflight": {"failed": ("checks_failed", 1)},
     "train": {"tokens_per_s": ("tokens_per_second", 1), "val_loss": ("final_validation_loss", 1)},
@@ -66,7 +77,7 @@ def short_label(text: str) -> str:
     """Text from outside the program, made to fit: an absolute path becomes `…/name`, long text is cut."""
     if _ABSOLUTE.match(text):
         text = "…/" + re.split(r"[\\/]", text.rstrip("/\\"))[-1]
-    return text if len(text) <= CUT_LABEL else text[:CUT_LABEL - 1] + "…"
+    return text if len(text) <= CUT_LABEL else text[: CUT_LABEL - 1] + "…"
 
 
 def check_flat(metrics: Mapping[str, Any]) -> dict:
@@ -82,9 +93,11 @@ def check_flat(metrics: Mapping[str, Any]) -> dict:
 
 def check_label(key: str, value: Any) -> None:
     if isinstance(value, str) and (len(value) > MAX_LABEL or _ABSOLUTE.match(value)):
-        raise MetricValueError(f"metric {key}={value!r} is not a short label ({len(value)} characters, at most "
-                               f"{MAX_LABEL}, no absolute path); name it *_reason or *_advice so it "
-                               "goes to the notes file, or shorten it")
+        raise MetricValueError(
+            f"metric {key}={value!r} is not a short label ({len(value)} characters, at most "
+            f"{MAX_LABEL}, no absolute path); name it *_reason or *_advice so it "
+            "goes to the notes file, or shorten it"
+        )
 
 
 def split(metrics: Mapping[str, Any]) -> tuple[dict, dict]:
@@ -115,7 +128,7 @@ def _significant(value: float) -> float | int:
     if isinstance(value, int) or value == 0:
         return value
     rounded = float(f"{value:.{SUMMARY_DIGITS}g}")
-    return int(rounded) if rounded.is_integer() and abs(rounded) >= 10**(SUMMARY_DIGITS - 1) else rounded
+    return int(rounded) if rounded.is_integer() and abs(rounded) >= 10 ** (SUMMARY_DIGITS - 1) else rounded
 
 
 def summarize(stage: str, values: Mapping[str, Any]) -> dict:

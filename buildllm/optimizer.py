@@ -21,8 +21,9 @@ def fused_adamw_support(device: str) -> tuple[bool, str]:
     return True, f"fused AdamW builds on {device}"
 
 
-def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float, fused: bool,
-                    betas: tuple[float, float] = (0.9, 0.95)) -> torch.optim.AdamW:
+def build_optimizer(
+    model: nn.Module, learning_rate: float, weight_decay: float, fused: bool, betas: tuple[float, float] = (0.9, 0.95)
+) -> torch.optim.AdamW:
     """AdamW with weight decay on weight matrices and embeddings (as GPT-2 does), not on norms and biases:
     decay pulls a gain or an offset towards zero, which only distorts it."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]

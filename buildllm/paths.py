@@ -9,7 +9,7 @@ from buildllm.config import Config
 DATA = Path("data")
 METRICS = Path("metrics")
 TOKENIZERS = Path("tokenizer")
-TRAIN_LOG_CSV = METRICS / "train_log.csv"    # the training log, one row per log interval
+TRAIN_LOG_CSV = METRICS / "train_log.csv"  # the training log, one row per log interval
 TRAIN_LOG_JSON = METRICS / "train_log.json"  # the same rows for `dvc plots`
 
 
@@ -35,8 +35,9 @@ def tokenizer_path(config: Config, vocab_size: int) -> Path:
 def token_paths(config: Config, vocab_size: int) -> tuple[Path, Path]:
     folder = DATA / "tokens" / token_set_name(config, vocab_size)
     train = Path(config.train.train_tokens) if config.train.train_tokens else folder / "train_tokens.pt"
-    validation = (Path(config.train.validation_tokens) if config.train.validation_tokens
-                  else folder / "validation_tokens.pt")
+    validation = (
+        Path(config.train.validation_tokens) if config.train.validation_tokens else folder / "validation_tokens.pt"
+    )
     return train, validation
 
 

@@ -75,11 +75,14 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     profile = profile_for(config)
     model = profile.model
     if model.n_embd % model.n_head:
-        raise ConfigError(f"model.n_embd={model.n_embd} is not divisible by model.n_head={model.n_head}; "
-                          "choose values where it is")
+        raise ConfigError(
+            f"model.n_embd={model.n_embd} is not divisible by model.n_head={model.n_head}; choose values where it is"
+        )
     if model.architecture == "modern" and model.head_dim % 2:
-        raise ConfigError(f"the modern architecture's rotary positions need an even head size, but n_embd "
-                          f"{model.n_embd} / n_head {model.n_head} = {model.head_dim}; change model.n_head or model.n_embd")
+        raise ConfigError(
+            f"the modern architecture's rotary positions need an even head size, but n_embd "
+            f"{model.n_embd} / n_head {model.n_head} = {model.head_dim}; change model.n_head or model.n_embd"
+        )
     device = resolve_device(config.device)
     defaults = profile.runtime(device.runtime_defaults)
     decisions = {"device": f"{device.device}: {device.reason}"}
@@ -94,10 +97,12 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     t = config.train
     batch_size = pick("batch_size", t.batch_size, defaults.batch_size)
     # This machine's tune figures for this profile, device, shape and batch (or why there are none).
-    record, why_not = tuned.lookup(this_machine(), profile.name, device.device, batch_size,
-                                   tuned.shape_label(model, t.gradient_checkpointing))
-    precision = resolve_precision(config.precision, device, defaults.precision,
-                                  lambda default: tuned.precision_choice(record, why_not, default))
+    record, why_not = tuned.lookup(
+        this_machine(), profile.name, device.device, batch_size, tuned.shape_label(model, t.gradient_checkpointing)
+    )
+    precision = resolve_precision(
+        config.precision, device, defaults.precision, lambda default: tuned.precision_choice(record, why_not, default)
+    )
     decisions["precision"] = precision.reason
     workers = pick("workers", t.workers, defaults.workers)
     learning_rate = pick("learning_rate", t.learning_rate, defaults.learning_rate)
@@ -110,8 +115,11 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     # torchrun says how many processes share the run; each takes batch_size of every global batch.
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     examples = training_examples if training_examples is not None else count_training_examples(config, model)
-    steps = None if examples is None else planned_steps(batches_per_epoch(examples, batch_size * processes),
-                                                        t.epochs, t.grad_accum)
+    steps = (
+        None
+        if examples is None
+        else planned_steps(batches_per_epoch(examples, batch_size * processes), t.epochs, t.grad_accum)
+    )
     # Compile figures measured here apply to the shape, batch and precision they were taken at only.
     compiled = decide_compile(t.compile, steps, precision.precision, *tuned.compile_figures(record, why_not))
     decisions["compile"] = compiled.reason
@@ -125,9 +133,27 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     loss = replace(loss, reason=f"{loss.reason}; {measured_why}")
     decisions["loss"] = loss.reason
     parameters = build_model(model, "meta").num_parameters()
-    plan = RunPlan(config, profile, model, device, precision, batch_size, workers, learning_rate, threads,
-                   parameters, processes, examples, steps, compiled, fused, fused_reason, decisions,
-                   tuned_here=record is not None, loss=loss)
+    plan = RunPlan(
+        config,
+        profile,
+        model,
+        device,
+        precision,
+        batch_size,
+        workers,
+        learning_rate,
+        threads,
+        parameters,
+        processes,
+        examples,
+        steps,
+        compiled,
+        fused,
+        fused_reason,
+        decisions,
+        tuned_here=record is not None,
+        loss=loss,
+    )
     memory = decide_memory(plan)
     decisions["memory"] = memory.reason
     return replace(plan, memory=memory)
@@ -207,8 +233,11 @@ def facts(plan: RunPlan) -> dict:
         **plan.memory.metrics(),
         "force_memory": plan.config.train.force_memory,
         # The picks' reasons (requested, or whose default): notes that the run card shows.
-        **{f"{name}_reason": plan.decisions[name] for name in ("batch_size", "workers", "threads", "learning_rate")
-           if name in plan.decisions},
+        **{
+            f"{name}_reason": plan.decisions[name]
+            for name in ("batch_size", "workers", "threads", "learning_rate")
+            if name in plan.decisions
+        },
         # What torch saw at import (buildllm.cli.before_torch sets it when mps_fallback is asked for).
         "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
     }

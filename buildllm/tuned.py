@@ -46,26 +46,30 @@ def write_record(record: dict, path: Path = PATH) -> Path:
 
 def shape_label(model, gradient_checkpointing: bool = False) -> str:
     """The model shape (a GPTConfig) a record was measured at, as one comparable label."""
-    return (f"{model.architecture} {model.n_layer}x{model.n_head}x{model.n_embd}, {model.sequence_length} tokens, "
-            f"vocab {model.vocab_size}" + (", checkpointing" if gradient_checkpointing else ""))
+    return (
+        f"{model.architecture} {model.n_layer}x{model.n_head}x{model.n_embd}, {model.sequence_length} tokens, "
+        f"vocab {model.vocab_size}" + (", checkpointing" if gradient_checkpointing else "")
+    )
 
 
-def lookup(machine_id: str, profile: str, device: str, batch_size: int, shape: str,
-           path: Path = PATH) -> tuple[dict | None, str]:
+def lookup(
+    machine_id: str, profile: str, device: str, batch_size: int, shape: str, path: Path = PATH
+) -> tuple[dict | None, str]:
     """(record, "") for this machine, profile, device, batch and shape; else (None, why not)."""
     entry = read_all(path).get(machine_id, {}).get(profile, {}).get(device)
     if entry is None:
         return None, NOT_MEASURED
     if entry.get("batch_size") != batch_size or entry.get("shape") != shape:
-        return None, (f"not measured on this machine for this run's shape (tuned: batch {entry.get('batch_size')}, "
-                      f"{entry.get('shape')}): run `buildllm tune` with this run's settings")
+        return None, (
+            f"not measured on this machine for this run's shape (tuned: batch {entry.get('batch_size')}, "
+            f"{entry.get('shape')}): run `buildllm tune` with this run's settings"
+        )
     return entry, ""
 
 
 def ratio_text(figure: dict) -> str:
     """x1.38 (interval 1.30-1.45, 12 pairs)."""
-    return (f"x{figure['ratio']:.2f} (interval {figure['low']:.2f}-{figure['high']:.2f}, "
-            f"{figure['pairs']} pairs)")
+    return f"x{figure['ratio']:.2f} (interval {figure['low']:.2f}-{figure['high']:.2f}, {figure['pairs']} pairs)"
 
 
 def faster(figure: dict) -> bool:
@@ -97,8 +101,10 @@ def precision_choice(record: dict | None, why_not: str, default: str) -> tuple[s
         check = figures.get("loss_check", {})
         if not check.get("done"):
             return default, f"{speed}, but no loss check ({check.get('skipped', 'not run')}): keeping {default}"
-        losses = (f"validation loss {check['bf16']:.3f} against fp32's {check['fp32']:.3f} after "
-                  f"{check['steps']} steps (tolerance {check['tolerance']})")
+        losses = (
+            f"validation loss {check['bf16']:.3f} against fp32's {check['fp32']:.3f} after "
+            f"{check['steps']} steps (tolerance {check['tolerance']})"
+        )
         if abs(check["bf16"] - check["fp32"]) > check["tolerance"]:
             return default, f"{speed}, but {losses}: keeping {default}"
         return "bf16", f"{speed} and {losses}: bf16"

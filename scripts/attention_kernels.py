@@ -44,11 +44,15 @@ def main() -> None:
         def run(q, k, v):
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
         return run
 
-    candidates = {"sdpa default": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                  "sdpa flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa math": sdpa(SDPBackend.MATH),
-                  "explicit matmul-softmax": explicit}
+    candidates = {
+        "sdpa default": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "sdpa flash": sdpa(SDPBackend.FLASH_ATTENTION),
+        "sdpa math": sdpa(SDPBackend.MATH),
+        "explicit matmul-softmax": explicit,
+    }
     reference = None
     times = {name: [] for name in candidates}
     for round_ in range(args.rounds + 3):

@@ -59,20 +59,30 @@ def main() -> None:
         rates = {}
         for method in ("encode_batch", "encode_batch_fast"):
             encode = getattr(tokenizer, method)
-            whole = best_rate(characters, lambda: encode(texts, add_special_tokens=False), args.repeats)
-            chunked = best_rate(characters, lambda: [encode(texts[i:i + chunk], add_special_tokens=False)
-                                                     for i in range(0, len(texts), chunk)], args.repeats)
+            whole = best_rate(characters, lambda encode=encode: encode(texts, add_special_tokens=False), args.repeats)
+            chunked = best_rate(
+                characters,
+                lambda encode=encode: [
+                    encode(texts[i : i + chunk], add_special_tokens=False) for i in range(0, len(texts), chunk)
+                ],
+                args.repeats,
+            )
             rates[method] = (whole, chunked)
         os.chdir(home)
-    print(f"corpus {args.source}, vocab {args.vocab_size}: {len(texts):,} documents, {characters:,} characters, "
-          f"{os.cpu_count()} CPUs, best of {args.repeats}")
+    print(
+        f"corpus {args.source}, vocab {args.vocab_size}: {len(texts):,} documents, {characters:,} characters, "
+        f"{os.cpu_count()} CPUs, best of {args.repeats}"
+    )
     print(f"tokenize stage (read + encode + pack):        {stage_rate:>12,.0f} characters/s")
     for method, (whole, chunked) in rates.items():
         print(f"bare {method + ', all texts at once:':<40}{whole:>12,.0f} characters/s")
         print(f"bare {method + f', {chunk} texts a call:':<40}{chunked:>12,.0f} characters/s")
     bare = max(rates["encode_batch"])
-    print(f"stage / best bare encode_batch: {stage_rate / bare:.2f} (goal >= 0.80); "
-          f"stage / best bare encode_batch_fast: {stage_rate / max(rates['encode_batch_fast']):.2f}")
+    print(
+        f"stage / best bare encode_batch: {stage_rate / bare:.2f} (goal >= 0.80); "
+        f"stage / best bare encode_batch_fast: {stage_rate / max(rates['encode_batch_fast']):.2f}"
+    )
+
 
 if __name__ == "__main__":
     main()

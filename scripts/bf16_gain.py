@@ -19,9 +19,7 @@ import time
 from pathlib import Path
 
 import torch
-
 from lab import PROFILES, cpu_plan, random_token_trainer, write_figures
-
 
 
 def main() -> None:
@@ -39,8 +37,10 @@ def main() -> None:
     load = os.getloadavg()[0]
     for profile in args.profiles:
         total = args.warmup + args.rounds * args.steps
-        sides = {p: random_token_trainer(cpu_plan(profile, p, args.threads, settings={"train.compile": "false"}), total)
-                 for p in ("fp32", "bf16")}
+        sides = {
+            p: random_token_trainer(cpu_plan(profile, p, args.threads, settings={"train.compile": "false"}), total)
+            for p in ("fp32", "bf16")
+        }
         for side in sides.values():
             for _ in range(args.warmup):
                 side.step()
@@ -55,12 +55,17 @@ def main() -> None:
             ratios.append(seconds["fp32"] / seconds["bf16"])
         speedup = statistics.median(ratios)
         name = sides["fp32"].plan.profile.name
-        print(f"{profile}: bf16 autocast x{speedup:.3f} fp32's speed (median of {args.rounds} rounds, "
-              f"min {min(ratios):.3f}, max {max(ratios):.3f})", flush=True)
+        print(
+            f"{profile}: bf16 autocast x{speedup:.3f} fp32's speed (median of {args.rounds} rounds, "
+            f"min {min(ratios):.3f}, max {max(ratios):.3f})",
+            flush=True,
+        )
         figures.setdefault(name, {})["bf16_speedup"] = round(speedup, 3)
-        figures[name]["source"] = (f"scripts/bf16_gain.py, {args.rounds} interleaved rounds of {args.steps} steps, "
-                                   f"{args.threads} threads, torch {torch.__version__}, {processor_name()}, "
-                                   f"load average {load:.1f} at start, {datetime.date.today().isoformat()}")
+        figures[name]["source"] = (
+            f"scripts/bf16_gain.py, {args.rounds} interleaved rounds of {args.steps} steps, "
+            f"{args.threads} threads, torch {torch.__version__}, {processor_name()}, "
+            f"load average {load:.1f} at start, {datetime.date.today().isoformat()}"
+        )
     if args.out:
         header = "# bf16 autocast / fp32 training-step speed on this machine, per profile (scripts/bf16_gain.py)\n"
         print(f"written to {write_figures(args.out, figures, header)}")

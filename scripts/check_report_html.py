@@ -50,19 +50,33 @@ def check(report: Path, screenshot: Path | None = None, tables: tuple = ("contro
         findings.update(found)
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
-            shot = run_chromium(browser, ["--window-size=1280,2600", f"--screenshot={screenshot.resolve()}",
-                                          report.resolve().as_uri()], tmp / "profile2")
+            shot = run_chromium(
+                browser,
+                ["--window-size=1280,2600", f"--screenshot={screenshot.resolve()}", report.resolve().as_uri()],
+                tmp / "profile2",
+            )
             findings["screenshot"] = str(screenshot) if screenshot.exists() else f"failed: {shot.stderr[-300:]}"
     shown = findings.get("tables", {})
-    findings["problems"] = [problem for ok, problem in [
-        (not findings["external_references"], f"references outside the file: {findings['external_references'][:3]}"),
-        (findings.get("images", 0) >= 1 and findings.get("decoded") == findings.get("images"),
-         "the chart image did not decode"),
-        (findings.get("chart_height_px", 0) > 100, "the chart has no height on the page"),
-        (all(shown.get(t, [0, 0])[0] > 1 and shown.get(t, [0, 0])[1] > 0 for t in tables),
-         f"a table ({', '.join(tables)}) is missing or empty"),
-        (not [u for u in findings.get("fetched", []) if not u.startswith("data:")], "the page fetched resources"),
-    ] if not ok]
+    findings["problems"] = [
+        problem
+        for ok, problem in [
+            (
+                not findings["external_references"],
+                f"references outside the file: {findings['external_references'][:3]}",
+            ),
+            (
+                findings.get("images", 0) >= 1 and findings.get("decoded") == findings.get("images"),
+                "the chart image did not decode",
+            ),
+            (findings.get("chart_height_px", 0) > 100, "the chart has no height on the page"),
+            (
+                all(shown.get(t, [0, 0])[0] > 1 and shown.get(t, [0, 0])[1] > 0 for t in tables),
+                f"a table ({', '.join(tables)}) is missing or empty",
+            ),
+            (not [u for u in findings.get("fetched", []) if not u.startswith("data:")], "the page fetched resources"),
+        ]
+        if not ok
+    ]
     return findings
 
 
@@ -70,8 +84,13 @@ def main(argv: list | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", type=Path)
     parser.add_argument("--screenshot", type=Path, default=None)
-    parser.add_argument("--tables", nargs="*", default=["controls", "results"], metavar="ID",
-                        help="ids of the tables that must have rows (default: a comparison's, controls results)")
+    parser.add_argument(
+        "--tables",
+        nargs="*",
+        default=["controls", "results"],
+        metavar="ID",
+        help="ids of the tables that must have rows (default: a comparison's, controls results)",
+    )
     args = parser.parse_args(argv)
     findings = check(args.report, args.screenshot, tuple(args.tables))
     print(json.dumps(findings))

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from lab import PROFILES, cpu_plan, profile_name, random_token_trainer, write_figures
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,17 +53,41 @@ def child(args) -> None:
                 side.step()
             seconds[name].append((time.perf_counter() - begin) / args.steps)
     ratios = [p / c for p, c in zip(seconds["plain"], seconds["compiled"])]
-    print(json.dumps({"compile_seconds": warmup["compiled"] - warmup["plain"], "speedup": statistics.median(ratios),
-                      "plain_step_seconds": statistics.median(seconds["plain"])}))
+    print(
+        json.dumps(
+            {
+                "compile_seconds": warmup["compiled"] - warmup["plain"],
+                "speedup": statistics.median(ratios),
+                "plain_step_seconds": statistics.median(seconds["plain"]),
+            }
+        )
+    )
 
 
 def measure(args, profile: str) -> dict:
-    command = [sys.executable, __file__, "--child", "--profiles", profile, "--threads", str(args.threads),
-               "--warmup", str(args.warmup), "--steps", str(args.steps), "--rounds", str(args.rounds)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--profiles",
+        profile,
+        "--threads",
+        str(args.threads),
+        "--warmup",
+        str(args.warmup),
+        "--steps",
+        str(args.steps),
+        "--rounds",
+        str(args.rounds),
+    ]
     # A fresh inductor cache: the first compile on a machine is a cold one (a warm cache takes ~1 s).
     cache = tempfile.mkdtemp(prefix="compile-gain-cache-")
-    done = subprocess.run(command, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": cache})
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": cache},
+    )
     if done.returncode:
         raise SystemExit(f"{profile} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -93,17 +116,24 @@ def main() -> None:
             compile_seconds.append(figures_["compile_seconds"])
             speedups.append(figures_["speedup"])
             plain_steps.append(figures_["plain_step_seconds"])
-            print(f"{profile} process {run + 1}/{args.processes}: plain {plain_steps[-1] * 1000:.0f} ms/step, "
-                  f"compiled x{speedups[-1]:.3f} (median of {args.rounds} turns), compile {compile_seconds[-1]:.1f} s",
-                  flush=True)
-        entry = {"compile_seconds": round(statistics.median(compile_seconds), 1),
-                 "speedup": round(statistics.median(speedups), 3),
-                 "plain_step_seconds": round(statistics.median(plain_steps), 4), "precision": "fp32",
-                 "source": (f"scripts/compile_gain.py, {args.processes} processes of {args.rounds} interleaved turns, "
-                            f"cold inductor cache, {args.threads} threads, fp32, "
-                            f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-                            f"{os.cpu_count()} CPUs, load average {load:.1f} at start, "
-                            f"{datetime.date.today().isoformat()}")}
+            print(
+                f"{profile} process {run + 1}/{args.processes}: plain {plain_steps[-1] * 1000:.0f} ms/step, "
+                f"compiled x{speedups[-1]:.3f} (median of {args.rounds} turns), compile {compile_seconds[-1]:.1f} s",
+                flush=True,
+            )
+        entry = {
+            "compile_seconds": round(statistics.median(compile_seconds), 1),
+            "speedup": round(statistics.median(speedups), 3),
+            "plain_step_seconds": round(statistics.median(plain_steps), 4),
+            "precision": "fp32",
+            "source": (
+                f"scripts/compile_gain.py, {args.processes} processes of {args.rounds} interleaved turns, "
+                f"cold inductor cache, {args.threads} threads, fp32, "
+                f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+                f"{os.cpu_count()} CPUs, load average {load:.1f} at start, "
+                f"{datetime.date.today().isoformat()}"
+            ),
+        }
         print(f"{profile}: {json.dumps(entry)}", flush=True)
         figures.setdefault(profile_name(profile), {})["cpu"] = entry
     if args.out:

@@ -42,14 +42,63 @@ PY = sys.executable
 # ---- Where the check calls `buildllm verify` (being added beside this script). The lead adjusts
 # ---- the flags here on merge; until the CLI offers `verify`, the scripts it replaces run instead.
 VERIFY = {
-    "memory": {"cuda": ["--precision", "bf16", "--sets", "fitted", "--profiles", "gpt_first_cpu", "gpt_42m",
-                        "--batch-sizes", "8", "--repeats", "1"],
-               "cpu": ["--precision", "fp32", "--sets", "fitted", "--profiles", "tiny", "--batch-sizes", "8",
-                       "--repeats", "1"]},
-    "estimate": {"cuda": ["--iteration", "1", "--precision", "bf16", "--warmup-steps", "2", "--measured-steps", "10",
-                          "--intervals", "2", "--factor", "5"],
-                 "cpu": ["--preset", "tiny", "--warmup-steps", "1", "--measured-steps", "4", "--intervals", "2",
-                         "--factor", "3", "--threads", "1"]},
+    "memory": {
+        "cuda": [
+            "--precision",
+            "bf16",
+            "--sets",
+            "fitted",
+            "--profiles",
+            "gpt_first_cpu",
+            "gpt_42m",
+            "--batch-sizes",
+            "8",
+            "--repeats",
+            "1",
+        ],
+        "cpu": [
+            "--precision",
+            "fp32",
+            "--sets",
+            "fitted",
+            "--profiles",
+            "tiny",
+            "--batch-sizes",
+            "8",
+            "--repeats",
+            "1",
+        ],
+    },
+    "estimate": {
+        "cuda": [
+            "--iteration",
+            "1",
+            "--precision",
+            "bf16",
+            "--warmup-steps",
+            "2",
+            "--measured-steps",
+            "10",
+            "--intervals",
+            "2",
+            "--factor",
+            "5",
+        ],
+        "cpu": [
+            "--preset",
+            "tiny",
+            "--warmup-steps",
+            "1",
+            "--measured-steps",
+            "4",
+            "--intervals",
+            "2",
+            "--factor",
+            "3",
+            "--threads",
+            "1",
+        ],
+    },
 }
 
 
@@ -66,15 +115,27 @@ PLAIN_LOSS = ["--loss", "plain"]
 # ----
 
 # Bounded runs: what each benchmark measures (its own params.yaml in a scratch folder).
-BOUNDS = {"cuda": {"benchmark": {"warmup_steps": 2, "measured_steps": 10, "intervals": 2},
-                   "train": {"training_examples": 512, "validation_examples": 64}},
-          "cpu": {"benchmark": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1},
-                  "train": {"training_examples": 64, "validation_examples": 16, "threads": 1}}}
-FINDER = {"cuda": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1, "max_batch_size": 128},
-          "cpu": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1, "max_batch_size": 2}}
+BOUNDS = {
+    "cuda": {
+        "benchmark": {"warmup_steps": 2, "measured_steps": 10, "intervals": 2},
+        "train": {"training_examples": 512, "validation_examples": 64},
+    },
+    "cpu": {
+        "benchmark": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1},
+        "train": {"training_examples": 64, "validation_examples": 16, "threads": 1},
+    },
+}
+FINDER = {
+    "cuda": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1, "max_batch_size": 128},
+    "cpu": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1, "max_batch_size": 2},
+}
 # What each model label means, and its vocabulary (the carried data/tokens/wiki_vital_<vocab>).
-MODELS = {"it1": (["--iteration", "1"], 4096), "it2": (["--iteration", "2"], 16384),
-          "it3": (["--iteration", "3"], 16384), "tiny": (["--preset", "tiny"], 4096)}
+MODELS = {
+    "it1": (["--iteration", "1"], 4096),
+    "it2": (["--iteration", "2"], 16384),
+    "it3": (["--iteration", "3"], 16384),
+    "tiny": (["--preset", "tiny"], 4096),
+}
 REFUSALS = {"fp16_on_cpu": "precision fp16 requested on the CPU"}
 
 
@@ -90,21 +151,31 @@ class Step:
 
 
 def cli_offers(command: list[str], text: str) -> bool:
-    result = subprocess.run([PY, "-m", "buildllm", *command], capture_output=True, text=True, cwd=ROOT,
-                            env=environment())
+    result = subprocess.run(
+        [PY, "-m", "buildllm", *command], capture_output=True, text=True, cwd=ROOT, env=environment()
+    )
     return result.returncode == 0 and text in result.stdout
 
 
 def environment() -> dict:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-            "PYTHONUNBUFFERED": "1", "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1",
-            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # the GPU machine's pytest has no plugins; take none here
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "PYTHONUNBUFFERED": "1",
+        "DVC_NO_ANALYTICS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    }  # the GPU machine's pytest has no plugins; take none here
 
 
 def tokens(vocab: int) -> list[str]:
     folder = ROOT / "data" / "tokens" / f"wiki_vital_{vocab}"
-    return ["--train-tokens", str(folder / "train_tokens.pt"),
-            "--validation-tokens", str(folder / "validation_tokens.pt")]
+    return [
+        "--train-tokens",
+        str(folder / "train_tokens.pt"),
+        "--validation-tokens",
+        str(folder / "validation_tokens.pt"),
+    ]
 
 
 def steps(device: str) -> list[Step]:
@@ -113,21 +184,49 @@ def steps(device: str) -> list[Step]:
     out: list[Step] = [
         Step("env", 0, 10, [PY, "-m", "buildllm", "env", "--device", device, "--json"], kind="env"),
         # The CUDA tests only; the stand-in runs the same file's quick CPU bodies.
-        Step("cuda_tests", 1, 45 if cpu else 60,
-             [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
-              "not cuda and not slow" if cpu else "cuda", "tests/device/test_cuda.py"], kind="pytest"),
+        Step(
+            "cuda_tests",
+            1,
+            45 if cpu else 60,
+            [
+                PY,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-m",
+                "not cuda and not slow" if cpu else "cuda",
+                "tests/device/test_cuda.py",
+            ],
+            kind="pytest",
+        ),
     ]
     costs = {"tiny": 30, "it1": 15, "it2": 20, "it3": 25}
-    for model in (["tiny"] if cpu else ["it1", "it2", "it3"]):
+    for model in ["tiny"] if cpu else ["it1", "it2", "it3"]:
         for precision in ("bf16", "fp16", "fp32"):
             flags, vocab = MODELS[model]
             refusal = "fp16_on_cpu" if cpu and precision == "fp16" else None
-            out.append(Step(f"bench_{model}_{precision}", 1, costs[model],
-                            ["benchmark", *flags, "--precision", precision, *tokens(vocab)],
-                            kind="benchmark", refusal=refusal))
+            out.append(
+                Step(
+                    f"bench_{model}_{precision}",
+                    1,
+                    costs[model],
+                    ["benchmark", *flags, "--precision", precision, *tokens(vocab)],
+                    kind="benchmark",
+                    refusal=refusal,
+                )
+            )
     flags, vocab = MODELS[big]
-    out.append(Step(f"finder_{big}_bf16", 2, 60 if cpu else 45,
-                    ["benchmark", *flags, "--precision", "bf16", "--find-batch-size", *tokens(vocab)], kind="finder"))
+    out.append(
+        Step(
+            f"finder_{big}_bf16",
+            2,
+            60 if cpu else 45,
+            ["benchmark", *flags, "--precision", "bf16", "--find-batch-size", *tokens(vocab)],
+            kind="finder",
+        )
+    )
 
     def at_found(*extra):
         def command(results):
@@ -135,15 +234,24 @@ def steps(device: str) -> list[Step]:
             if not found:
                 return "the batch finder found no batch"
             return ["benchmark", *flags, "--precision", "bf16", "--batch-size", str(found), *extra, *tokens(vocab)]
+
         return command
+
     out.append(Step(f"bench_{big}_bf16_found", 2, 30 if cpu else 25, at_found(), kind="benchmark"))
     out.append(Step(f"bench_{big}_bf16_found_compile", 2, 120 if cpu else 75, at_found("--compile"), kind="benchmark"))
     # The fused side of each pair is part 1's bench_<model>_bf16 (the same bounded run): only the plain one here.
-    for model in (["tiny"] if cpu else ["it2", "it3"]):
+    for model in ["tiny"] if cpu else ["it2", "it3"]:
         flags_m, vocab_m = MODELS[model]
-        out.append(Step(f"bench_{model}_bf16_plain_loss", 2, costs[model],
-                        ["benchmark", *flags_m, "--precision", "bf16", *PLAIN_LOSS, *tokens(vocab_m)],
-                        kind="benchmark", needs_flag=PLAIN_LOSS[:1]))
+        out.append(
+            Step(
+                f"bench_{model}_bf16_plain_loss",
+                2,
+                costs[model],
+                ["benchmark", *flags_m, "--precision", "bf16", *PLAIN_LOSS, *tokens(vocab_m)],
+                kind="benchmark",
+                needs_flag=PLAIN_LOSS[:1],
+            )
+        )
     out.append(Step("verify_memory", 2, 40, lambda results: "memory", kind="verify"))
     out.append(Step("verify_estimate", 2, 60 if cpu else 40, lambda results: "estimate", kind="verify"))
     return out
@@ -171,16 +279,22 @@ class Runner:
             handle.write(text if text.endswith("\n") else text + "\n")
 
     def record(self, step: Step, status: str, seconds: float, note: str = "", figures: dict | None = None) -> None:
-        entry = {"name": step.name, "status": status, "seconds": round(seconds, 1), "estimate_seconds": step.cost,
-                 "elapsed_seconds": round(self.elapsed(), 1), "note": note, "figures": figures or {}}
+        entry = {
+            "name": step.name,
+            "status": status,
+            "seconds": round(seconds, 1),
+            "estimate_seconds": step.cost,
+            "elapsed_seconds": round(self.elapsed(), 1),
+            "note": note,
+            "figures": figures or {},
+        }
         self.results[step.name] = entry
         with open(self.out / "results.jsonl", "a") as handle:
             handle.write(json.dumps(entry) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         print(f"[gpu_check {self.elapsed():.0f}s] {step.name}: {status} {note}".rstrip(), flush=True)
-        write_atomic(self.out / "summary.txt", summary(self.results.values(), self.device, self.budget,
-                                                       self.elapsed()))
+        write_atomic(self.out / "summary.txt", summary(self.results.values(), self.device, self.budget, self.elapsed()))
 
     def run(self, step: Step) -> None:
         command = step.command(self.results) if callable(step.command) else step.command
@@ -210,8 +324,9 @@ class Runner:
             done = subprocess.run(command, cwd=cwd, env=environment(), capture_output=True, text=True, timeout=left)
         except subprocess.TimeoutExpired as exc:
             self.log(f"{exc.stdout or ''}{exc.stderr or ''}")
-            return self.record(step, "miss", time.monotonic() - began,
-                               f"still running when the {left:.0f} s left ran out")
+            return self.record(
+                step, "miss", time.monotonic() - began, f"still running when the {left:.0f} s left ran out"
+            )
         seconds = time.monotonic() - began
         output = done.stdout + "".join(line + "\n" for line in done.stderr.splitlines() if "\r" not in line)
         self.log(output)
@@ -237,8 +352,11 @@ def judge(step: Step, code: int, output: str, figures: dict) -> tuple[str, str]:
             return "refused", f"expected: {step.refusal}"
         return "miss", f"expected the refusal {step.refusal}, got exit code {code}: {last[:120]}"
     if code != 0:
-        what = {1: "a truth check missed" if step.kind == "verify" else "failed", 2: "refused or a config error",
-                3: "training failed (non-finite loss or out of memory)"}.get(code, "crashed")
+        what = {
+            1: "a truth check missed" if step.kind == "verify" else "failed",
+            2: "refused or a config error",
+            3: "training failed (non-finite loss or out of memory)",
+        }.get(code, "crashed")
         return "miss", f"exit code {code} ({what}): {last[:160]}"
     if step.kind == "pytest" and (" passed" not in last or "failed" in last or "error" in last):
         return "miss", f"not every selected test passed: {last[:160]}"
@@ -253,14 +371,18 @@ def judge(step: Step, code: int, output: str, figures: dict) -> tuple[str, str]:
 
 
 def summary(results, device: str, budget: float, elapsed: float) -> str:
-    lines = [f"gpu_check on {device}: {elapsed:.0f} s of a {budget:.0f} s budget",
-             f"{'step':<34}{'status':<9}{'s':>6}{'est':>6}{'tok/s':>12}{'MFU':>7}{'peak MiB':>10}{'est/pk':>7}"]
+    lines = [
+        f"gpu_check on {device}: {elapsed:.0f} s of a {budget:.0f} s budget",
+        f"{'step':<34}{'status':<9}{'s':>6}{'est':>6}{'tok/s':>12}{'MFU':>7}{'peak MiB':>10}{'est/pk':>7}",
+    ]
     for r in results:
         f = r["figures"]
         row = f"{r['name']:<34}{r['status']:<9}{r['seconds']:>6.0f}{r['estimate_seconds']:>6.0f}"
         if "tokens_per_second" in f:
-            row += (f"{f['tokens_per_second']:>12,.0f}{f.get('mfu', 0):>7.1%}"
-                    f"{f.get('peak_memory_bytes', 0) / 2**20:>10.0f}{f.get('memory_estimate_ratio', 0):>7.2f}")
+            row += (
+                f"{f['tokens_per_second']:>12,.0f}{f.get('mfu', 0):>7.1%}"
+                f"{f.get('peak_memory_bytes', 0) / 2**20:>10.0f}{f.get('memory_estimate_ratio', 0):>7.2f}"
+            )
         elif "found_batch_size" in f:
             row += f"  found batch {f['found_batch_size']} in {f.get('tries')} tries"
         if r["note"] and r["status"] != "ok":
@@ -294,8 +416,10 @@ def main() -> int:
         names = set(only.split(","))
         unknown = names - {s.name for s in steps(device)}
         if unknown:
-            print(f"error: GPU_CHECK_STEPS names no step {sorted(unknown)}; see results.jsonl for the names",
-                  file=sys.stderr)
+            print(
+                f"error: GPU_CHECK_STEPS names no step {sorted(unknown)}; see results.jsonl for the names",
+                file=sys.stderr,
+            )
             return 2
         chosen = [s for s in steps(device) if s.part == 0 or s.name in names]
     return Runner(device, part, budget, out).go(chosen)

@@ -18,18 +18,25 @@ import yaml
 from buildllm import profiles
 
 # The profiles the scripts take, by the name they take them: iteration<N> or a preset's name.
-PROFILES = {**{f"iteration{n}": {"iteration": n, "preset": None} for n in profiles.iterations()},
-            **{name: {"preset": name} for name in profiles.presets()}}
+PROFILES = {
+    **{f"iteration{n}": {"iteration": n, "preset": None} for n in profiles.iterations()},
+    **{name: {"preset": name} for name in profiles.presets()},
+}
 
 
-def cpu_plan(profile: str, precision: str, threads: int, architecture: str | None = None,
-             settings: dict | None = None):
+def cpu_plan(profile: str, precision: str, threads: int, architecture: str | None = None, settings: dict | None = None):
     """The run plan of `profile` on the CPU, applied (threads set); `settings` overrides more knobs."""
     from buildllm.config import load_config
     from buildllm.plan import apply_plan, make_plan
 
-    chosen = {**PROFILES[profile], "device": "cpu", "precision": precision, "train.threads": threads,
-              "train.training_examples": None, **(settings or {})}
+    chosen = {
+        **PROFILES[profile],
+        "device": "cpu",
+        "precision": precision,
+        "train.threads": threads,
+        "train.training_examples": None,
+        **(settings or {}),
+    }
     if architecture:
         chosen["model.architecture"] = architecture
     plan = make_plan(load_config(None, chosen))
@@ -49,8 +56,9 @@ def random_token_trainer(plan, steps: int):
 
     length = plan.model.sequence_length
     tokens = random_tokens(plan.model.vocab_size, (steps + 1) * plan.batch_size * length + 1)
-    return Trainer(plan, Windows(tokens, length), None,
-                   directory=tempfile.mkdtemp(prefix=f"{plan.profile.name}-random-tokens-"))
+    return Trainer(
+        plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(prefix=f"{plan.profile.name}-random-tokens-")
+    )
 
 
 def seconds_per_call(work, repeats: int) -> float:

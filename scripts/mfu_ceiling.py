@@ -24,8 +24,8 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-from lab import PROFILES, cpu_plan, random_token_trainer, seconds_per_call as timed
+from lab import PROFILES, cpu_plan, random_token_trainer
+from lab import seconds_per_call as timed
 
 
 def matmul_work(model, rows: int, chunk: int) -> tuple[Callable[[], None], int]:
@@ -39,8 +39,9 @@ def matmul_work(model, rows: int, chunk: int) -> tuple[Callable[[], None], int]:
         g = torch.randn(rows, module.out_features)
         y, dx, dw = torch.empty(rows, module.out_features), torch.empty_like(x), torch.empty_like(w)
         b = torch.randn(module.out_features) if module.bias is not None else None
-        calls.append(lambda x=x, w=w, b=b, y=y: torch.addmm(b, x, w.t(), out=y) if b is not None
-                     else torch.mm(x, w.t(), out=y))
+        calls.append(
+            lambda x=x, w=w, b=b, y=y: torch.addmm(b, x, w.t(), out=y) if b is not None else torch.mm(x, w.t(), out=y)
+        )
         calls.append(lambda g=g, w=w, dx=dx: torch.mm(g, w, out=dx))
         calls.append(lambda g=g, x=x, dw=dw: torch.mm(g.t(), x, out=dw))
         flops += 6 * rows * module.in_features * module.out_features
@@ -58,6 +59,7 @@ def matmul_work(model, rows: int, chunk: int) -> tuple[Callable[[], None], int]:
     def work():
         for call in calls:
             call()
+
     return work, flops
 
 
@@ -70,6 +72,7 @@ def attention_work(config, batch: int):
         for _ in range(config.n_layer):
             q, k, v = qkv
             F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+
     return work
 
 
@@ -86,6 +89,7 @@ def activation_work(config, rows: int):
             else:
                 out = F.silu(gate) * up
             out.backward(grad)
+
     return work
 
 
@@ -98,6 +102,7 @@ def norm_work(model, rows: int):
     def work():
         for _ in range(count):
             norm(x).backward(grad)
+
     return work
 
 
@@ -114,6 +119,7 @@ def loss_softmax_work(vocab: int, rows: int, chunk: int):
         for _ in range(rows // chunk):
             _, probs = target_log_probs(logits, buffer, target, via_softmax=True, want_softmax=True)
             probs.scatter_add_(1, target, minus_one)
+
     return work
 
 
@@ -127,6 +133,7 @@ def optimizer_work(trainer):
     def work():
         torch.nn.utils.clip_grad_norm_(params, trainer.config.train.grad_clip or 1.0)
         trainer.optimizer.step()
+
     return work
 
 
@@ -145,8 +152,10 @@ def main() -> None:
 
     plan = cpu_plan(args.profile, "fp32", args.threads, args.architecture, {"train.compile": "false"})
     if plan.config.train.gradient_checkpointing or plan.config.train.grad_accum != 1:
-        raise SystemExit("mfu_ceiling: this profile uses gradient checkpointing or accumulation, "
-                         "which the parts do not model; pick a profile without them")
+        raise SystemExit(
+            "mfu_ceiling: this profile uses gradient checkpointing or accumulation, "
+            "which the parts do not model; pick a profile without them"
+        )
     config, batch = plan.model, plan.batch_size
     rows = batch * config.sequence_length
     chunk = plan.loss.chunk_rows
@@ -185,28 +194,41 @@ def main() -> None:
         return statistics.median(figure(r) for r in rounds)
 
     def spent(r: int, upto: int) -> float:
-        return sum(times[name][r] for name in names[:upto + 1])
+        return sum(times[name][r] for name in names[: upto + 1])
 
-    print(f"{args.profile} {config.architecture} fp32, batch {batch} x {config.sequence_length}, "
-          f"{args.threads} threads; {args.rounds} rounds x {args.repeats} calls, medians over rounds")
-    print(f"{probe.size}^3 matmul peak {peak / 1e9:.0f} GFLOP/s; model FLOPs per step {step_flops / 1e9:.2f} G "
-          f"(matmul weights {matmul_flops / step_flops:.0%}, attention the rest)")
-    print(f"whole step: {step * 1e3:.1f} ms, MFU {over_rounds(lambda r: step_flops / times['step'][r] / times['peak'][r]):.1%}")
+    print(
+        f"{args.profile} {config.architecture} fp32, batch {batch} x {config.sequence_length}, "
+        f"{args.threads} threads; {args.rounds} rounds x {args.repeats} calls, medians over rounds"
+    )
+    print(
+        f"{probe.size}^3 matmul peak {peak / 1e9:.0f} GFLOP/s; model FLOPs per step {step_flops / 1e9:.2f} G "
+        f"(matmul weights {matmul_flops / step_flops:.0%}, attention the rest)"
+    )
+    print(
+        f"whole step: {step * 1e3:.1f} ms, "
+        f"MFU {over_rounds(lambda r: step_flops / times['step'][r] / times['peak'][r]):.1%}"
+    )
     print("| part | ms per step | share of the step | MFU if the step were these parts alone |")
     print("| --- | --- | --- | --- |")
     for i, name in enumerate(names):
-        share = over_rounds(lambda r: times[name][r] / times["step"][r])
-        reach = over_rounds(lambda r: step_flops / spent(r, i) / times["peak"][r])
+        share = over_rounds(lambda r, name=name: times[name][r] / times["step"][r])
+        reach = over_rounds(lambda r, i=i: step_flops / spent(r, i) / times["peak"][r])
         print(f"| + {name} | {median[name] * 1e3:.1f} | {share:.1%} | {reach:.1%} |")
     ceiling = over_rounds(lambda r: step_flops / spent(r, len(names) - 1) / times["peak"][r])
     rest = over_rounds(lambda r: 1 - spent(r, len(names) - 1) / times["step"][r])
     print(f"the rest of the step (copies, fills, biases, residual adds, embedding, data, autograd): {rest:.1%}")
-    print(f"ceiling {ceiling:.1%} against the target {args.target:.0%}: "
-          + ("the target is within the ceiling" if ceiling >= args.target else
-             "the target is above what these parts allow, whatever else is removed"))
+    print(
+        f"ceiling {ceiling:.1%} against the target {args.target:.0%}: "
+        + (
+            "the target is within the ceiling"
+            if ceiling >= args.target
+            else "the target is above what these parts allow, whatever else is removed"
+        )
+    )
     if rest < 0:
         print("the parts alone took longer than the whole step: the decomposition is wrong")
         raise SystemExit(1)
+
 
 if __name__ == "__main__":
     main()

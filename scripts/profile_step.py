@@ -12,9 +12,8 @@ import argparse
 import collections
 import time
 
-from torch.profiler import ProfilerActivity, profile
-
 from lab import PROFILES, cpu_plan, random_token_trainer
+from torch.profiler import ProfilerActivity, profile
 
 # An operator goes to the first group with a key in its name, so the norms come before the
 # optimizer's "norm" (gradient clipping's vector norm). On the CPU the flash attention kernel does
@@ -22,8 +21,20 @@ from lab import PROFILES, cpu_plan, random_token_trainer
 GROUPS = [
     ("matmuls (mm, addmm, bmm)", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul")),
     ("attention", ("flash_attention", "efficient_attention", "scaled_dot_product")),
-    ("cross-entropy", ("log_softmax", "nll_loss", "aten::logsumexp", "aten::exp", "chunked_cross_entropy",
-                       "aten::gather", "aten::scatter", "aten::_softmax", "LinearCrossEntropy")),
+    (
+        "cross-entropy",
+        (
+            "log_softmax",
+            "nll_loss",
+            "aten::logsumexp",
+            "aten::exp",
+            "chunked_cross_entropy",
+            "aten::gather",
+            "aten::scatter",
+            "aten::_softmax",
+            "LinearCrossEntropy",
+        ),
+    ),
     ("gelu / silu", ("gelu", "silu")),
     ("fill_ / zero_", ("aten::fill_", "aten::zero_")),
     ("copies", ("aten::copy_", "aten::clone", "aten::contiguous", "aten::_to_copy")),
@@ -67,14 +78,16 @@ def main() -> None:
         shares[group_of(e.key)] += e.self_cpu_time_total
         if e.key in ("aten::fill_", "aten::zero_", "aten::copy_"):
             calls[e.key] += e.count
-    print(f"{args.profile} {plan.model.architecture} {args.precision}, batch {batch} x {length}, "
-          f"{args.threads} threads: {seconds * 1000:.0f} ms/step under the profiler")
+    print(
+        f"{args.profile} {plan.model.architecture} {args.precision}, batch {batch} x {length}, "
+        f"{args.threads} threads: {seconds * 1000:.0f} ms/step under the profiler"
+    )
     print("| group | share |\n| --- | --- |")
     for label, value in shares.most_common():
         print(f"| {label} | {value / total:.1%} |")
     print("calls per step: " + ", ".join(f"{k} {v // args.steps}" for k, v in calls.items()))
     print(f"top {args.top} operators by self CPU time:")
-    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:args.top]:
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[: args.top]:
         print(f"  {e.key:60s} {e.self_cpu_time_total / total:6.1%}  calls/step {e.count // args.steps}")
 
 

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from lab import PROFILES, cpu_plan, random_token_trainer, random_tokens
 
 TARGETS = {"iteration1": 1.3}
@@ -52,8 +51,15 @@ def reference(args, plan, steps: int):
     if shape.architecture != "classic":
         raise SystemExit("the reference implements the classic (GPT-2) architecture only")
     torch.manual_seed(plan.config.seed)
-    config = module.GPTConfig(block_size=shape.sequence_length, vocab_size=shape.vocab_size, n_layer=shape.n_layer,
-                              n_head=shape.n_head, n_embd=shape.n_embd, dropout=shape.dropout, bias=True)
+    config = module.GPTConfig(
+        block_size=shape.sequence_length,
+        vocab_size=shape.vocab_size,
+        n_layer=shape.n_layer,
+        n_head=shape.n_head,
+        n_embd=shape.n_embd,
+        dropout=shape.dropout,
+        bias=True,
+    )
     model = module.GPT(config)
     optimizer = model.configure_optimizers(plan.config.train.weight_decay, plan.learning_rate, (0.9, 0.95), "cpu")
     data = random_tokens(shape.vocab_size, (steps + 1) * plan.batch_size * shape.sequence_length + 1)
@@ -65,8 +71,8 @@ def reference(args, plan, steps: int):
         # nanoGPT's train.py: a batch at random offsets, forward under its autocast context, backward,
         # clip, step, free the gradients.
         ix = torch.randint(len(data) - T, (B,))
-        x = torch.stack([data[i:i + T].long() for i in ix])
-        y = torch.stack([data[i + 1:i + 1 + T].long() for i in ix])
+        x = torch.stack([data[i : i + T].long() for i in ix])
+        y = torch.stack([data[i + 1 : i + 1 + T].long() for i in ix])
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             _, loss = model(x, y)
         loss.backward()
@@ -113,8 +119,15 @@ def turns(args) -> None:
             seconds[name].append(time.perf_counter() - begin)
     rates = {name: [args.steps * plan.tokens_per_step / t for t in values] for name, values in seconds.items()}
     ratios = [a / b for a, b in zip(rates["ours"], rates["reference"])]
-    print(json.dumps({"ours": statistics.median(rates["ours"]), "reference": statistics.median(rates["reference"]),
-                      "ratio": statistics.median(ratios)}))
+    print(
+        json.dumps(
+            {
+                "ours": statistics.median(rates["ours"]),
+                "reference": statistics.median(rates["reference"]),
+                "ratio": statistics.median(ratios),
+            }
+        )
+    )
 
 
 def optional_flags(args) -> list[str]:
@@ -124,9 +137,25 @@ def optional_flags(args) -> list[str]:
 
 
 def run_turns(args) -> tuple[float, float, float]:
-    command = [sys.executable, __file__, args.reference, "--child", "turns", "--profile", args.profile,
-               "--threads", str(args.threads), "--warmup", str(args.warmup), "--steps", str(args.steps),
-               "--intervals", str(args.intervals), "--precision", args.precision] + optional_flags(args)
+    command = [
+        sys.executable,
+        __file__,
+        args.reference,
+        "--child",
+        "turns",
+        "--profile",
+        args.profile,
+        "--threads",
+        str(args.threads),
+        "--warmup",
+        str(args.warmup),
+        "--steps",
+        str(args.steps),
+        "--intervals",
+        str(args.intervals),
+        "--precision",
+        args.precision,
+    ] + optional_flags(args)
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"turns failed:\n{done.stderr[-3000:]}")
@@ -135,9 +164,25 @@ def run_turns(args) -> tuple[float, float, float]:
 
 
 def run_child(args, side: str) -> float:
-    command = [sys.executable, __file__, args.reference, "--child", side, "--profile", args.profile,
-               "--threads", str(args.threads), "--warmup", str(args.warmup), "--steps", str(args.steps),
-               "--intervals", str(args.intervals), "--precision", args.precision] + optional_flags(args)
+    command = [
+        sys.executable,
+        __file__,
+        args.reference,
+        "--child",
+        side,
+        "--profile",
+        args.profile,
+        "--threads",
+        str(args.threads),
+        "--warmup",
+        str(args.warmup),
+        "--steps",
+        str(args.steps),
+        "--intervals",
+        str(args.intervals),
+        "--precision",
+        args.precision,
+    ] + optional_flags(args)
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{side} failed:\n{done.stderr[-3000:]}")
@@ -155,12 +200,16 @@ def main() -> None:
     parser.add_argument("--intervals", type=int, default=3, help="timed intervals per process (median taken)")
     parser.add_argument("--batch-size", type=int, default=None, help="default: the profile's CPU batch")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    parser.add_argument("--architecture", choices=("classic",), default=None,
-                        help="the reference has the classic architecture only")
+    parser.add_argument(
+        "--architecture", choices=("classic",), default=None, help="the reference has the classic architecture only"
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile our model (train.compile: true)")
     parser.add_argument("--target", type=float, default=None, help="median ratio to reach (exit 1 below it)")
-    parser.add_argument("--turns", action="store_true",
-                        help="both sides in each fresh process, alternating every --steps steps (see turns())")
+    parser.add_argument(
+        "--turns",
+        action="store_true",
+        help="both sides in each fresh process, alternating every --steps steps (see turns())",
+    )
     parser.add_argument("--child", choices=("ours", "reference", "turns"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not Path(args.reference).is_file():
@@ -170,9 +219,23 @@ def main() -> None:
     if args.child:
         return child(args)
     target = args.target if args.target is not None else TARGETS.get(args.profile, 1.0)
-    print(json.dumps({"script": "side_by_side", "profile": args.profile, "pairs": args.pairs, "threads": args.threads,
-                      "precision": args.precision, "warmup": args.warmup, "steps": args.steps,
-                      "intervals": args.intervals, "turns": args.turns, "reference": str(args.reference)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "script": "side_by_side",
+                "profile": args.profile,
+                "pairs": args.pairs,
+                "threads": args.threads,
+                "precision": args.precision,
+                "warmup": args.warmup,
+                "steps": args.steps,
+                "intervals": args.intervals,
+                "turns": args.turns,
+                "reference": str(args.reference),
+            }
+        ),
+        flush=True,
+    )
     mine, theirs, ratios = [], [], []
     for pair in range(args.pairs):
         if args.turns:
@@ -184,13 +247,19 @@ def main() -> None:
             mine.append(run_child(args, "ours"))
             theirs.append(run_child(args, "reference"))
             ratios.append(mine[-1] / theirs[-1])
-        print(f"pair {pair + 1}/{args.pairs}: ours {mine[-1]:,.0f} tokens/s, reference {theirs[-1]:,.0f} tokens/s, "
-              f"ratio {ratios[-1]:.3f}", flush=True)
+        print(
+            f"pair {pair + 1}/{args.pairs}: ours {mine[-1]:,.0f} tokens/s, reference {theirs[-1]:,.0f} tokens/s, "
+            f"ratio {ratios[-1]:.3f}",
+            flush=True,
+        )
     ratio = statistics.median(ratios)
-    print(f"{args.profile} ({args.precision}, {args.threads} threads), {args.pairs} interleaved pairs: "
-          f"ours median {statistics.median(mine):,.0f} tokens/s, reference median {statistics.median(theirs):,.0f} "
-          f"tokens/s; median ratio {ratio:.3f} (pairs min {min(ratios):.3f}, max {max(ratios):.3f}); target {target:.2f}: "
-          f"{'met' if ratio >= target else 'MISSED'}")
+    print(
+        f"{args.profile} ({args.precision}, {args.threads} threads), {args.pairs} interleaved pairs: "
+        f"ours median {statistics.median(mine):,.0f} tokens/s, reference median {statistics.median(theirs):,.0f} "
+        f"tokens/s; median ratio {ratio:.3f} (pairs min {min(ratios):.3f}, max {max(ratios):.3f}); "
+        f"target {target:.2f}: "
+        f"{'met' if ratio >= target else 'MISSED'}"
+    )
     sys.exit(0 if ratio >= target else 1)
 
 

@@ -1,4 +1,5 @@
 """DVC stage benchmark: a bounded measurement of speed, memory and MFU with the train step."""
+
 import sys
 
 from buildllm.cli import run_stage, stage_settings

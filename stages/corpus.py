@@ -1,4 +1,5 @@
 """DVC stage corpus: write the configured corpus's train and validation documents to data/corpus/<name>/."""
+
 import sys
 
 from buildllm.cli import run_stage

@@ -1,4 +1,5 @@
 """DVC stage dry_run: plan the run from params.yaml, count parameters, estimate memory."""
+
 import sys
 
 from buildllm.cli import run_stage

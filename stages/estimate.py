@@ -1,4 +1,5 @@
 """DVC stage estimate: project the planned run's time and storage from the benchmark."""
+
 import sys
 
 from buildllm.cli import run_stage

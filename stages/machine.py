@@ -1,4 +1,5 @@
 """DVC stage machine: metrics/machine.json, the fingerprint of the machine the measurements run on."""
+
 import sys
 
 from buildllm.cli import run_stage

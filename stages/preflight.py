@@ -1,4 +1,5 @@
 """DVC stage preflight: the course's "stop and check" table before train; any fail stops the pipeline."""
+
 import sys
 
 from buildllm.cli import run_stage

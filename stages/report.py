@@ -1,4 +1,5 @@
 """DVC stage report: the run card (plots/run_card.html and .png) and a text sample, after train."""
+
 import sys
 
 from buildllm.cli import run_stage

@@ -3,6 +3,7 @@
 Not named stages/tokenize.py: the script's folder comes first on sys.path, and a tokenize.py there
 would shadow the standard library's tokenize module for every stage script.
 """
+
 import sys
 
 from buildllm.cli import run_stage

@@ -1,4 +1,5 @@
 """DVC stage train: train the profile on the token tensors; checkpoints, metrics/train.json, log and PNG."""
+
 import functools
 import sys
 

@@ -1,4 +1,5 @@
 """DVC stage tune: the auto decisions (precision, threads, loss chunk, compile) measured on this machine."""
+
 import sys
 
 from buildllm.cli import run_stage, stage_settings

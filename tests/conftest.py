@@ -25,8 +25,10 @@ def run_env() -> dict:
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         DVC_NO_ANALYTICS="1",
         HF_HUB_OFFLINE="1",
-        GIT_AUTHOR_NAME="BuildLLM Test", GIT_AUTHOR_EMAIL="test@buildllm.local",
-        GIT_COMMITTER_NAME="BuildLLM Test", GIT_COMMITTER_EMAIL="test@buildllm.local",
+        GIT_AUTHOR_NAME="BuildLLM Test",
+        GIT_AUTHOR_EMAIL="test@buildllm.local",
+        GIT_COMMITTER_NAME="BuildLLM Test",
+        GIT_COMMITTER_EMAIL="test@buildllm.local",
     )
     return env
 
@@ -61,8 +63,9 @@ def copy_project(dest: Path) -> Path:
 def use_docs_corpus(project: Path) -> None:
     """Point the project copy at a small user corpus (60 of Python's documentation topics as .txt
     files under my_texts/, corpus name python_docs): real stages, short runs."""
-    import yaml
     from pydoc_data.topics import topics
+
+    import yaml
 
     (project / "my_texts").mkdir()
     for title in sorted(topics)[:60]:
@@ -95,12 +98,22 @@ def workdir(tmp_path, monkeypatch):
 @pytest.fixture
 def check_params(tokens, workdir) -> Path:
     """For the `buildllm verify` tests: a params file pointing at the test token files, small and on one thread."""
-    params = {"preset": "tiny", "device": "cpu",
-              "train": {"threads": 1, "batch_size": 16, "validation_examples": 16, "eval_interval": 10,
-                        "checkpoint_interval": 20, "log_interval": 5,
-                        "train_tokens": str(tokens["train"]), "validation_tokens": str(tokens["validation"]),
-                        "tokenizer": str(tokens["tokenizer"])},
-              "benchmark": {"warmup_steps": 1, "measured_steps": 4, "intervals": 2}}
+    params = {
+        "preset": "tiny",
+        "device": "cpu",
+        "train": {
+            "threads": 1,
+            "batch_size": 16,
+            "validation_examples": 16,
+            "eval_interval": 10,
+            "checkpoint_interval": 20,
+            "log_interval": 5,
+            "train_tokens": str(tokens["train"]),
+            "validation_tokens": str(tokens["validation"]),
+            "tokenizer": str(tokens["tokenizer"]),
+        },
+        "benchmark": {"warmup_steps": 1, "measured_steps": 4, "intervals": 2},
+    }
     path = workdir / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path

@@ -65,12 +65,16 @@ def absent() -> tuple[list[str], list[str]]:
             distributions.add(name)
             if name != "buildllm":
                 modules |= _top_level(dist)
-    return sorted(modules - {"torch", "buildllm", "_distutils_hack", "setuptools", "pkg_resources", "pip"}), \
-        sorted(distributions)
+    return sorted(modules - {"torch", "buildllm", "_distutils_hack", "setuptools", "pkg_resources", "pip"}), sorted(
+        distributions
+    )
 
 
 def environment(root: Path) -> dict[str, str]:
     """Variables for a subprocess: the blocker on PYTHONPATH, then the project tree at `root`."""
     modules, distributions = absent()
-    return {"PYTHONPATH": f"{SITE}:{root}", "BUILDLLM_BLOCKED_IMPORTS": ",".join(modules),
-            "BUILDLLM_BLOCKED_DISTRIBUTIONS": ",".join(distributions)}
+    return {
+        "PYTHONPATH": f"{SITE}:{root}",
+        "BUILDLLM_BLOCKED_IMPORTS": ",".join(modules),
+        "BUILDLLM_BLOCKED_DISTRIBUTIONS": ",".join(distributions),
+    }

@@ -23,14 +23,18 @@ def make_token_files(folder: Path, vocab_size: int = 4096) -> dict[str, Path]:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     text = project_text()
     tokenizer.train_from_iterator([text], trainer=trainer)
     ids = torch.tensor(tokenizer.encode(text).ids, dtype=torch.int32)
     cut = int(ids.numel() * 0.9)
-    paths = {"tokenizer": folder / "tokenizer.json", "train": folder / "train.pt",
-             "validation": folder / "validation.pt"}
+    paths = {
+        "tokenizer": folder / "tokenizer.json",
+        "train": folder / "train.pt",
+        "validation": folder / "validation.pt",
+    }
     tokenizer.save(str(paths["tokenizer"]))
     torch.save(ids[:cut].clone(), paths["train"])
     torch.save(ids[cut:].clone(), paths["validation"])
@@ -39,11 +43,36 @@ def make_token_files(folder: Path, vocab_size: int = 4096) -> dict[str, Path]:
 
 def train_args(paths: dict[str, Path], directory: Path, *extra: str, examples: int = 320) -> list[str]:
     """A bounded run of preset tiny on the CPU: 320 examples in batches of 16 = 20 optimizer steps."""
-    return ["train", "--preset", "tiny", "--device", "cpu", "--threads", "1",
-            "--train-tokens", str(paths["train"]), "--validation-tokens", str(paths["validation"]),
-            "--tokenizer", str(paths["tokenizer"]), "--training-examples", str(examples),
-            "--validation-examples", "32", "--batch-size", "16", "--log-interval", "2", "--eval-interval", "10",
-            "--checkpoint-interval", "2", "--checkpoint-directory", str(directory), *extra]
+    return [
+        "train",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--train-tokens",
+        str(paths["train"]),
+        "--validation-tokens",
+        str(paths["validation"]),
+        "--tokenizer",
+        str(paths["tokenizer"]),
+        "--training-examples",
+        str(examples),
+        "--validation-examples",
+        "32",
+        "--batch-size",
+        "16",
+        "--log-interval",
+        "2",
+        "--eval-interval",
+        "10",
+        "--checkpoint-interval",
+        "2",
+        "--checkpoint-directory",
+        str(directory),
+        *extra,
+    ]
 
 
 def same_tensors(a: dict, b: dict) -> list[str]:

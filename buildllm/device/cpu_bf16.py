@@ -24,5 +24,7 @@ def precision_advice(plan, native: bool | None = None) -> str:
     where = "this CPU computes bf16 natively (AVX512-BF16 or AMX)"
     if plan.precision.precision == "bf16":
         return f"{where}; {plan.precision.reason}"
-    return (f"{where}; fp32 stays the CPU default unless `buildllm tune` measures bf16 autocast conclusively "
-            f"faster here with the same validation loss ({plan.precision.reason}); --precision bf16 to use it anyway")
+    return (
+        f"{where}; fp32 stays the CPU default unless `buildllm tune` measures bf16 autocast conclusively "
+        f"faster here with the same validation loss ({plan.precision.reason}); --precision bf16 to use it anyway"
+    )

@@ -39,8 +39,9 @@ def processor_name() -> str:
             pass
     if sys.platform == "darwin":
         try:
-            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
-                                  text=True, timeout=5).stdout.strip()
+            return subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
     return platform.processor() or platform.machine()
@@ -201,8 +202,10 @@ class Device:
             return torch.cuda.mem_get_info(self.index)[0], f"free on {self.device} (cudaMemGetInfo)"
         if self.kind == "mps":
             # Metal's recommended working set is what the GPU may use without paging; the driver holds some.
-            return (torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory(),
-                    "MPS's recommended working set less what its driver holds")
+            return (
+                torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory(),
+                "MPS's recommended working set less what its driver holds",
+            )
         if self.kind == "xla":
             return None, "XLA does not report free memory"
         return host_free_memory()
@@ -211,14 +214,15 @@ class Device:
         """What memory held when it ran out: CUDA's allocator figures; on the CPU the process's
         resident memory and what was still free; elsewhere nothing."""
         if self.host_memory:
-            return {"oom_resident_bytes": psutil.Process().memory_info().rss,
-                    "oom_free_bytes": host_free_memory()[0]}
+            return {"oom_resident_bytes": psutil.Process().memory_info().rss, "oom_free_bytes": host_free_memory()[0]}
         if self.kind != "cuda":
             return {}
-        return {"oom_allocated_bytes": torch.cuda.memory_allocated(self.index),
-                "oom_reserved_bytes": torch.cuda.memory_reserved(self.index),
-                "oom_peak_allocated_bytes": torch.cuda.max_memory_allocated(self.index),
-                "oom_device_total_bytes": torch.cuda.get_device_properties(self.index).total_memory}
+        return {
+            "oom_allocated_bytes": torch.cuda.memory_allocated(self.index),
+            "oom_reserved_bytes": torch.cuda.memory_reserved(self.index),
+            "oom_peak_allocated_bytes": torch.cuda.max_memory_allocated(self.index),
+            "oom_device_total_bytes": torch.cuda.get_device_properties(self.index).total_memory,
+        }
 
     def release_cached_memory(self) -> None:
         """Hand the caching allocator's free blocks back, so the next try starts from a clean device."""
@@ -236,12 +240,14 @@ class Device:
             if local_rank >= torch.cuda.device_count():
                 raise DeviceUnavailable(
                     f"torchrun started {local_size} processes on this machine but it has "
-                    f"{torch.cuda.device_count()} CUDA device(s); set --nproc_per_node to at most that")
+                    f"{torch.cuda.device_count()} CUDA device(s); set --nproc_per_node to at most that"
+                )
             torch.cuda.set_device(local_rank)
             return replace(self, device=f"cuda:{local_rank}", reason=f"{self.reason}; rank {rank} of {size}")
         if self.kind != "cpu":
-            raise DeviceUnavailable(f"torchrun training supports cuda and cpu, not {self.kind}; "
-                                    "run a single process on this device")
+            raise DeviceUnavailable(
+                f"torchrun training supports cuda and cpu, not {self.kind}; run a single process on this device"
+            )
         return self
 
     @property

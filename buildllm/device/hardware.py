@@ -20,7 +20,6 @@ from buildllm.device.device import Device, processor_name
 from buildllm.device.machine import fingerprint, machine_id
 from buildllm.device.resolve import mps_available, resolve_device, why_no_cuda, xla_available
 
-
 # A metric string stays short; the trademark marks and the clock speed name no other machine.
 _NAME_NOISE = re.compile(r"\((?:R|TM)\)|\s+CPU\b|\s*@.*$")
 
@@ -70,16 +69,23 @@ def environment(device: Device) -> dict:
     }
     if cuda:
         props = torch.cuda.get_device_properties(device.index if device.kind == "cuda" else 0)
-        info.update(gpu_name=props.name, gpu_memory_bytes=props.total_memory,
-                    gpu_compute_capability=f"{props.major}.{props.minor}",
-                    bf16_supported=(props.major, props.minor) >= (8, 0))
+        info.update(
+            gpu_name=props.name,
+            gpu_memory_bytes=props.total_memory,
+            gpu_compute_capability=f"{props.major}.{props.minor}",
+            bf16_supported=(props.major, props.minor) >= (8, 0),
+        )
     else:
         # Any CPU runs bf16 autocast; it is only fast with native bf16 instructions (AVX512-BF16, AMX).
         info["bf16_supported"] = True
     info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     info["cpu_bf16_native"] = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    info.update(resolved_device=device.device, device_reason=device.reason, machine=machine_name(device),
-                machine_id=machine_id(fingerprint()))
+    info.update(
+        resolved_device=device.device,
+        device_reason=device.reason,
+        machine=machine_name(device),
+        machine_id=machine_id(fingerprint()),
+    )
     return info
 
 
@@ -95,15 +101,18 @@ def print_environment(requested_device: str = "auto", as_json: bool = False) -> 
         f"CUDA available: {'yes' if info['cuda_available'] else 'no — ' + info['cuda_unavailable_reason']}",
     ]
     if info["cuda_available"]:
-        lines.append(f"GPU: {info['gpu_name']}, {info['gpu_memory_bytes'] / gib:.1f} GiB, compute capability "
-                     f"{info['gpu_compute_capability']}, bf16 {'yes' if info['bf16_supported'] else 'no'}")
+        lines.append(
+            f"GPU: {info['gpu_name']}, {info['gpu_memory_bytes'] / gib:.1f} GiB, compute capability "
+            f"{info['gpu_compute_capability']}, bf16 {'yes' if info['bf16_supported'] else 'no'}"
+        )
     lines += [
         f"Apple MPS available: {'yes' if info['mps_available'] else 'no'}; torch_xla: "
         f"{'yes' if info['xla_available'] else 'no'}",
         f"Processor: {info['processor']}; {info['physical_cores']} physical / {info['logical_cores']} logical cores; "
         f"torch uses {info['torch_threads']} threads; vector ISA {info['cpu_capability']}, native bf16 "
         f"{'yes' if info['cpu_bf16_native'] else 'no (bf16 autocast runs, slowly)'}",
-        f"Memory: {info['memory_total_bytes'] / gib:.1f} GiB total, {info['memory_available_bytes'] / gib:.1f} GiB available",
+        f"Memory: {info['memory_total_bytes'] / gib:.1f} GiB total, "
+        f"{info['memory_available_bytes'] / gib:.1f} GiB available",
         f"Resolved device: {info['resolved_device']} ({info['device_reason']})",
         f"dvc {info['dvc_version']}, tokenizers {info['tokenizers_version']}",
     ]

@@ -26,16 +26,20 @@ def battery() -> dict:
         state = None
     if state is None:
         return {}
-    return {"battery_percent": round(float(state.percent), 1),
-            "power_plugged": bool(state.power_plugged) if state.power_plugged is not None else True}
+    return {
+        "battery_percent": round(float(state.percent), 1),
+        "power_plugged": bool(state.power_plugged) if state.power_plugged is not None else True,
+    }
 
 
 def power_warning() -> str:
     """A one-line warning when the machine runs on battery; "" otherwise."""
     state = battery()
     if state and not state["power_plugged"]:
-        return (f"on battery ({state['battery_percent']:.0f}%): a laptop on battery slows down and may sleep "
-                "mid-run; plug in the charger before a long run")
+        return (
+            f"on battery ({state['battery_percent']:.0f}%): a laptop on battery slows down and may sleep "
+            "mid-run; plug in the charger before a long run"
+        )
     return ""
 
 
@@ -82,7 +86,7 @@ def throttling_suspected(benchmark: dict) -> bool:
 
 
 def describe(sensed: dict) -> str:
-    """"CPU 71 °C, CPU clock 2596 MHz" from sensors(); "" when nothing is reported."""
+    """ "CPU 71 °C, CPU clock 2596 MHz" from sensors(); "" when nothing is reported."""
     parts = []
     for key, value in sensed.items():
         who = "GPU" if key.startswith("gpu") else "CPU"

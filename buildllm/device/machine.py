@@ -35,8 +35,14 @@ from buildllm.errors import UserError
 OVERRIDE = "BUILDLLM_MACHINE_OVERRIDE"
 MACHINE_FILE = Path("metrics") / "machine.json"  # paths.metrics_path("machine"), without paths' config reads
 # /proc/cpuinfo flag -> fingerprint key: the instruction sets oneDNN and torch pick kernels by.
-ISA_FLAGS = {"avx2": "avx2", "avx512f": "avx512", "avx512_bf16": "avx512_bf16", "amx_tile": "amx",
-             "amx_bf16": "amx_bf16", "avx512_fp16": "avx512_fp16"}
+ISA_FLAGS = {
+    "avx2": "avx2",
+    "avx512f": "avx512",
+    "avx512_bf16": "avx512_bf16",
+    "amx_tile": "amx",
+    "amx_bf16": "amx_bf16",
+    "avx512_fp16": "avx512_fp16",
+}
 _NOISE = re.compile(r"\((?:R|TM|tm|r)\)|\b(?:CPU|Processor|with Radeon Graphics)\b|\s*@.*$|\d+-Core")
 
 
@@ -71,8 +77,13 @@ def _driver_version() -> str:
     except OSError:
         pass
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             check=False, capture_output=True, text=True, timeout=10).stdout.split()
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.split()
         return out[0] if out else ""
     except (OSError, subprocess.SubprocessError):
         return ""
@@ -85,8 +96,9 @@ def _override() -> dict:
     try:
         extra = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UserError(f"{OVERRIDE} is not JSON ({exc}); give an object such as '{{\"cpu_model\": \"Other\"}}' "
-                        "or unset it") from None
+        raise UserError(
+            f'{OVERRIDE} is not JSON ({exc}); give an object such as \'{{"cpu_model": "Other"}}\' or unset it'
+        ) from None
     if not isinstance(extra, dict) or not all(isinstance(v, (bool, int, float, str)) for v in extra.values()):
         raise UserError(f"{OVERRIDE} must be a JSON object of numbers and strings; unset it or fix it")
     return {**extra, "machine_override": True}
@@ -116,8 +128,13 @@ def fingerprint() -> dict:
     }
     for index in range(record["gpu_count"]):
         props = torch.cuda.get_device_properties(index)
-        record.update({f"gpu{index}_name": props.name, f"gpu{index}_memory_gib": round(props.total_memory / 2**30, 1),
-                       f"gpu{index}_compute_capability": f"{props.major}.{props.minor}"})
+        record.update(
+            {
+                f"gpu{index}_name": props.name,
+                f"gpu{index}_memory_gib": round(props.total_memory / 2**30, 1),
+                f"gpu{index}_compute_capability": f"{props.major}.{props.minor}",
+            }
+        )
     record["driver_version"] = _driver_version() if record["gpu_count"] else "none"
     record["auto_device"] = resolve_device("auto").device
     record.update(_override())
@@ -147,8 +164,10 @@ def machine_record() -> dict:
     """The fingerprint as metrics/machine.json holds it: names cut to label length, its id added
     (computed on the full names, so two CPUs whose names share 40 characters keep two ids)."""
     record = fingerprint()
-    short = {key: machine_label(value) if key == "cpu_model" or key.endswith("_name") else value
-             for key, value in record.items()}
+    short = {
+        key: machine_label(value) if key == "cpu_model" or key.endswith("_name") else value
+        for key, value in record.items()
+    }
     return {"machine_id": machine_id(record), **short}
 
 
@@ -158,6 +177,8 @@ def write_machine(config=None) -> dict:
 
     record = machine_record()
     write_metrics(MACHINE_FILE, record)
-    print(f"machine {record['machine_id']}: {record['cpu_model']}, {record['logical_cores']} logical cores, "
-          f"{record['memory_total_gib']} GiB, auto device {record['auto_device']}")
+    print(
+        f"machine {record['machine_id']}: {record['cpu_model']}, {record['logical_cores']} logical cores, "
+        f"{record['memory_total_gib']} GiB, auto device {record['auto_device']}"
+    )
     return record

@@ -39,10 +39,14 @@ def describe_memory(figures: dict) -> str:
     gib = {k: v / 2**30 for k, v in figures.items()}
     if "oom_resident_bytes" in figures:  # the CPU
         return f"the process held {gib['oom_resident_bytes']:.2f} GiB, {gib['oom_free_bytes']:.2f} GiB was still free"
-    return (f"{gib['oom_allocated_bytes']:.2f} GiB allocated, {gib['oom_reserved_bytes']:.2f} GiB reserved, "
-            f"peak {gib['oom_peak_allocated_bytes']:.2f} GiB of {gib['oom_device_total_bytes']:.2f} GiB")
+    return (
+        f"{gib['oom_allocated_bytes']:.2f} GiB allocated, {gib['oom_reserved_bytes']:.2f} GiB reserved, "
+        f"peak {gib['oom_peak_allocated_bytes']:.2f} GiB of {gib['oom_device_total_bytes']:.2f} GiB"
+    )
 
 
 def advice(batch_size: int) -> str:
-    return (f"reduce --batch-size (e.g. --batch-size {max(1, batch_size // 2)}), record the change, and rerun into a "
-            "fresh --checkpoint-directory; `buildllm benchmark --find-batch-size` finds the largest batch that fits")
+    return (
+        f"reduce --batch-size (e.g. --batch-size {max(1, batch_size // 2)}), record the change, and rerun into a "
+        "fresh --checkpoint-directory; `buildllm benchmark --find-batch-size` finds the largest batch that fits"
+    )

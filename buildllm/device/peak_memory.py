@@ -65,7 +65,7 @@ class PeakMemory:
         while not self._stop.wait(self.interval):
             self._sampled_peak = max(self._sampled_peak, current())
 
-    def start(self) -> "PeakMemory":
+    def start(self) -> PeakMemory:
         kind = self.device.kind
         if kind == "cuda":
             self.device.synchronize()
@@ -81,8 +81,11 @@ class PeakMemory:
             process = psutil.Process()
             current = lambda: process.memory_info().rss  # noqa: E731
             self._kernel_hwm = _reset_hwm() and _vm_hwm() is not None
-            self.method = ("cpu: peak RSS growth (VmHWM reset at start)" if self._kernel_hwm
-                           else "cpu: peak RSS growth, sampled every 5 ms")
+            self.method = (
+                "cpu: peak RSS growth (VmHWM reset at start)"
+                if self._kernel_hwm
+                else "cpu: peak RSS growth, sampled every 5 ms"
+            )
         self.baseline = current()
         self._sampled_peak = self.baseline
         if not self._kernel_hwm:
@@ -95,10 +98,12 @@ class PeakMemory:
         if self.device.kind == "cuda":
             self.device.synchronize()
             allocated = torch.cuda.max_memory_allocated(self.device.index)
-            return {"peak_memory_bytes": allocated - self.baseline,
-                    "peak_memory_allocated_bytes": allocated,
-                    "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(self.device.index),
-                    "peak_memory_method": self.method}
+            return {
+                "peak_memory_bytes": allocated - self.baseline,
+                "peak_memory_allocated_bytes": allocated,
+                "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(self.device.index),
+                "peak_memory_method": self.method,
+            }
         if self._kernel_hwm:
             peak = _vm_hwm() or 0
         else:

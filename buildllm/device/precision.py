@@ -12,13 +12,13 @@ An explicit precision the device lacks fails with advice instead of silently fal
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from buildllm.errors import DeviceUnavailable
 from buildllm.device.device import Device
+from buildllm.errors import DeviceUnavailable
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -50,8 +50,12 @@ def cuda_has_bf16(device: Device) -> bool:
     return cuda_capability(device) >= (8, 0)
 
 
-def resolve_precision(requested: str, device: Device, profile_default: str = "auto",
-                      measured: Callable[[str], tuple[str, str]] | None = None) -> PrecisionDecision:
+def resolve_precision(
+    requested: str,
+    device: Device,
+    profile_default: str = "auto",
+    measured: Callable[[str], tuple[str, str]] | None = None,
+) -> PrecisionDecision:
     """requested: the config's value; profile_default: what the profile says for this device kind;
     measured: for `auto`, what this machine's tune figures make of the default (the plan passes
     buildllm.tuned's rule): (precision, why)."""
@@ -95,11 +99,13 @@ def _refuse_unsupported(precision: str, device: Device) -> None:
         name = torch.cuda.get_device_name(device.index)
         raise DeviceUnavailable(
             f"precision bf16 requested but {name} (compute capability {major}.{minor}) has no bf16 support; "
-            "use --precision fp16 (gradient scaling) or fp32")
+            "use --precision fp16 (gradient scaling) or fp32"
+        )
     if device.kind == "cpu" and precision == "fp16":
         raise DeviceUnavailable(
             "precision fp16 requested on the CPU, which has no fast fp16 training path (fp16 needs a GPU with "
-            "gradient scaling); use --precision bf16 (autocast) or fp32 on the CPU")
+            "gradient scaling); use --precision bf16 (autocast) or fp32 on the CPU"
+        )
 
 
 def _decision(requested: str, precision: str, device: Device, origin: str) -> PrecisionDecision:
@@ -112,8 +118,14 @@ def _decision(requested: str, precision: str, device: Device, origin: str) -> Pr
     }
     extra = notes.get((device.kind, precision))
     reason = f"{precision}: {origin}" + (f"; {extra}" if extra else "")
-    return PrecisionDecision(requested, precision, grad_scaler=precision == "fp16" and device.kind != "cpu",
-                             tf32_enabled=tf32, tensor_cores_enabled=tensor_cores, reason=reason)
+    return PrecisionDecision(
+        requested,
+        precision,
+        grad_scaler=precision == "fp16" and device.kind != "cpu",
+        tf32_enabled=tf32,
+        tensor_cores_enabled=tensor_cores,
+        reason=reason,
+    )
 
 
 def apply_matmul_settings(decision: PrecisionDecision) -> None:

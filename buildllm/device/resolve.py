@@ -36,8 +36,7 @@ def resolve_device(requested: str) -> Device:
             return Device(requested, "cuda:0", "cuda", f"auto: CUDA is available ({name}); cuda is preferred")
         if mps_available():
             return Device(requested, "mps", "mps", f"auto: no CUDA ({why_no_cuda()}); Apple MPS is available")
-        return Device(requested, "cpu", "cpu",
-                              f"auto: no CUDA ({why_no_cuda()}) and no Apple MPS; using the CPU")
+        return Device(requested, "cpu", "cpu", f"auto: no CUDA ({why_no_cuda()}) and no Apple MPS; using the CPU")
     if requested == "cpu":
         return Device(requested, "cpu", "cpu", "requested explicitly")
     if requested.startswith("cuda"):
@@ -46,13 +45,15 @@ def resolve_device(requested: str) -> Device:
         if not mps_available():
             raise DeviceUnavailable(
                 "device mps requested but Apple MPS is not available here (it needs an Apple-silicon Mac "
-                "with a PyTorch built for macOS); use --device cpu for bounded work or --device auto")
+                "with a PyTorch built for macOS); use --device cpu for bounded work or --device auto"
+            )
         return Device(requested, "mps", "mps", "requested explicitly")
     if requested == "xla":
         if not xla_available():
             raise DeviceUnavailable(
                 "device xla requested but torch_xla is not installed; install torch_xla on a TPU machine, "
-                "or use --device cpu for bounded work")
+                "or use --device cpu for bounded work"
+            )
         return Device(requested, "xla", "xla", "requested explicitly (torch_xla is installed)")
     raise DeviceUnavailable(f"unknown device {requested!r}; use auto, cpu, cuda, cuda:N, mps or xla")
 
@@ -61,13 +62,14 @@ def _resolve_cuda(requested: str) -> Device:
     if not torch.cuda.is_available():
         raise DeviceUnavailable(
             f"device {requested} requested but CUDA is not available: {why_no_cuda()}; "
-            "use --device cpu for bounded work, or install a CUDA build of PyTorch on a machine with an NVIDIA GPU")
+            "use --device cpu for bounded work, or install a CUDA build of PyTorch on a machine with an NVIDIA GPU"
+        )
     index = int(requested.split(":")[1]) if ":" in requested else 0
     count = torch.cuda.device_count()
     if index >= count:
         raise DeviceUnavailable(
             f"device {requested} requested but this machine has {count} CUDA device(s) "
-            f"(cuda:0..cuda:{count - 1}); pick one of those or use --device cuda")
+            f"(cuda:0..cuda:{count - 1}); pick one of those or use --device cuda"
+        )
     name = torch.cuda.get_device_name(index)
     return Device(requested, f"cuda:{index}", "cuda", f"requested explicitly ({name})")
-

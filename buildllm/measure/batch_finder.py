@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import load_windows
+from buildllm.device.oom import out_of_memory
 from buildllm.errors import ConfigError, UserError
 from buildllm.metrics import write_metrics
-from buildllm.device.oom import out_of_memory
 from buildllm.paths import metrics_path
 from buildllm.plan import announce, apply_plan, make_plan
 
@@ -57,8 +57,11 @@ def _measure_try(config: Config) -> dict:
         plan.device.release_cached_memory()
         return {"oom": True, "peak_memory_bytes": 0}
     # On CUDA the reserved peak rides along (the memory truth script reports it beside allocated).
-    return {"oom": False, "peak_memory_bytes": figures.get("peak_memory_allocated_bytes", figures["peak_memory_bytes"]),
-            **{key: figures[key] for key in ("peak_memory_reserved_bytes",) if key in figures}}
+    return {
+        "oom": False,
+        "peak_memory_bytes": figures.get("peak_memory_allocated_bytes", figures["peak_memory_bytes"]),
+        **{key: figures[key] for key in ("peak_memory_reserved_bytes",) if key in figures},
+    }
 
 
 def _child(config: Config, queue) -> None:
@@ -92,20 +95,25 @@ def find_batch_size(config: Config, write: bool = True) -> dict:
     budget = parse_bytes(bench.memory_budget) if bench.memory_budget else plan.device.memory_capacity()
     limit = int(budget * (1 - bench.safety_margin))
     # Two measured steps are enough for the peak: memory is at its steady state after the first step.
-    probe = replace(config, benchmark=replace(bench, warmup_steps=1, measured_steps=2, intervals=1),
-                    train=replace(config.train, training_examples=None))
+    probe = replace(
+        config,
+        benchmark=replace(bench, warmup_steps=1, measured_steps=2, intervals=1),
+        train=replace(config.train, training_examples=None),
+    )
     load_windows(probe, plan.model)  # missing or bad token files: one line now, not in every try
-    announce("find_batch_size", plan, memory_budget_bytes=budget, usable_bytes=limit,
-             safety_margin=bench.safety_margin)
+    announce("find_batch_size", plan, memory_budget_bytes=budget, usable_bytes=limit, safety_margin=bench.safety_margin)
     tries: list[Try] = []
 
     def attempt(batch_size: int) -> bool:
         trial = with_overrides(probe, {"train.batch_size": batch_size})
         result = try_in_child(trial) if plan.device.host_memory else _measure_try(trial)
         fits = not result["oom"] and result["peak_memory_bytes"] <= limit
-        note = ("out of memory" if result["oom"] else
-                f"peak {result['peak_memory_bytes'] / 2**20:.0f} MiB {'<=' if fits else '>'} "
-                f"{limit / 2**20:.0f} MiB usable")
+        note = (
+            "out of memory"
+            if result["oom"]
+            else f"peak {result['peak_memory_bytes'] / 2**20:.0f} MiB {'<=' if fits else '>'} "
+            f"{limit / 2**20:.0f} MiB usable"
+        )
         tries.append(Try(batch_size, fits, result["peak_memory_bytes"], note))
         print(json.dumps({"try_batch_size": batch_size, "fits": fits, "note": note}), flush=True)
         return fits
@@ -128,9 +136,15 @@ def find_batch_size(config: Config, write: bool = True) -> dict:
                 break
             good, bad = (middle, bad) if attempt(middle) else (good, middle)
     result = {
-        "device": plan.device.device, "precision": plan.precision.precision, "profile": plan.profile.name,
-        "sequence_length": plan.model.sequence_length, "memory_budget_bytes": budget, "usable_bytes": limit,
-        "safety_margin": bench.safety_margin, "found_batch_size": good, "tries": len(tries),
+        "device": plan.device.device,
+        "precision": plan.precision.precision,
+        "profile": plan.profile.name,
+        "sequence_length": plan.model.sequence_length,
+        "memory_budget_bytes": budget,
+        "usable_bytes": limit,
+        "safety_margin": bench.safety_margin,
+        "found_batch_size": good,
+        "tries": len(tries),
         "largest_try_fits": good == ceiling,
         **{f"try_{i}_batch_size": t.batch_size for i, t in enumerate(tries)},
         **{f"try_{i}_peak_bytes": t.peak_bytes for i, t in enumerate(tries)},
@@ -140,9 +154,13 @@ def find_batch_size(config: Config, write: bool = True) -> dict:
         write_metrics(metrics_path("batch_size"), result)
     if good:
         capped = f" (the ceiling benchmark.max_batch_size={ceiling})" if good == ceiling else ""
-        print(f"largest batch size that fits: {good}{capped}, within {limit / 2**20:.0f} MiB "
-              f"({bench.safety_margin:.0%} safety margin of {budget / 2**20:.0f} MiB); use --batch-size {good}")
+        print(
+            f"largest batch size that fits: {good}{capped}, within {limit / 2**20:.0f} MiB "
+            f"({bench.safety_margin:.0%} safety margin of {budget / 2**20:.0f} MiB); use --batch-size {good}"
+        )
     else:
-        print(f"even batch size 1 does not fit in {limit / 2**20:.0f} MiB; use a smaller profile, "
-              "--gradient-checkpointing, or a larger --memory-budget")
+        print(
+            f"even batch size 1 does not fit in {limit / 2**20:.0f} MiB; use a smaller profile, "
+            "--gradient-checkpointing, or a larger --memory-budget"
+        )
     return result

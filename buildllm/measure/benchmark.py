@@ -30,24 +30,33 @@ from buildllm.data.windows import Windows, load_windows
 from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.device.hardware import environment
 from buildllm.device.health import interval_trend
-from buildllm.measure.breakdown import describe as describe_parts, overheads, step_breakdown
+from buildllm.device.oom import advice, out_of_memory
+from buildllm.device.peak_flops import MatmulProbe, sample_peak, step_probe, table_or_none
 from buildllm.errors import TrainingFailed
-from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu
-from buildllm.memory.estimate import plan_memory
-from buildllm.memory.fit import refuse_unless_fits
+from buildllm.measure.breakdown import describe as describe_parts
+from buildllm.measure.breakdown import overheads, step_breakdown
 from buildllm.measure.load import LoadWatch, busy_warning
 from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
+from buildllm.memory.estimate import plan_memory
+from buildllm.memory.fit import refuse_unless_fits
 from buildllm.metrics import write_metrics
+from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu
 from buildllm.paths import metrics_path
-from buildllm.device.peak_flops import MatmulProbe, step_probe, sample_peak, table_or_none
 from buildllm.plan import RunPlan, announce, apply_plan, facts, make_plan
 from buildllm.train.plots import write_png
-from buildllm.device.oom import advice, out_of_memory
 from buildllm.train.trainer import Trainer
 
 
-def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool = True,
-            progress: bool = True, probe: MatmulProbe | None = None, load: bool = True) -> dict:
+def measure(
+    plan: RunPlan,
+    train: Windows,
+    validation: Windows,
+    *,
+    extras: bool = True,
+    progress: bool = True,
+    probe: MatmulProbe | None = None,
+    load: bool = True,
+) -> dict:
     """Time warm-up and measured steps of one plan; returns flat figures (no file written).
 
     extras=False skips the timed validation pass and checkpoint save (the batch finder and the
@@ -67,8 +76,10 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         for _ in range(bench.warmup_steps - 1):
             trainer.step()
         warmed = plan.device.timed()
-        per_interval = [bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
-                        for i in range(bench.intervals)]
+        per_interval = [
+            bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
+            for i in range(bench.intervals)
+        ]
         rates, losses, seconds, step_seconds = [], [], [], []
         if probe:
             probe.sample(1)
@@ -107,8 +118,11 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
             save_seconds, save_bytes = trainer.save_checkpoint()
             # A training run ends by drawing its loss curve (matplotlib's import is most of it).
             before = time.perf_counter()
-            write_png([{"step": i + 1, "train_loss": loss} for i, loss in enumerate(trainer.read_losses(losses)[0])],
-                      "benchmark", scratch / "train_loss.png")
+            write_png(
+                [{"step": i + 1, "train_loss": loss} for i, loss in enumerate(trainer.read_losses(losses)[0])],
+                "benchmark",
+                scratch / "train_loss.png",
+            )
             plot_seconds = time.perf_counter() - before
         matmuls = matmul_parameters(trainer.model)
     finally:
@@ -129,8 +143,14 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "throughput_cv": coefficient_of_variation(rates),
         **interval_metrics(rates),
         **{f"step_{i}_seconds": taken for i, taken in enumerate(step_seconds, start=1)},
-        **({f"step_{i}_peak_flops": statistics.median(probe.samples[i - 1] + probe.samples[i])
-            for i in range(1, len(probe.samples))} if probe else {}),
+        **(
+            {
+                f"step_{i}_peak_flops": statistics.median(probe.samples[i - 1] + probe.samples[i])
+                for i in range(1, len(probe.samples))
+            }
+            if probe
+            else {}
+        ),
         **interval_trend(rates),  # a steady fall suggests throttling (preflight's cooling check)
         "validation_examples": len(validation),
         "validation_seconds": validation_seconds,
@@ -138,8 +158,10 @@ def measure(plan: RunPlan, train: Windows, validation: Windows, *, extras: bool 
         "checkpoint_bytes": save_bytes,
         "plot_seconds": plot_seconds,
         "flops_per_token": flops_per_token(plan.model, matmuls),
-        **parts, **overheads(plan.config, validation_seconds, save_seconds),
-        **figures, **busy,
+        **parts,
+        **overheads(plan.config, validation_seconds, save_seconds),
+        **figures,
+        **busy,
     }
 
 
@@ -149,12 +171,23 @@ def benchmark(config: Config, write: bool = True) -> dict:
     apply_plan(plan)
     train, validation = load_windows(config, plan.model)
     bench = config.benchmark
-    announce("benchmark", plan, planned_steps=bench.warmup_steps + bench.measured_steps,
-             warmup_steps=bench.warmup_steps, measured_steps=bench.measured_steps,
-             training_examples=len(train), validation_examples=len(validation))
+    announce(
+        "benchmark",
+        plan,
+        planned_steps=bench.warmup_steps + bench.measured_steps,
+        warmup_steps=bench.warmup_steps,
+        measured_steps=bench.measured_steps,
+        training_examples=len(train),
+        validation_examples=len(validation),
+    )
     estimate = plan_memory(plan)
-    base = {**facts(plan), **environment(plan.device), "memory_estimate_total_bytes": estimate.total,
-            **estimate.range_metrics(), "precision_advice": precision_advice(plan)}
+    base = {
+        **facts(plan),
+        **environment(plan.device),
+        "memory_estimate_total_bytes": estimate.total,
+        **estimate.range_metrics(),
+        "precision_advice": precision_advice(plan),
+    }
     # Interpreter start, imports, device initialisation and token loading: a run pays them too.
     process_startup = time.time() - psutil.Process().create_time()
     known_peak = table_or_none(plan.device, plan.precision.precision, plan.precision.tf32_enabled)
@@ -167,12 +200,18 @@ def benchmark(config: Config, write: bool = True) -> dict:
     except Exception as exc:
         if not out_of_memory(exc):
             raise
-        oom = {**base, "oom": True, "oom_batch_size": plan.batch_size, **plan.device.oom_figures(),
-               "oom_advice": advice(plan.batch_size)}
+        oom = {
+            **base,
+            "oom": True,
+            "oom_batch_size": plan.batch_size,
+            **plan.device.oom_figures(),
+            "oom_advice": advice(plan.batch_size),
+        }
         if write:
             write_metrics(metrics_path("benchmark"), oom)
-        raise TrainingFailed(f"out of memory at batch size {plan.batch_size} on {plan.device.device}; "
-                             + advice(plan.batch_size)) from None
+        raise TrainingFailed(
+            f"out of memory at batch size {plan.batch_size} on {plan.device.device}; " + advice(plan.batch_size)
+        ) from None
     finally:
         if probe:
             probe.close()
@@ -184,8 +223,13 @@ def benchmark(config: Config, write: bool = True) -> dict:
     peak = plan.device.peak_flops(plan.precision.precision, plan.precision.tf32_enabled, plan.threads, rates=rates)
     achieved = figures["flops_per_token"] * figures["tokens_per_second"]
     metrics = {
-        **base, "oom": False, **figures, "process_startup_seconds": process_startup,
-        "achieved_flops": achieved, "peak_flops": peak.flops, "peak_flops_source": peak.source,
+        **base,
+        "oom": False,
+        **figures,
+        "process_startup_seconds": process_startup,
+        "achieved_flops": achieved,
+        "peak_flops": peak.flops,
+        "peak_flops_source": peak.source,
         # The matmul rate before the first and after the last measured step (0 for a datasheet
         # peak): far apart, the machine's load changed during the run.
         "peak_flops_before": statistics.median(edges[0]) if edges else 0.0,
@@ -215,11 +259,14 @@ def mfu_from_metrics(m: dict) -> float:
 
 
 def summary(m: dict) -> str:
-    return (f"{m['profile']} on {m['device']} ({m['precision']}, batch {m['batch_size']} x {m['sequence_length']}, "
-            f"{m['threads']} threads): {m['tokens_per_second']:,.0f} tokens/s, {m['steps_per_second']:.2f} steps/s "
-            f"(interval CV {m['throughput_cv']:.1%}), MFU {m['mfu']:.1%} of {m['peak_flops'] / 1e12:.2f} TFLOP/s "
-            f"[{m['peak_flops_source']}], peak memory {m['peak_memory_bytes'] / 2**20:.0f} MiB "
-            f"(estimate {m['memory_estimate_total_bytes'] / 2**20:.0f} MiB, range {m['memory_estimate_low_bytes'] / 2**20:.0f}-"
-            f"{m['memory_estimate_high_bytes'] / 2**20:.0f}), warm-up {m['warmup_seconds']:.1f} s, "
-            f"checkpoint {m['checkpoint_bytes'] / 2**20:.1f} MiB in {m['checkpoint_save_seconds']:.2f} s"
-            + (f"; a step's time: {parts}" if (parts := describe_parts(m)) else ""))
+    return (
+        f"{m['profile']} on {m['device']} ({m['precision']}, batch {m['batch_size']} x {m['sequence_length']}, "
+        f"{m['threads']} threads): {m['tokens_per_second']:,.0f} tokens/s, {m['steps_per_second']:.2f} steps/s "
+        f"(interval CV {m['throughput_cv']:.1%}), MFU {m['mfu']:.1%} of {m['peak_flops'] / 1e12:.2f} TFLOP/s "
+        f"[{m['peak_flops_source']}], peak memory {m['peak_memory_bytes'] / 2**20:.0f} MiB "
+        f"(estimate {m['memory_estimate_total_bytes'] / 2**20:.0f} MiB, "
+        f"range {m['memory_estimate_low_bytes'] / 2**20:.0f}-"
+        f"{m['memory_estimate_high_bytes'] / 2**20:.0f}), warm-up {m['warmup_seconds']:.1f} s, "
+        f"checkpoint {m['checkpoint_bytes'] / 2**20:.1f} MiB in {m['checkpoint_save_seconds']:.2f} s"
+        + (f"; a step's time: {parts}" if (parts := describe_parts(m)) else "")
+    )

@@ -56,8 +56,9 @@ def step_breakdown(trainer, steps: int) -> dict:
         return result
 
     # Instance attributes that shadow the methods; put back whatever was there before.
-    saved = [(owner, name, vars(owner).get(name)) for owner, name in ((trainer.cursor, "next"),
-                                                                       (trainer.optimizer, "step"))]
+    saved = [
+        (owner, name, vars(owner).get(name)) for owner, name in ((trainer.cursor, "next"), (trainer.optimizer, "step"))
+    ]
     trainer.cursor.next, trainer.device, trainer.optimizer.step = next_batch, _TimedDevice(device, spent), update
     try:
         begin = device.timed()
@@ -79,8 +80,10 @@ def step_breakdown(trainer, steps: int) -> dict:
 def overheads(config: Config, validation_seconds: float, checkpoint_seconds: float) -> dict:
     """Validation and checkpoint time per optimizer step, as the train loop spreads them."""
     t = config.train
-    return {"step_validation_seconds": validation_seconds / t.eval_interval if t.eval_interval else 0.0,
-            "step_checkpoint_seconds": checkpoint_seconds / t.checkpoint_interval if t.checkpoint_interval else 0.0}
+    return {
+        "step_validation_seconds": validation_seconds / t.eval_interval if t.eval_interval else 0.0,
+        "step_checkpoint_seconds": checkpoint_seconds / t.checkpoint_interval if t.checkpoint_interval else 0.0,
+    }
 
 
 def shares(figures: dict) -> dict:
@@ -93,5 +96,5 @@ def shares(figures: dict) -> dict:
 
 
 def describe(figures: dict) -> str:
-    """"data 2%, transfer 0%, compute 85%, ..." for a summary line."""
+    """ "data 2%, transfer 0%, compute 85%, ..." for a summary line."""
     return ", ".join(f"{phase} {share:.0%}" for phase, share in shares(figures).items())

@@ -72,6 +72,7 @@ def contended_share(others: float, used: int, available: int) -> float:
 @dataclass
 class LoadWatch:
     """Others' load at a measurement's start (made here) and end (`end()`), and whether it was busy."""
+
     used: int
     available: int = 0
     start: float = 0.0
@@ -85,19 +86,26 @@ class LoadWatch:
         self.end_load = other_load()
         share = max(contended_share(load, self.used, self.available) for load in (self.start, self.end_load))
         busy = share > BUSY_SHARE
-        figures = {"other_load_start": round(self.start, 3), "other_load_end": round(self.end_load, 3),
-                   "cores_used": self.used, "cores_available": self.available,
-                   "contended_share": round(share, 3), "busy_machine": busy}
+        figures = {
+            "other_load_start": round(self.start, 3),
+            "other_load_end": round(self.end_load, 3),
+            "cores_used": self.used,
+            "cores_available": self.available,
+            "contended_share": round(share, 3),
+            "busy_machine": busy,
+        }
         if busy:
             figures["busy_machine_reason"] = busy_line(figures)
         return figures
 
 
 def busy_line(m: dict) -> str:
-    return (f"busy machine: other processes used {m['other_load_start']:.2f} cores at the start and "
-            f"{m['other_load_end']:.2f} at the end, of the {m['cores_available']} this run may use "
-            f"({m['cores_used']} for it): up to {m['contended_share']:.0%} of its cores were taken, over "
-            f"{BUSY_SHARE:.0%}. These figures are slower than this machine can do; rerun when it is idle.")
+    return (
+        f"busy machine: other processes used {m['other_load_start']:.2f} cores at the start and "
+        f"{m['other_load_end']:.2f} at the end, of the {m['cores_available']} this run may use "
+        f"({m['cores_used']} for it): up to {m['contended_share']:.0%} of its cores were taken, over "
+        f"{BUSY_SHARE:.0%}. These figures are slower than this machine can do; rerun when it is idle."
+    )
 
 
 def busy_warning(metrics: dict) -> str | None:

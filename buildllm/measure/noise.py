@@ -65,16 +65,18 @@ def noise_warning(metrics: dict) -> str | None:
         return None
     rates = interval_rates(metrics)
     spread = f" (intervals {min(rates):.2f}-{max(rates):.2f} steps/s)" if rates else ""
-    return (f"warning: noisy run: throughput varied {cv:.0%} between measured intervals{spread}, over the "
-            f"{NOISY_CV:.0%} threshold; another job or throttling was slowing this machine. Rerun it on an idle "
-            "machine, or compare on this one with `buildllm compare A B --paired`.")
+    return (
+        f"warning: noisy run: throughput varied {cv:.0%} between measured intervals{spread}, over the "
+        f"{NOISY_CV:.0%} threshold; another job or throttling was slowing this machine. Rerun it on an idle "
+        "machine, or compare on this one with `buildllm compare A B --paired`."
+    )
 
 
 def sign_interval(values: list, confidence: float = 0.95) -> tuple[float, float, float]:
     """(low, high, coverage): the order-statistic interval for the median, the narrowest whose
     coverage reaches `confidence`; with too few values, min to max and the coverage it has."""
     xs, n = sorted(values), len(values)
-    tail = [math.comb(n, i) / 2 ** n for i in range(n + 1)]
+    tail = [math.comb(n, i) / 2**n for i in range(n + 1)]
     best = 1  # k: the interval is [x_(k), x_(n-k+1)], 1-based; coverage 1 - 2 P(X <= k-1)
     for k in range(1, n // 2 + 1):
         if 1 - 2 * sum(tail[:k]) >= confidence:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from buildllm.measure.noise import sign_interval
 
@@ -27,16 +27,30 @@ def compare(seconds: dict[str, list[float]], reference: str) -> dict:
             continue
         ratios = [a / b for a, b in zip(base, times)]
         low, high, coverage = sign_interval(ratios)
-        out[name] = {"ratio": statistics.median(ratios), "low": low, "high": high, "coverage": round(coverage, 4),
-                     "pairs": len(ratios), "median_seconds": statistics.median(times),
-                     "reference_median_seconds": statistics.median(base),
-                     "ratios": [round(r, 4) for r in ratios]}
+        out[name] = {
+            "ratio": statistics.median(ratios),
+            "low": low,
+            "high": high,
+            "coverage": round(coverage, 4),
+            "pairs": len(ratios),
+            "median_seconds": statistics.median(times),
+            "reference_median_seconds": statistics.median(base),
+            "ratios": [round(r, 4) for r in ratios],
+        }
     return out
 
 
-def interleave(turns: dict[str, Callable[[], None]], *, warmup: int, rounds: int, soft_deadline: float,
-               hard_deadline: float, min_rounds: int = 3, clock: Callable[[], float] = time.perf_counter,
-               tick: Callable[[], None] = lambda: None) -> dict[str, list[float]]:
+def interleave(
+    turns: dict[str, Callable[[], None]],
+    *,
+    warmup: int,
+    rounds: int,
+    soft_deadline: float,
+    hard_deadline: float,
+    min_rounds: int = 3,
+    clock: Callable[[], float] = time.perf_counter,
+    tick: Callable[[], None] = lambda: None,
+) -> dict[str, list[float]]:
     """Seconds of each turn, round by round, in the order given (the first is the reference).
 
     Every candidate runs `warmup` untimed turns first. Then up to `rounds` rounds of one turn each;

@@ -17,53 +17,102 @@ from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan import announce, apply_plan, make_plan
 
-COLUMNS = ("preset", "architecture", "threads", "workers", "batch_size", "steps_per_second", "tokens_per_second",
-           "data_share", "other_load", "busy_machine")
+COLUMNS = (
+    "preset",
+    "architecture",
+    "threads",
+    "workers",
+    "batch_size",
+    "steps_per_second",
+    "tokens_per_second",
+    "data_share",
+    "other_load",
+    "busy_machine",
+)
 
 
-def sweep(config: Config, presets: list[str] | None, architectures: list[str] | None,
-          threads: list[int] | None, write: bool = True, workers: list[int] | None = None) -> list[dict]:
+def sweep(
+    config: Config,
+    presets: list[str] | None,
+    architectures: list[str] | None,
+    threads: list[int] | None,
+    write: bool = True,
+    workers: list[int] | None = None,
+) -> list[dict]:
     from buildllm.measure.benchmark import measure
 
     rows = []
-    axes = (presets or [config.preset], architectures or [config.model.architecture], threads or [config.train.threads],
-            workers or [config.train.workers])
-    announce("sweep", make_plan(config), presets=axes[0], architectures=axes[1], threads=axes[2], workers=axes[3],
-             runs=len(list(itertools.product(*axes))), measured_steps=config.benchmark.measured_steps)
+    axes = (
+        presets or [config.preset],
+        architectures or [config.model.architecture],
+        threads or [config.train.threads],
+        workers or [config.train.workers],
+    )
+    announce(
+        "sweep",
+        make_plan(config),
+        presets=axes[0],
+        architectures=axes[1],
+        threads=axes[2],
+        workers=axes[3],
+        runs=len(list(itertools.product(*axes))),
+        measured_steps=config.benchmark.measured_steps,
+    )
     for preset, architecture, thread_count, worker_count in itertools.product(*axes):
-        trial = with_overrides(config, {"preset": preset, "model.architecture": architecture,
-                                        "train.threads": thread_count, "train.workers": worker_count})
+        trial = with_overrides(
+            config,
+            {
+                "preset": preset,
+                "model.architecture": architecture,
+                "train.threads": thread_count,
+                "train.workers": worker_count,
+            },
+        )
         plan = make_plan(trial)
         apply_plan(plan)
         train, validation = load_windows(plan.config, plan.model)
         figures = measure(plan, train, validation, extras=False, progress=False)
         # The step's time waiting for data: what more workers can win back.
         step = sum(figures[f"step_{phase}_seconds"] for phase in ("data", "transfer", "compute", "optimizer"))
-        row = {"preset": plan.profile.name, "architecture": plan.model.architecture, "threads": plan.threads,
-               "workers": plan.workers, "batch_size": plan.batch_size, "steps_per_second": figures["steps_per_second"],
-               "tokens_per_second": figures["tokens_per_second"],
-               "data_share": figures["step_data_seconds"] / step if step else 0.0,
-               # Others' CPU load at the trial's start or end (load.py): its row is then slower than it can be.
-               "other_load": max(figures["other_load_start"], figures["other_load_end"]),
-               "busy_machine": figures["busy_machine"]}
+        row = {
+            "preset": plan.profile.name,
+            "architecture": plan.model.architecture,
+            "threads": plan.threads,
+            "workers": plan.workers,
+            "batch_size": plan.batch_size,
+            "steps_per_second": figures["steps_per_second"],
+            "tokens_per_second": figures["tokens_per_second"],
+            "data_share": figures["step_data_seconds"] / step if step else 0.0,
+            # Others' CPU load at the trial's start or end (load.py): its row is then slower than it can be.
+            "other_load": max(figures["other_load_start"], figures["other_load_end"]),
+            "busy_machine": figures["busy_machine"],
+        }
         print(json.dumps(row), flush=True)
         rows.append(row)
     print(table(rows))
     if write:
         swept = "{workers}w_" if workers else ""  # the workers count names a row only when it varies
-        write_metrics(metrics_path("sweep"), {f"{r['preset']}_{r['architecture']}_{r['threads']}t_"
-                                              + swept.format(**r) + key: r[key] for r in rows
-                                              for key in ("steps_per_second", "tokens_per_second", "data_share",
-                                                          "other_load", "busy_machine")})
+        write_metrics(
+            metrics_path("sweep"),
+            {
+                f"{r['preset']}_{r['architecture']}_{r['threads']}t_" + swept.format(**r) + key: r[key]
+                for r in rows
+                for key in ("steps_per_second", "tokens_per_second", "data_share", "other_load", "busy_machine")
+            },
+        )
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    header = (f"{'preset':<14}{'architecture':<14}{'threads':>8}{'workers':>8}{'batch':>7}{'steps/s':>10}"
-              f"{'tokens/s':>12}{'data wait':>11}{'others':>8}")
+    header = (
+        f"{'preset':<14}{'architecture':<14}{'threads':>8}{'workers':>8}{'batch':>7}{'steps/s':>10}"
+        f"{'tokens/s':>12}{'data wait':>11}{'others':>8}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
-        lines.append(f"{r['preset']:<14}{r['architecture']:<14}{r['threads']:>8}{r['workers']:>8}{r['batch_size']:>7}"
-                     f"{r['steps_per_second']:>10.2f}{r['tokens_per_second']:>12,.0f}{r['data_share']:>11.1%}"
-                     f"{r['other_load']:>8.2f}" + ("  busy machine" if r["busy_machine"] else ""))
+        lines.append(
+            f"{r['preset']:<14}{r['architecture']:<14}{r['threads']:>8}{r['workers']:>8}{r['batch_size']:>7}"
+            f"{r['steps_per_second']:>10.2f}{r['tokens_per_second']:>12,.0f}{r['data_share']:>11.1%}"
+            f"{r['other_load']:>8.2f}" + ("  busy machine" if r["busy_machine"] else "")
+        )
     return "\n".join(lines)

@@ -38,9 +38,9 @@ from buildllm.config import Config, with_overrides
 from buildllm.data.windows import Windows, windows_or_random
 from buildllm.device.device import processor_name
 from buildllm.device.precision import resolve_precision, tunable_precisions
+from buildllm.loss_choice import decide_loss
 from buildllm.measure.pairs import compare, interleave
 from buildllm.measure.tune_compile import measure_compile
-from buildllm.loss_choice import decide_loss
 from buildllm.model import fused_loss
 from buildllm.plan import DEFAULT_THREADS, RunPlan, announce, apply_plan, make_plan, this_machine
 from buildllm.train.trainer import Trainer
@@ -49,9 +49,9 @@ from buildllm.train.trainer import Trainer
 # runs once started: 6 pairs are the fewest for a 95% interval of a median.
 SHARES = {"precision": 0.45, "threads": 0.10, "loss_chunk": 0.05, "attention": 0.03}
 MIN_ROUNDS, MAX_ROUNDS = 6, 40
-MIN_COMPILE_SECONDS = 30.0   # a cold compile at iteration 1 took about 40 s on 2 cores: less cannot finish
-TURN_SECONDS = 0.3           # a turn runs enough steps to last about this long (a single step is noisier)
-LOSS_CHECK_BATCHES = 4       # validation batches each side's loss is measured on
+MIN_COMPILE_SECONDS = 30.0  # a cold compile at iteration 1 took about 40 s on 2 cores: less cannot finish
+TURN_SECONDS = 0.3  # a turn runs enough steps to last about this long (a single step is noisier)
+LOSS_CHECK_BATCHES = 4  # validation batches each side's loss is measured on
 
 
 class Budget:
@@ -74,13 +74,15 @@ def steps_per_turn(step, clock) -> int:
     return max(1, min(8, round(TURN_SECONDS / max(clock() - begin, 1e-6))))
 
 
-def measure_precision(config: Config, plans: dict[str, RunPlan], train, validation, tokens: str,
-                      budget: Budget, skipped: list) -> tuple[dict, dict]:
+def measure_precision(
+    config: Config, plans: dict[str, RunPlan], train, validation, tokens: str, budget: Budget, skipped: list
+) -> tuple[dict, dict]:
     """(figures, trainers): each low precision against fp32, and the short run's validation losses
     (on the first LOSS_CHECK_BATCHES batches of validation windows, the same for every side)."""
     device, batch = plans["fp32"].device, plans["fp32"].batch_size
-    validation = Windows(validation.tokens, validation.sequence_length,
-                         min(len(validation), LOSS_CHECK_BATCHES * batch))
+    validation = Windows(
+        validation.tokens, validation.sequence_length, min(len(validation), LOSS_CHECK_BATCHES * batch)
+    )
     scratch = tempfile.mkdtemp(prefix="buildllm-tune-")
     trainers: dict[str, Trainer] = {}
     for name, plan in plans.items():
@@ -98,9 +100,15 @@ def measure_precision(config: Config, plans: dict[str, RunPlan], train, validati
             trainer.step()  # every side has taken the same steps before the timed turns
     wanted = config.tune.loss_steps
     rounds = max(MIN_ROUNDS, math.ceil((wanted - 2) / k))
-    seconds = interleave({name: (lambda t=t: [t.step() for _ in range(k)]) for name, t in trainers.items()},
-                         warmup=0, rounds=rounds, soft_deadline=budget.share("precision"),
-                         hard_deadline=budget.end, min_rounds=MIN_ROUNDS, clock=device.timed)
+    seconds = interleave(
+        {name: (lambda t=t: [t.step() for _ in range(k)]) for name, t in trainers.items()},
+        warmup=0,
+        rounds=rounds,
+        soft_deadline=budget.share("precision"),
+        hard_deadline=budget.end,
+        min_rounds=MIN_ROUNDS,
+        clock=device.timed,
+    )
     figures: dict = {"reference": "fp32", "steps_per_turn": k, **compare(seconds, "fp32")}
     if not seconds["fp32"]:
         figures["skipped"] = "no time left in tune.seconds after building the trainers"
@@ -108,8 +116,13 @@ def measure_precision(config: Config, plans: dict[str, RunPlan], train, validati
     elif len(seconds["fp32"]) < rounds:
         skipped.append(f"precision: {len(seconds['fp32'])} of {rounds} rounds, to stay within tune.seconds")
     steps = trainers["fp32"].step_count
-    check: dict = {"steps": steps, "tolerance": config.tune.loss_tolerance, "tokens": tokens, "done": False,
-                   "validation_examples": len(validation)}
+    check: dict = {
+        "steps": steps,
+        "tolerance": config.tune.loss_tolerance,
+        "tokens": tokens,
+        "done": False,
+        "validation_examples": len(validation),
+    }
     # A validation batch's forward pass costs about a third of a training step's forward + backward.
     step_seconds = max(seconds["fp32"] or [0.0]) / k
     passes = len(trainers) * math.ceil(len(validation) / batch) * step_seconds / 3
@@ -151,12 +164,19 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
             torch.set_num_threads(n)
             for _ in range(k):
                 trainer.step()
+
         return run
 
     try:
-        seconds = interleave({str(n): turn(n) for n in [default, *counts]}, warmup=1, rounds=MAX_ROUNDS,
-                             soft_deadline=budget.share("threads"), hard_deadline=budget.end,
-                             min_rounds=MIN_ROUNDS, clock=trainer.device.timed)
+        seconds = interleave(
+            {str(n): turn(n) for n in [default, *counts]},
+            warmup=1,
+            rounds=MAX_ROUNDS,
+            soft_deadline=budget.share("threads"),
+            hard_deadline=budget.end,
+            min_rounds=MIN_ROUNDS,
+            clock=trainer.device.timed,
+        )
     finally:
         torch.set_num_threads(trainer.plan.threads)
     if not seconds[str(default)]:
@@ -177,8 +197,9 @@ def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     rows = plan.batch_size * m.sequence_length
     # The plan's own rule, not a size an earlier tune chose: what the tune record is compared against.
     default_rows = decide_loss(m.vocab_size, rows, 4, device).chunk_rows
-    options = sorted({r for r in (default_rows // 2, 2 * default_rows, 4 * default_rows) if 1 <= r <= rows}
-                     - {default_rows})
+    options = sorted(
+        {r for r in (default_rows // 2, 2 * default_rows, 4 * default_rows) if 1 <= r <= rows} - {default_rows}
+    )
     if not options:
         return {"default_rows": default_rows, "skipped": f"one chunk holds the whole micro-batch of {rows} rows"}
     generator = torch.Generator().manual_seed(0)
@@ -190,39 +211,64 @@ def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
         def run():
             fused_loss_pass(x, weight, targets, chunk_rows)
             x.grad = weight.grad = None
+
         return run
 
-    seconds = interleave({str(r): turn(r) for r in [default_rows, *options]}, warmup=1, rounds=MAX_ROUNDS,
-                         soft_deadline=budget.share("loss_chunk"), hard_deadline=budget.end,
-                         min_rounds=MIN_ROUNDS, clock=device.timed)
+    seconds = interleave(
+        {str(r): turn(r) for r in [default_rows, *options]},
+        warmup=1,
+        rounds=MAX_ROUNDS,
+        soft_deadline=budget.share("loss_chunk"),
+        hard_deadline=budget.end,
+        min_rounds=MIN_ROUNDS,
+        clock=device.timed,
+    )
     if not seconds[str(default_rows)]:
         skipped.append("loss chunk: no time left in tune.seconds")
         return {"default_rows": default_rows, "skipped": "no time left in tune.seconds"}
-    return {"default_rows": default_rows, "rows": rows, "precision": "fp32",
-            "candidates": compare(seconds, str(default_rows))}
+    return {
+        "default_rows": default_rows,
+        "rows": rows,
+        "precision": "fp32",
+        "candidates": compare(seconds, str(default_rows)),
+    }
 
 
 def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     m, device = plan.model, plan.device
     generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(plan.batch_size, m.n_head, m.sequence_length, m.head_dim, generator=generator)
-               .to(device.device).requires_grad_() for _ in range(3))
+    q, k, v = (
+        torch.randn(plan.batch_size, m.n_head, m.sequence_length, m.head_dim, generator=generator)
+        .to(device.device)
+        .requires_grad_()
+        for _ in range(3)
+    )
 
     def turn(backend):
         def run():
             with sdpa_kernel(backend) if backend else contextlib.nullcontext():
                 F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
             q.grad = k.grad = v.grad = None
+
         return run
 
-    seconds = interleave({"dispatch": turn(None), "math": turn(SDPBackend.MATH)}, warmup=1, rounds=MAX_ROUNDS,
-                         soft_deadline=budget.share("attention"), hard_deadline=budget.end,
-                         min_rounds=MIN_ROUNDS, clock=device.timed)
+    seconds = interleave(
+        {"dispatch": turn(None), "math": turn(SDPBackend.MATH)},
+        warmup=1,
+        rounds=MAX_ROUNDS,
+        soft_deadline=budget.share("attention"),
+        hard_deadline=budget.end,
+        min_rounds=MIN_ROUNDS,
+        clock=device.timed,
+    )
     if not seconds["dispatch"]:
         skipped.append("attention: no time left in tune.seconds")
         return {"skipped": "no time left in tune.seconds"}
-    return {"reference": "dispatch", "decides": "nothing: torch's dispatch picks the kernel",
-            **compare(seconds, "dispatch")}
+    return {
+        "reference": "dispatch",
+        "decides": "nothing: torch's dispatch picks the kernel",
+        **compare(seconds, "dispatch"),
+    }
 
 
 def decided_precision(record: dict, plan: RunPlan, why: bool = False):
@@ -252,18 +298,31 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
     device = reference.device
     budget = Budget(config.tune.seconds, device.timed)
     load_start = os.getloadavg()[0]
-    announce("tune", reference, budget_seconds=config.tune.seconds, measures="precision, threads, loss chunk, "
-             "attention, torch.compile")
-    plans = {p: (reference if p == "fp32" else make_plan(with_overrides(config, {**fixed, "precision": p})))
-             for p in tunable_precisions(reference.device)}
+    announce(
+        "tune",
+        reference,
+        budget_seconds=config.tune.seconds,
+        measures="precision, threads, loss chunk, attention, torch.compile",
+    )
+    plans = {
+        p: (reference if p == "fp32" else make_plan(with_overrides(config, {**fixed, "precision": p})))
+        for p in tunable_precisions(reference.device)
+    }
     train, validation, tokens = windows_or_random(config, reference.model, reference.batch_size)
     m = reference.model
     record: dict = {
-        "machine_id": this_machine(), "profile": reference.profile.name, "device": device.device,
-        "device_kind": device.kind, "processor": processor_name(), "torch_version": torch.__version__,
-        "date": datetime.datetime.now().isoformat(timespec="seconds"), "batch_size": reference.batch_size,
-        "shape": tuned.shape_label(m, config.train.gradient_checkpointing), "tokens": tokens,
-        "budget_seconds": config.tune.seconds, "load_average_start": round(load_start, 2),
+        "machine_id": this_machine(),
+        "profile": reference.profile.name,
+        "device": device.device,
+        "device_kind": device.kind,
+        "processor": processor_name(),
+        "torch_version": torch.__version__,
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "batch_size": reference.batch_size,
+        "shape": tuned.shape_label(m, config.train.gradient_checkpointing),
+        "tokens": tokens,
+        "budget_seconds": config.tune.seconds,
+        "load_average_start": round(load_start, 2),
     }
     skipped: list[str] = []
     with tqdm(total=5, desc="tune", unit="part", disable=not progress) as bar:
@@ -283,13 +342,18 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
             precision = decided_precision(record, reference)
             record["compile"] = measure_compile(config, {**fixed, "precision": precision}, left)
         else:
-            record["compile"] = {"skipped": f"skipped: {max(left, 0):.0f} s of tune.seconds left, under the "
-                                            f"{MIN_COMPILE_SECONDS:.0f} s a compile needs (raise tune.seconds)"}
+            record["compile"] = {
+                "skipped": f"skipped: {max(left, 0):.0f} s of tune.seconds left, under the "
+                f"{MIN_COMPILE_SECONDS:.0f} s a compile needs (raise tune.seconds)"
+            }
         if "skipped" in record["compile"]:
             skipped.append(f"torch.compile: {record['compile']['skipped']}")
         bar.update()
-    record.update(seconds_taken=round(budget.clock() - budget.start, 1), load_average_end=round(os.getloadavg()[0], 2),
-                  skipped=skipped)
+    record.update(
+        seconds_taken=round(budget.clock() - budget.start, 1),
+        load_average_end=round(os.getloadavg()[0], 2),
+        skipped=skipped,
+    )
     record["decisions"] = decisions(record, reference)
     if write:
         tuned.write_record(record)
@@ -298,22 +362,27 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
 
 
 def summary(record: dict) -> str:
-    lines = [f"tune {record['profile']} on {record['device']} ({record['processor']}, machine {record['machine_id']}): "
-             f"{record['seconds_taken']:.0f} s of {record['budget_seconds']:.0f} s, load average "
-             f"{record['load_average_start']} -> {record['load_average_end']} (figures on a busy machine are noisy)"]
+    lines = [
+        f"tune {record['profile']} on {record['device']} ({record['processor']}, machine {record['machine_id']}): "
+        f"{record['seconds_taken']:.0f} s of {record['budget_seconds']:.0f} s, load average "
+        f"{record['load_average_start']} -> {record['load_average_end']} (figures on a busy machine are noisy)"
+    ]
     for name, figure in record["precision"].items():
         if isinstance(figure, dict) and "ratio" in figure:
             lines.append(f"  precision: {name} {tuned.ratio_text(figure)} fp32's speed")
     check = record["precision"]["loss_check"]
     if "fp32" in check:
         losses = ", ".join(f"{p} {check[p]:.3f}" for p in record["precision"] if p in check and p != "loss_check")
-        lines.append(f"  validation loss after {check['steps']} steps: fp32 {check['fp32']:.3f}, {losses} "
-                     f"(tolerance {check['tolerance']}, {check['tokens']} tokens)")
+        lines.append(
+            f"  validation loss after {check['steps']} steps: fp32 {check['fp32']:.3f}, {losses} "
+            f"(tolerance {check['tolerance']}, {check['tokens']} tokens)"
+        )
     for n, figure in record.get("threads", {}).get("candidates", {}).items():
         lines.append(f"  threads: {n} {tuned.ratio_text(figure)} the speed of {record['threads']['default']}")
     for rows, figure in record["loss_chunk"].get("candidates", {}).items():
-        lines.append(f"  loss chunk: {rows} rows {tuned.ratio_text(figure)} the speed of "
-                     f"{record['loss_chunk']['default_rows']}")
+        lines.append(
+            f"  loss chunk: {rows} rows {tuned.ratio_text(figure)} the speed of {record['loss_chunk']['default_rows']}"
+        )
     if "math" in record["attention"]:
         lines.append(f"  attention: math kernel {tuned.ratio_text(record['attention']['math'])} the dispatch's speed")
     if "speedup" in record["compile"]:

@@ -41,8 +41,10 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=seconds, env=env, cwd=folder)
     except subprocess.TimeoutExpired:
-        return {"skipped": f"skipped: did not finish compiling and timing within the {seconds:.0f} s left "
-                           "of tune.seconds (raise it to measure torch.compile)"}
+        return {
+            "skipped": f"skipped: did not finish compiling and timing within the {seconds:.0f} s left "
+            "of tune.seconds (raise it to measure torch.compile)"
+        }
     finally:
         params.unlink(missing_ok=True)
     lines = done.stdout.strip().splitlines()
@@ -54,14 +56,16 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
 
 def child(params: str, settings: dict, deadline: float) -> dict:
     from buildllm.config import load_config, with_overrides
-    from buildllm.measure.pairs import compare, interleave
     from buildllm.data.windows import windows_or_random
+    from buildllm.measure.pairs import compare, interleave
     from buildllm.plan import apply_plan, make_plan
     from buildllm.train.trainer import Trainer
 
     config = load_config(params)
-    plans = {name: make_plan(with_overrides(config, {**settings, "train.compile": name == "compiled" and "true"
-                                                     or "false"})) for name in ("plain", "compiled")}
+    plans = {
+        name: make_plan(with_overrides(config, {**settings, "train.compile": name == "compiled" and "true" or "false"}))
+        for name in ("plain", "compiled")
+    }
     apply_plan(plans["plain"])
     device = plans["plain"].device
     train, validation, _ = windows_or_random(config, plans["plain"].model, plans["plain"].batch_size)
@@ -74,13 +78,27 @@ def child(params: str, settings: dict, deadline: float) -> dict:
             trainer.step()
         warmup[name] = device.timed() - begin
     end = time.perf_counter() + (deadline - time.time())
-    seconds = interleave({name: trainer.step for name, trainer in trainers.items()}, warmup=0, rounds=ROUNDS,
-                         soft_deadline=end, hard_deadline=end, min_rounds=3, clock=device.timed)
+    seconds = interleave(
+        {name: trainer.step for name, trainer in trainers.items()},
+        warmup=0,
+        rounds=ROUNDS,
+        soft_deadline=end,
+        hard_deadline=end,
+        min_rounds=3,
+        clock=device.timed,
+    )
     figures = compare(seconds, "plain")["compiled"]
-    return {"compile_seconds": warmup["compiled"] - warmup["plain"], "speedup": figures["ratio"],
-            "low": figures["low"], "high": figures["high"], "pairs": figures["pairs"], "coverage": figures["coverage"],
-            "plain_step_seconds": figures["reference_median_seconds"],
-            "compiled_step_seconds": figures["median_seconds"], "precision": plans["plain"].precision.precision}
+    return {
+        "compile_seconds": warmup["compiled"] - warmup["plain"],
+        "speedup": figures["ratio"],
+        "low": figures["low"],
+        "high": figures["high"],
+        "pairs": figures["pairs"],
+        "coverage": figures["coverage"],
+        "plain_step_seconds": figures["reference_median_seconds"],
+        "compiled_step_seconds": figures["median_seconds"],
+        "precision": plans["plain"].precision.precision,
+    }
 
 
 if __name__ == "__main__":

@@ -74,8 +74,15 @@ def run_command(folder: Path, arguments: list[str], timeout: float | None = None
     package_root = str(Path(buildllm.__file__).resolve().parents[1])  # this very code, in the child too
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     begin = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "buildllm", *arguments, "--params", "params.yaml"],
-                          cwd=folder, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "buildllm", *arguments, "--params", "params.yaml"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     return Ran(done.returncode, time.perf_counter() - begin, done.stdout, done.stderr)
 
 

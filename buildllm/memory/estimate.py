@@ -70,8 +70,16 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return (self.weights + self.gradients + self.optimizer + self.autocast_weights
-                + self.activations + self.logits + self.attention_scores + self.allocator)
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.autocast_weights
+            + self.activations
+            + self.logits
+            + self.attention_scores
+            + self.allocator
+        )
 
     # The stated range: the measured peak lies within total x (1 - spread[0], 1 + spread[1]).
     spread: tuple[float, float] = (0.0, 0.0)
@@ -91,8 +99,10 @@ class MemoryEstimate:
     def as_metrics(self, prefix: str = "memory_estimate_") -> dict:
         """The parts and their total (the parts sum to it), then the stated range."""
         parts = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "spread"}
-        return {**{f"{prefix}{name}_bytes": value for name, value in {**parts, "total": self.total}.items()},
-                **self.range_metrics(prefix)}
+        return {
+            **{f"{prefix}{name}_bytes": value for name, value in {**parts, "total": self.total}.items()},
+            **self.range_metrics(prefix),
+        }
 
     def range_metrics(self, prefix: str = "memory_estimate_") -> dict:
         return {f"{prefix}low_bytes": self.low, f"{prefix}high_bytes": self.high}
@@ -124,9 +134,17 @@ def attention_scores_materialised(device: Device, dropout: float) -> bool:
     return device.materialises_attention or dropout > 0
 
 
-def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int, precision_bytes: int,
-                             device: Device, gradient_checkpointing: bool = False,
-                             grad_accum: int = 1, *, loss_chunk_rows: int) -> MemoryEstimate:
+def estimate_training_memory(
+    model: GPTConfig,
+    parameters: int,
+    batch_size: int,
+    precision_bytes: int,
+    device: Device,
+    gradient_checkpointing: bool = False,
+    grad_accum: int = 1,
+    *,
+    loss_chunk_rows: int,
+) -> MemoryEstimate:
     """loss_chunk_rows: the fused loss's rows per chunk, as the plan decides it (RunPlan.loss)."""
     tokens = batch_size * model.sequence_length
     fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast=precision_bytes != FP32)
@@ -149,7 +167,7 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
     held_logits = 0  # the model returns no logits with a loss: nothing is held to the optimizer step
     scores = 0
     if attention_scores_materialised(device, model.dropout):
-        scores = 2 * batch_size * model.n_head * model.sequence_length ** 2 * precision_bytes
+        scores = 2 * batch_size * model.n_head * model.sequence_length**2 * precision_bytes
     # Autocast caches one low-precision copy of each weight for the forward; backward keeps them.
     autocast_weights = parameters * precision_bytes if precision_bytes != FP32 else 0
     weights, optimizer, gradients = parameters * FP32, 2 * parameters * FP32, parameters * FP32
@@ -157,18 +175,31 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
     early_gradients = gradients if grad_accum > 1 else 0
     backward_start = early_gradients + autocast_weights + activations + logits + scores
     if backward_start >= gradients + held_logits:
-        parts = dict(gradients=early_gradients, autocast_weights=autocast_weights, activations=activations,
-                     logits=logits, attention_scores=scores)
+        parts = dict(
+            gradients=early_gradients,
+            autocast_weights=autocast_weights,
+            activations=activations,
+            logits=logits,
+            attention_scores=scores,
+        )
     else:  # the optimizer step
         parts = dict(gradients=gradients, autocast_weights=0, activations=0, logits=held_logits, attention_scores=0)
     live = weights + optimizer + sum(parts.values())
     allocator = 0
     if device.host_memory:
         runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if precision_bytes != FP32 else 0)
-        allocator = int(live * CPU_ALLOCATOR_OVERHEAD) + runtime + remade_after_backward(
-            activations, per_layer, gradient_checkpointing, grad_accum)
-    estimate = MemoryEstimate(weights=weights, optimizer=optimizer, allocator=allocator, **parts,
-                              spread=SPREAD.get(device.kind, OTHER_DEVICE_SPREAD))
+        allocator = (
+            int(live * CPU_ALLOCATOR_OVERHEAD)
+            + runtime
+            + remade_after_backward(activations, per_layer, gradient_checkpointing, grad_accum)
+        )
+    estimate = MemoryEstimate(
+        weights=weights,
+        optimizer=optimizer,
+        allocator=allocator,
+        **parts,
+        spread=SPREAD.get(device.kind, OTHER_DEVICE_SPREAD),
+    )
     if device.host_memory and gradient_checkpointing:
         # glibc may keep every block rebuilt in backward, not only the one counted (remade_after_backward).
         low, high = estimate.spread
@@ -176,8 +207,7 @@ def estimate_training_memory(model: GPTConfig, parameters: int, batch_size: int,
     return estimate
 
 
-def remade_after_backward(activations: int, per_layer: int, gradient_checkpointing: bool,
-                          grad_accum: int) -> int:
+def remade_after_backward(activations: int, per_layer: int, gradient_checkpointing: bool, grad_accum: int) -> int:
     """CPU: activations allocated again after a backward pass has reshaped glibc's heap.
 
     glibc keeps freed heap blocks, and a tensor made after a backward lands in them only where a
@@ -207,6 +237,13 @@ def remade_after_backward(activations: int, per_layer: int, gradient_checkpointi
 def plan_memory(plan) -> MemoryEstimate:
     """The estimate for a RunPlan (buildllm.plan): its model, batch, precision, device and options."""
     train = plan.config.train
-    return estimate_training_memory(plan.model, plan.parameters, plan.batch_size, plan.precision.activation_bytes,
-                                    plan.device, train.gradient_checkpointing, train.grad_accum,
-                                    loss_chunk_rows=plan.loss.chunk_rows)
+    return estimate_training_memory(
+        plan.model,
+        plan.parameters,
+        plan.batch_size,
+        plan.precision.activation_bytes,
+        plan.device,
+        train.gradient_checkpointing,
+        train.grad_accum,
+        loss_chunk_rows=plan.loss.chunk_rows,
+    )

@@ -17,8 +17,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from buildllm.errors import UserError
 from buildllm.device.device import Device
+from buildllm.errors import UserError
 from buildllm.loss_choice import decide_loss
 from buildllm.memory.estimate import MemoryEstimate, estimate_training_memory, plan_memory
 from buildllm.units import size
@@ -47,9 +47,14 @@ class MemoryFit:
         return self.verdict != DOES_NOT_FIT
 
     def metrics(self) -> dict:
-        return {"memory_fits": self.fits, "memory_verdict": self.verdict, "memory_free_bytes": self.free_bytes,
-                "memory_usable_bytes": self.usable_bytes, "memory_largest_batch_size": self.largest_batch_size,
-                "memory_fit_reason": self.reason}
+        return {
+            "memory_fits": self.fits,
+            "memory_verdict": self.verdict,
+            "memory_free_bytes": self.free_bytes,
+            "memory_usable_bytes": self.usable_bytes,
+            "memory_largest_batch_size": self.largest_batch_size,
+            "memory_fit_reason": self.reason,
+        }
 
 
 NOT_DECIDED = MemoryFit(UNKNOWN, 0, 0, 0, 0, 0, "not decided")
@@ -66,12 +71,21 @@ def decide_memory(plan) -> MemoryFit:
     sharing = plan.processes if plan.device.host_memory else 1
     usable = int(free * (1 - margin))
     train = plan.config.train
-    largest = largest_batch(plan.model, plan.parameters, plan.precision.activation_bytes, usable // sharing,
-                            plan.device, train.gradient_checkpointing, grad_accum=train.grad_accum)
+    largest = largest_batch(
+        plan.model,
+        plan.parameters,
+        plan.precision.activation_bytes,
+        usable // sharing,
+        plan.device,
+        train.gradient_checkpointing,
+        grad_accum=train.grad_accum,
+    )
     total, high = estimate.total * sharing, estimate.high * sharing
     each = f" ({sharing} processes)" if sharing > 1 else ""
-    figures = (f"estimated peak {size(total)}{each} (range {size(estimate.low * sharing)}-{size(high)}), "
-               f"{size(free)} {source}, {size(usable)} usable with the {margin:.0%} safety margin")
+    figures = (
+        f"estimated peak {size(total)}{each} (range {size(estimate.low * sharing)}-{size(high)}), "
+        f"{size(free)} {source}, {size(usable)} usable with the {margin:.0%} safety margin"
+    )
     if total > usable:
         verdict, reason = DOES_NOT_FIT, f"does not fit: {figures}"
     elif high > free:
@@ -103,22 +117,58 @@ def refuse_unless_fits(plan) -> None:
     print(f"warning: this plan {fit.reason}; trying anyway (--force-memory)", file=sys.stderr, flush=True)
 
 
-def estimate_at(model, parameters: int, batch: int, precision_bytes: int, device: Device, capacity: int,
-                gradient_checkpointing: bool = False, grad_accum: int = 1) -> MemoryEstimate:
+def estimate_at(
+    model,
+    parameters: int,
+    batch: int,
+    precision_bytes: int,
+    device: Device,
+    capacity: int,
+    gradient_checkpointing: bool = False,
+    grad_accum: int = 1,
+) -> MemoryEstimate:
     """The estimate a plan of `batch` would make on a device of `capacity` bytes: the fused loss's
     chunks sized by the plan's own rule (buildllm.loss_choice) for that batch and memory."""
     loss = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, capacity)
-    return estimate_training_memory(model, parameters, batch, precision_bytes, device, gradient_checkpointing,
-                                    grad_accum, loss_chunk_rows=loss.chunk_rows)
+    return estimate_training_memory(
+        model,
+        parameters,
+        batch,
+        precision_bytes,
+        device,
+        gradient_checkpointing,
+        grad_accum,
+        loss_chunk_rows=loss.chunk_rows,
+    )
 
 
-def largest_batch(model, parameters: int, precision_bytes: int, usable: int, device: Device,
-                  gradient_checkpointing: bool = False, capacity: int | None = None, grad_accum: int = 1) -> int:
+def largest_batch(
+    model,
+    parameters: int,
+    precision_bytes: int,
+    usable: int,
+    device: Device,
+    gradient_checkpointing: bool = False,
+    capacity: int | None = None,
+    grad_accum: int = 1,
+) -> int:
     """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits.
     capacity: the device's memory (`usable` when not given), which sizes the fused loss's chunks."""
+
     def fits(batch: int) -> bool:
-        return estimate_at(model, parameters, batch, precision_bytes, device, capacity or usable,
-                           gradient_checkpointing, grad_accum).total <= usable
+        return (
+            estimate_at(
+                model,
+                parameters,
+                batch,
+                precision_bytes,
+                device,
+                capacity or usable,
+                gradient_checkpointing,
+                grad_accum,
+            ).total
+            <= usable
+        )
 
     if not fits(1):
         return 0

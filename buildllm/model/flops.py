@@ -39,8 +39,9 @@ def mfu(flops_per_token_: float, tokens_per_second: float, peak_flops: float) ->
     return flops_per_token_ * tokens_per_second / peak_flops if peak_flops > 0 else 0.0
 
 
-def paired_mfu(flops_per_token_: float, tokens_per_step: int, steps_per_second: list[float],
-               peaks: list[float]) -> float:
+def paired_mfu(
+    flops_per_token_: float, tokens_per_step: int, steps_per_second: list[float], peaks: list[float]
+) -> float:
     """The median over measured steps (or intervals) of each one's MFU against the peak measured
     beside it. A machine whose load changes within a run slows a step and the matmuls beside it
     alike, so the ratio moves less from run to run than against one peak for the whole run."""

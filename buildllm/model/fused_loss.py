@@ -122,13 +122,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return dx, dw, None, None, None, None, None
 
 
-def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                         chunk_rows: int) -> torch.Tensor:
+def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_rows: int) -> torch.Tensor:
     """mean cross_entropy(x @ weight.T, targets) for x (rows, d), weight (vocab, d), targets (rows,),
     `chunk_rows` rows at a time (the plan's decision, buildllm/loss_choice.py)."""
     grad = torch.is_grad_enabled()
-    return _LinearCrossEntropy.apply(x, weight, targets, chunk_rows, compute_dtype(x), grad and x.requires_grad,
-                                     grad and weight.requires_grad)
+    return _LinearCrossEntropy.apply(
+        x, weight, targets, chunk_rows, compute_dtype(x), grad and x.requires_grad, grad and weight.requires_grad
+    )
 
 
 def plain_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

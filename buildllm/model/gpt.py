@@ -155,8 +155,13 @@ class GPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None,
-                return_logits: bool = False):
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        return_logits: bool = False,
+    ):
         """(logits, loss). With targets the loss comes from the fused output layer + cross-entropy and
         the logits are None, never materialised, unless return_logits asks for them (the plain path)."""
         B, T = idx.shape
@@ -168,7 +173,7 @@ class GPT(nn.Module):
         if self.config.architecture == "classic":
             x = x + self.position_embedding(torch.arange(start, start + T, device=idx.device))
         else:
-            rope = (self.rope_cos[start:start + T], self.rope_sin[start:start + T])
+            rope = (self.rope_cos[start : start + T], self.rope_sin[start : start + T])
         x = self.dropout(x)
         if cache is not None:
             cache.start_step()
@@ -183,8 +188,9 @@ class GPT(nn.Module):
         if targets is None:
             return self.lm_head(x[:, -1:, :]), None
         if not return_logits:
-            return None, linear_cross_entropy(x.reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1),
-                                              self.loss_chunk_rows or B * T)
+            return None, linear_cross_entropy(
+                x.reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), self.loss_chunk_rows or B * T
+            )
         logits = self.lm_head(x)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
         return logits, loss

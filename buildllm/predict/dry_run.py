@@ -9,10 +9,10 @@ from buildllm.config import Config
 from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.memory.estimate import plan_memory
 from buildllm.memory.fit import WontFit, refusal
-from buildllm.train.storage import checkpoint_bytes
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan import announce, facts, make_plan
+from buildllm.train.storage import checkpoint_bytes
 from buildllm.units import size
 
 
@@ -21,15 +21,28 @@ def dry_run(config: Config) -> dict:
     estimate = plan_memory(plan)
     announce("dry_run", plan, memory_estimate_total_bytes=estimate.total)
     advice = precision_advice(plan)
-    metrics = {**facts(plan), **estimate.as_metrics(), "checkpoint_bytes_estimate": checkpoint_bytes(plan.parameters),
-               "precision_advice": advice}
+    metrics = {
+        **facts(plan),
+        **estimate.as_metrics(),
+        "checkpoint_bytes_estimate": checkpoint_bytes(plan.parameters),
+        "precision_advice": advice,
+    }
     path = write_metrics(metrics_path("dry_run"), metrics)
-    print(f"{plan.profile.name}: {plan.parameters / 1e6:.2f}M parameters, {plan.model.architecture} architecture, "
-          f"on {plan.device.device} in {plan.precision.precision}, batch {plan.batch_size} x {plan.model.sequence_length} tokens")
-    parts = {"weights": estimate.weights, "gradients": estimate.gradients, "AdamW": estimate.optimizer,
-             "autocast copies": estimate.autocast_weights, "activations": estimate.activations,
-             "logits": estimate.logits, "attention scores": estimate.attention_scores,
-             "allocator": estimate.allocator}
+    print(
+        f"{plan.profile.name}: {plan.parameters / 1e6:.2f}M parameters, {plan.model.architecture} architecture, "
+        f"on {plan.device.device} in {plan.precision.precision}, "
+        f"batch {plan.batch_size} x {plan.model.sequence_length} tokens"
+    )
+    parts = {
+        "weights": estimate.weights,
+        "gradients": estimate.gradients,
+        "AdamW": estimate.optimizer,
+        "autocast copies": estimate.autocast_weights,
+        "activations": estimate.activations,
+        "logits": estimate.logits,
+        "attention scores": estimate.attention_scores,
+        "allocator": estimate.allocator,
+    }
     shown = ", ".join(f"{name} {size(part)}" for name, part in parts.items() if part)
     print(f"estimated peak training memory: {size(estimate.total)} at the {estimate.peak_moment} ({shown})")
     print(f"torch.compile: {plan.compile.reason}")

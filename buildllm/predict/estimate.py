@@ -15,13 +15,12 @@ pass's time) and the machine (the processor model, or the GPU's name).
 from __future__ import annotations
 
 from buildllm.config import Config
-from buildllm.data.windows import split_windows
+from buildllm.data.windows import optimizer_steps, split_windows
 from buildllm.device.hardware import machine_name
 from buildllm.errors import UserError
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path, token_paths
 from buildllm.plan import RunPlan, facts, make_plan
-from buildllm.data.windows import optimizer_steps
 from buildllm.units import duration
 
 # How far a whole run's speed lies outside one benchmark's interval range, same plan, same machine:
@@ -38,8 +37,19 @@ from buildllm.units import duration
 RUN_TO_RUN = 0.10
 
 # The controls a benchmark must share with the planned run for its speed to apply.
-CONTROLS = ("profile", "architecture", "parameters", "batch_size", "grad_accum", "sequence_length", "precision",
-            "device", "gradient_checkpointing", "compile", "workers")
+CONTROLS = (
+    "profile",
+    "architecture",
+    "parameters",
+    "batch_size",
+    "grad_accum",
+    "sequence_length",
+    "precision",
+    "device",
+    "gradient_checkpointing",
+    "compile",
+    "workers",
+)
 
 
 def planned_examples(plan: RunPlan, split: str = "train") -> int:
@@ -52,26 +62,36 @@ def planned_examples(plan: RunPlan, split: str = "train") -> int:
 
 
 def control_differences(benchmark: dict, plan_controls: dict) -> list[str]:
-    return [f"{key} {benchmark.get(key)!r} (benchmark) vs {value!r} (plan)"
-            for key, value in plan_controls.items() if benchmark.get(key) != value]
+    return [
+        f"{key} {benchmark.get(key)!r} (benchmark) vs {value!r} (plan)"
+        for key, value in plan_controls.items()
+        if benchmark.get(key) != value
+    ]
 
 
 def estimate(config: Config, benchmark: dict | None = None, write: bool = True) -> dict:
     benchmark = benchmark if benchmark is not None else read_metrics(metrics_path("benchmark"))
     if benchmark.get("oom"):
-        raise UserError("the benchmark ran out of memory, so there is no speed to project; "
-                        "rerun the benchmark with a smaller --batch-size")
+        raise UserError(
+            "the benchmark ran out of memory, so there is no speed to project; "
+            "rerun the benchmark with a smaller --batch-size"
+        )
     plan = make_plan(config)
     resolved = facts(plan)
     # On the CPU the thread count sets the speed as much as the batch size does.
     keys = CONTROLS + (("threads",) if plan.device.threads_apply else ())
-    plan_controls = {**{key: resolved[key] for key in keys},
-                     "validation_examples": planned_examples(plan, "validation"),
-                     "machine": machine_name(plan.device)}
+    plan_controls = {
+        **{key: resolved[key] for key in keys},
+        "validation_examples": planned_examples(plan, "validation"),
+        "machine": machine_name(plan.device),
+    }
     differences = control_differences(benchmark, plan_controls)
     if differences:
-        raise UserError("the benchmark's controls differ from the planned run (" + "; ".join(differences)
-                        + "); rerun the benchmark with the planned settings (`dvc repro benchmark`)")
+        raise UserError(
+            "the benchmark's controls differ from the planned run ("
+            + "; ".join(differences)
+            + "); rerun the benchmark with the planned settings (`dvc repro benchmark`)"
+        )
     t = config.train
     examples = planned_examples(plan)
     steps = optimizer_steps(examples, plan.batch_size, t.grad_accum, t.epochs)
@@ -86,20 +106,34 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
     checkpoints = saves * benchmark["checkpoint_save_seconds"]
     # Start-up: the process (imports, device, tokens) up to the first step, and the closing plot
     # (a benchmark record from before these two were measured counts them as 0).
-    startup = (config.estimate.startup_seconds if config.estimate.startup_seconds is not None
-               else benchmark.get("process_startup_seconds", 0.0) + benchmark["time_to_first_step_seconds"]
-               + benchmark.get("plot_seconds", 0.0))
+    startup = (
+        config.estimate.startup_seconds
+        if config.estimate.startup_seconds is not None
+        else benchmark.get("process_startup_seconds", 0.0)
+        + benchmark["time_to_first_step_seconds"]
+        + benchmark.get("plot_seconds", 0.0)
+    )
     overhead = validation + checkpoints + startup
     slow, fast = benchmark["interval_steps_per_second_min"], benchmark["interval_steps_per_second_max"]
     result = {
-        "profile": plan.profile.name, "device": plan.device.device, "precision": plan.precision.precision,
-        "batch_size": plan.batch_size, "grad_accum": t.grad_accum, "epochs": t.epochs,
-        "planned_examples": examples, "planned_optimizer_steps": steps, "planned_tokens": tokens,
+        "profile": plan.profile.name,
+        "device": plan.device.device,
+        "precision": plan.precision.precision,
+        "batch_size": plan.batch_size,
+        "grad_accum": t.grad_accum,
+        "epochs": t.epochs,
+        "planned_examples": examples,
+        "planned_optimizer_steps": steps,
+        "planned_tokens": tokens,
         "measured_steps_per_second": benchmark["steps_per_second"],
         "measured_tokens_per_second": benchmark["tokens_per_second"],
-        "estimated_seconds_by_steps": by_steps, "estimated_seconds_by_tokens": by_tokens,
-        "validation_passes": evaluations, "validation_overhead_seconds": validation,
-        "checkpoint_saves": saves, "checkpoint_overhead_seconds": checkpoints, "startup_seconds": startup,
+        "estimated_seconds_by_steps": by_steps,
+        "estimated_seconds_by_tokens": by_tokens,
+        "validation_passes": evaluations,
+        "validation_overhead_seconds": validation,
+        "checkpoint_saves": saves,
+        "checkpoint_overhead_seconds": checkpoints,
+        "startup_seconds": startup,
         "estimated_seconds": by_steps + overhead,
         "estimated_seconds_low": (steps / fast if fast > 0 else by_steps) / (1 + RUN_TO_RUN) + overhead,
         "estimated_seconds_high": (steps / slow if slow > 0 else by_steps) * (1 + RUN_TO_RUN) + overhead,
@@ -115,18 +149,20 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
 
 
 def summary(r: dict) -> str:
-    return (f"planned {r['planned_optimizer_steps']:,} optimizer steps ÷ {r['measured_steps_per_second']:.2f} steps/s "
-            f"≈ {duration(r['estimated_seconds_by_steps'])} of training "
-            f"(by tokens: {r['planned_tokens']:,} ÷ {r['measured_tokens_per_second']:,.0f} tokens/s "
-            f"≈ {duration(r['estimated_seconds_by_tokens'])}), "
-            f"plus {_count(r['validation_passes'], 'validation pass', 'validation passes')} "
-            f"({duration(r['validation_overhead_seconds'])}), "
-            f"{_count(r['checkpoint_saves'], 'checkpoint save')} ({duration(r['checkpoint_overhead_seconds'])}) "
-            f"and start-up ({duration(r['startup_seconds'])}): "
-            f"total ≈ {duration(r['estimated_seconds'])} (range {duration(r['estimated_seconds_low'])}"
-            f"–{duration(r['estimated_seconds_high'])}); "
-            f"{_count(r['checkpoint_saves'], 'checkpoint')} × {r['checkpoint_bytes'] / 2**20:.1f} MiB, "
-            f"at most {r['checkpoint_storage_bytes'] / 2**20:.1f} MiB kept on disk")
+    return (
+        f"planned {r['planned_optimizer_steps']:,} optimizer steps ÷ {r['measured_steps_per_second']:.2f} steps/s "
+        f"≈ {duration(r['estimated_seconds_by_steps'])} of training "
+        f"(by tokens: {r['planned_tokens']:,} ÷ {r['measured_tokens_per_second']:,.0f} tokens/s "
+        f"≈ {duration(r['estimated_seconds_by_tokens'])}), "
+        f"plus {_count(r['validation_passes'], 'validation pass', 'validation passes')} "
+        f"({duration(r['validation_overhead_seconds'])}), "
+        f"{_count(r['checkpoint_saves'], 'checkpoint save')} ({duration(r['checkpoint_overhead_seconds'])}) "
+        f"and start-up ({duration(r['startup_seconds'])}): "
+        f"total ≈ {duration(r['estimated_seconds'])} (range {duration(r['estimated_seconds_low'])}"
+        f"–{duration(r['estimated_seconds_high'])}); "
+        f"{_count(r['checkpoint_saves'], 'checkpoint')} × {r['checkpoint_bytes'] / 2**20:.1f} MiB, "
+        f"at most {r['checkpoint_storage_bytes'] / 2**20:.1f} MiB kept on disk"
+    )
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:

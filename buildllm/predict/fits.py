@@ -50,8 +50,15 @@ def fits_table(config: Config) -> list[dict]:
         for precision, precision_bytes in PRECISIONS:
             row = {"profile": name, "parameters": parameters, "precision": precision}
             for column, capacity, device in columns:
-                row[column] = largest_batch(profile.model, parameters, precision_bytes, int(capacity * (1 - margin)),
-                                            device, config.train.gradient_checkpointing, capacity)
+                row[column] = largest_batch(
+                    profile.model,
+                    parameters,
+                    precision_bytes,
+                    int(capacity * (1 - margin)),
+                    device,
+                    config.train.gradient_checkpointing,
+                    capacity,
+                )
             rows.append(row)
     return rows
 
@@ -59,10 +66,12 @@ def fits_table(config: Config) -> list[dict]:
 def fits(config: Config) -> list[dict]:
     rows = fits_table(config)
     columns = [key for key in rows[0] if key not in ("profile", "parameters", "precision")]
-    print(f"largest batch size (sequences of the profile's context) whose estimated training peak fits, with the "
-          f"batch finder's {config.benchmark.safety_margin:.0%} safety margin"
-          + (", with gradient checkpointing" if config.train.gradient_checkpointing else "")
-          + "; 0: not even one sequence fits")
+    print(
+        f"largest batch size (sequences of the profile's context) whose estimated training peak fits, with the "
+        f"batch finder's {config.benchmark.safety_margin:.0%} safety margin"
+        + (", with gradient checkpointing" if config.train.gradient_checkpointing else "")
+        + "; 0: not even one sequence fits"
+    )
     print("| profile | parameters | precision | " + " | ".join(columns) + " |")
     print("|---|---:|---|" + "---:|" * len(columns))
     for row in rows:

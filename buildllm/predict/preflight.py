@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildllm.config import Config
+from buildllm.data.windows import optimizer_steps
 from buildllm.device import health
 from buildllm.device.device import Device
 from buildllm.device.resolve import resolve_device, why_no_cuda
 from buildllm.errors import UserError
-from buildllm.predict.estimate import CONTROLS, planned_examples
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan import RunPlan, facts, make_plan
+from buildllm.predict.estimate import CONTROLS, planned_examples
 from buildllm.train import checkpoint, storage
-from buildllm.data.windows import optimizer_steps
 from buildllm.train.trainer import run_signature
 from buildllm.units import duration, size
 
@@ -49,9 +49,14 @@ def device_check(config: Config) -> tuple[Check, Device | None]:
         return Check("device", "device resolves as intended", "fail", f"{config.device}: unavailable", str(exc)), None
     wanted = config.preset is None and config.iteration in GPU_ITERATIONS
     if config.device == "auto" and wanted and device.host_memory:
-        return Check("device", "device resolves as intended", "warn", f"auto -> cpu ({why_no_cuda()})",
-                     f"iteration {config.iteration} is a GPU run: use a machine with CUDA (a CUDA build of PyTorch "
-                     "and a driver), or pass --device cpu to choose a slow CPU run deliberately"), device
+        return Check(
+            "device",
+            "device resolves as intended",
+            "warn",
+            f"auto -> cpu ({why_no_cuda()})",
+            f"iteration {config.iteration} is a GPU run: use a machine with CUDA (a CUDA build of PyTorch "
+            "and a driver), or pass --device cpu to choose a slow CPU run deliberately",
+        ), device
     return Check("device", "device resolves as intended", "pass", f"{config.device} -> {device.device}"), device
 
 
@@ -59,21 +64,36 @@ def benchmark_checks(plan: RunPlan, benchmark: dict | None, problem: str) -> lis
     """The bounded benchmark ran on this exact plan and fitted; its batch size and throughput."""
     rerun = "run `buildllm benchmark` (or `dvc repro benchmark`) with the planned settings"
     if benchmark is None:
-        return [Check("benchmark", "bounded benchmark ran and fitted", "fail", problem, rerun),
-                Check("throughput", "batch size and throughput recorded", "fail", "not recorded", rerun)]
+        return [
+            Check("benchmark", "bounded benchmark ran and fitted", "fail", problem, rerun),
+            Check("throughput", "batch size and throughput recorded", "fail", "not recorded", rerun),
+        ]
     if benchmark.get("oom"):
-        return [Check("benchmark", "bounded benchmark ran and fitted", "fail",
-                      f"out of memory at batch {benchmark.get('oom_batch_size')}",
-                      "lower --batch-size (or use --gradient-checkpointing), then rerun the benchmark"),
-                Check("throughput", "batch size and throughput recorded", "fail", "not recorded", rerun)]
+        return [
+            Check(
+                "benchmark",
+                "bounded benchmark ran and fitted",
+                "fail",
+                f"out of memory at batch {benchmark.get('oom_batch_size')}",
+                "lower --batch-size (or use --gradient-checkpointing), then rerun the benchmark",
+            ),
+            Check("throughput", "batch size and throughput recorded", "fail", "not recorded", rerun),
+        ]
     capacity = benchmark.get("memory_total_bytes") if plan.device.host_memory else benchmark.get("gpu_memory_bytes")
     peak = benchmark.get("peak_memory_bytes", 0)
     fitted = f"peak {size(peak)}" + (f" of {size(capacity)}" if capacity else "")
-    return [Check("benchmark", "bounded benchmark ran and fitted", "pass",
-                  f"{benchmark['measured_steps']} steps, {fitted}"),
-            Check("throughput", "batch size and throughput recorded", "pass",
-                  f"batch {benchmark['batch_size']}: {benchmark['tokens_per_second']:,.0f} tok/s, "
-                  f"MFU {benchmark.get('mfu', 0.0):.0%}")]
+    return [
+        Check(
+            "benchmark", "bounded benchmark ran and fitted", "pass", f"{benchmark['measured_steps']} steps, {fitted}"
+        ),
+        Check(
+            "throughput",
+            "batch size and throughput recorded",
+            "pass",
+            f"batch {benchmark['batch_size']}: {benchmark['tokens_per_second']:,.0f} tok/s, "
+            f"MFU {benchmark.get('mfu', 0.0):.0%}",
+        ),
+    ]
 
 
 def matching_benchmark(plan: RunPlan) -> tuple[dict | None, str]:
@@ -101,18 +121,28 @@ def estimate_check(plan: RunPlan, benchmark: dict | None) -> tuple[Check, dict |
         return Check("estimate", "estimated runtime and storage", "warn", f"no {path}", rerun), None
     estimate = read_metrics(path)
     t = plan.config.train
-    wanted = {"profile": plan.profile.name, "device": plan.device.device, "precision": plan.precision.precision,
-              "batch_size": plan.batch_size, "grad_accum": t.grad_accum, "epochs": t.epochs}
+    wanted = {
+        "profile": plan.profile.name,
+        "device": plan.device.device,
+        "precision": plan.precision.precision,
+        "batch_size": plan.batch_size,
+        "grad_accum": t.grad_accum,
+        "epochs": t.epochs,
+    }
     stale = [key for key, value in wanted.items() if estimate.get(key) != value]
     if benchmark and estimate.get("measured_tokens_per_second") != benchmark.get("tokens_per_second"):
         stale.append("benchmark")
     if stale:
-        return Check("estimate", "estimated runtime and storage", "warn", f"stale: {', '.join(stale)} differ",
-                     rerun), None
-    return Check("estimate", "estimated runtime and storage", "pass",
-                 f"{duration(estimate['estimated_seconds'])} ({duration(estimate['estimated_seconds_low'])}–"
-                 f"{duration(estimate['estimated_seconds_high'])}), {size(estimate['checkpoint_storage_bytes'])} kept"),\
-        estimate
+        return Check(
+            "estimate", "estimated runtime and storage", "warn", f"stale: {', '.join(stale)} differ", rerun
+        ), None
+    return Check(
+        "estimate",
+        "estimated runtime and storage",
+        "pass",
+        f"{duration(estimate['estimated_seconds'])} ({duration(estimate['estimated_seconds_low'])}–"
+        f"{duration(estimate['estimated_seconds_high'])}), {size(estimate['checkpoint_storage_bytes'])} kept",
+    ), estimate
 
 
 def disk_check(plan: RunPlan, estimate: dict | None, existing: int) -> tuple[Check, storage.Storage]:
@@ -122,13 +152,18 @@ def disk_check(plan: RunPlan, estimate: dict | None, existing: int) -> tuple[Che
     except UserError:
         steps = estimate["planned_optimizer_steps"] if estimate else 1
     each = estimate["checkpoint_bytes"] if estimate else storage.checkpoint_bytes(plan.parameters)
-    found = storage.storage(t.checkpoint_directory, each, steps, 0, t.checkpoint_interval, t.keep_checkpoints,
-                            t.log_interval, existing)
+    found = storage.storage(
+        t.checkpoint_directory, each, steps, 0, t.checkpoint_interval, t.keep_checkpoints, t.log_interval, existing
+    )
     if found.fits:
         return Check("disk", "free disk at the checkpoint directory", "pass", found.figure()), found
-    return Check("disk", "free disk at the checkpoint directory", "fail", found.figure(),
-                 f"{found.explain()}: free space, lower --keep-checkpoints or use a --checkpoint-directory on a disk "
-                 "with room"), found
+    return Check(
+        "disk",
+        "free disk at the checkpoint directory",
+        "fail",
+        found.figure(),
+        f"{found.explain()}: free space, lower --keep-checkpoints or use a --checkpoint-directory on a disk with room",
+    ), found
 
 
 def power_check() -> Check:
@@ -136,8 +171,13 @@ def power_check() -> Check:
     if not state:
         return Check("power", "stable power", "pass", "no battery reported (mains)")
     if not state["power_plugged"]:
-        return Check("power", "stable power", "warn", f"on battery, {state['battery_percent']:.0f}%",
-                     "plug in the charger: on battery a laptop slows down and may sleep mid-run")
+        return Check(
+            "power",
+            "stable power",
+            "warn",
+            f"on battery, {state['battery_percent']:.0f}%",
+            "plug in the charger: on battery a laptop slows down and may sleep mid-run",
+        )
     return Check("power", "stable power", "pass", f"on mains, battery {state['battery_percent']:.0f}%")
 
 
@@ -145,15 +185,26 @@ def cooling_check(plan: RunPlan, benchmark: dict | None) -> tuple[Check, dict]:
     sensed = health.sensors(plan.device)
     readings = health.describe(sensed)
     if benchmark is None or "throughput_falls" not in benchmark:
-        return Check("cooling", "stable cooling", "warn", "no interval trend" + (f"; {readings}" if readings else ""),
-                     "rerun the benchmark: its intervals show whether throughput falls as the machine heats"), sensed
+        return Check(
+            "cooling",
+            "stable cooling",
+            "warn",
+            "no interval trend" + (f"; {readings}" if readings else ""),
+            "rerun the benchmark: its intervals show whether throughput falls as the machine heats",
+        ), sensed
     trend = f"{benchmark['throughput_drift']:+.1%} over {benchmark['intervals']} intervals"
     if health.throttling_suspected(benchmark):
-        return Check("cooling", "stable cooling", "warn", f"throttling suspected: {trend}"
-                     + (f"; {readings}" if readings else ""),
-                     "let the machine cool, raise it for airflow or clean its vents, close other heavy programs, "
-                     "then rerun the benchmark"), sensed
-    return Check("cooling", "stable cooling", "pass", f"no steady fall: {trend}" + (f"; {readings}" if readings else "")), sensed
+        return Check(
+            "cooling",
+            "stable cooling",
+            "warn",
+            f"throttling suspected: {trend}" + (f"; {readings}" if readings else ""),
+            "let the machine cool, raise it for airflow or clean its vents, close other heavy programs, "
+            "then rerun the benchmark",
+        ), sensed
+    return Check(
+        "cooling", "stable cooling", "pass", f"no steady fall: {trend}" + (f"; {readings}" if readings else "")
+    ), sensed
 
 
 def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
@@ -162,32 +213,59 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
     name = "checkpoint directory unique"
     holder = checkpoint.lock_holder(directory)
     if holder:
-        return Check("directory", name, "fail", f"in use by {holder}",
-                     "wait for that run to finish or stop it, or use another --checkpoint-directory"), 0
+        return Check(
+            "directory",
+            name,
+            "fail",
+            f"in use by {holder}",
+            "wait for that run to finish or stop it, or use another --checkpoint-directory",
+        ), 0
     found = checkpoint.list_checkpoints(directory)
     foreign = checkpoint.foreign_files(directory)
     if not found and not foreign:
-        return Check("directory", name, "pass", f"{directory}: new" if not directory.exists() else f"{directory}: empty"), 0
+        return Check(
+            "directory", name, "pass", f"{directory}: new" if not directory.exists() else f"{directory}: empty"
+        ), 0
     if dvc:  # DVC deletes a stage's outs before running it: the train stage starts this directory afresh
         return Check("directory", name, "pass", f"{directory}: DVC restarts it"), 0
     if not found:
-        return Check("directory", name, "fail", f"{directory}: other files ({foreign[0]})",
-                     "use an empty or new --checkpoint-directory"), 0
+        return Check(
+            "directory",
+            name,
+            "fail",
+            f"{directory}: other files ({foreign[0]})",
+            "use an empty or new --checkpoint-directory",
+        ), 0
     try:
         state = checkpoint.load(found[-1])
     except checkpoint.DamagedCheckpoint as exc:
-        return Check("directory", name, "fail", f"{found[-1].name} is damaged ({exc.why.split(':')[0]})",
-                     "use a fresh --checkpoint-directory (train falls back to an older checkpoint if one reads)"), 0
+        return Check(
+            "directory",
+            name,
+            "fail",
+            f"{found[-1].name} is damaged ({exc.why.split(':')[0]})",
+            "use a fresh --checkpoint-directory (train falls back to an older checkpoint if one reads)",
+        ), 0
     signature = run_signature(plan, int(os.environ.get("WORLD_SIZE", "1")), planned_examples(plan))
     changed = checkpoint.differences(state.get("signature", {}), signature)
     if not changed:
         return Check("directory", name, "pass", f"this run's, resumes at step {state['step']}"), len(found)
     what = "; ".join(changed[:2]) + (" ..." if len(changed) > 2 else "")
     if plan.config.train.force and not any(c.startswith(("model.", "profile ")) for c in changed):
-        return Check("directory", name, "warn", f"--force continues another schedule: {what}",
-                     "a fresh --checkpoint-directory keeps runs apart"), len(found)
-    return Check("directory", name, "fail", f"holds another run: {what}",
-                 "use a fresh --checkpoint-directory (or --force to continue it with the new schedule)"), 0
+        return Check(
+            "directory",
+            name,
+            "warn",
+            f"--force continues another schedule: {what}",
+            "a fresh --checkpoint-directory keeps runs apart",
+        ), len(found)
+    return Check(
+        "directory",
+        name,
+        "fail",
+        f"holds another run: {what}",
+        "use a fresh --checkpoint-directory (or --force to continue it with the new schedule)",
+    ), 0
 
 
 def run_checks(config: Config, dvc: bool = False) -> tuple[list[Check], dict]:
@@ -198,14 +276,16 @@ def run_checks(config: Config, dvc: bool = False) -> tuple[list[Check], dict]:
     if device is not None:
         try:
             plan = make_plan(config)
-            rows.append(Check("precision", "precision supported", "pass",
-                              f"{plan.precision.precision} on {plan.device.device}"))
+            rows.append(
+                Check("precision", "precision supported", "pass", f"{plan.precision.precision} on {plan.device.device}")
+            )
         except UserError as exc:
             rows.append(Check("precision", "precision supported", "fail", f"{config.precision} unsupported", str(exc)))
     if plan is None:
         missing = ("benchmark", "throughput", "estimate", "disk", "cooling", "directory")
-        return rows + [Check(key, key, "fail", "not checked", "fix the device and precision first")
-                       for key in missing] + [power_check()], figures
+        return rows + [
+            Check(key, key, "fail", "not checked", "fix the device and precision first") for key in missing
+        ] + [power_check()], figures
     benchmark, problem = matching_benchmark(plan)
     rows += benchmark_checks(plan, benchmark, problem)
     estimate_row, estimate = estimate_check(plan, benchmark)
@@ -216,19 +296,26 @@ def run_checks(config: Config, dvc: bool = False) -> tuple[list[Check], dict]:
     rows += [disk_row, power_check(), cooling_row, directory_row]
     figures.update(free_disk_bytes=needed.free, disk_needed_bytes=needed.needed, **health.battery(), **sensed)
     if benchmark and not benchmark.get("oom"):
-        figures.update(batch_size=benchmark["batch_size"], tokens_per_second=benchmark["tokens_per_second"],
-                       throughput_drift=benchmark.get("throughput_drift", 0.0))
+        figures.update(
+            batch_size=benchmark["batch_size"],
+            tokens_per_second=benchmark["tokens_per_second"],
+            throughput_drift=benchmark.get("throughput_drift", 0.0),
+        )
     if estimate:
-        figures.update(estimated_seconds=estimate["estimated_seconds"],
-                       checkpoint_storage_bytes=estimate["checkpoint_storage_bytes"])
+        figures.update(
+            estimated_seconds=estimate["estimated_seconds"],
+            checkpoint_storage_bytes=estimate["checkpoint_storage_bytes"],
+        )
     return rows, figures
 
 
 def table(rows: list[Check]) -> str:
     """A Markdown table: readable in a terminal, pasteable into a README."""
     lines = ["| check | status | measured | fix |", "|---|---|---|---|"]
-    lines += [f"| {r.name} | {r.status if r.status == 'pass' else r.status.upper()} | {r.figure} | {r.fix or '—'} |"
-              for r in rows]
+    lines += [
+        f"| {r.name} | {r.status if r.status == 'pass' else r.status.upper()} | {r.figure} | {r.fix or '—'} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -237,17 +324,29 @@ def preflight(config: Config, dvc: bool = False, write: bool = True) -> dict:
     failed = [r for r in rows if r.status == "fail"]
     warned = [r for r in rows if r.status == "warn"]
     verdict = "fail" if failed else "warn" if warned else "pass"
-    metrics = {"preflight": verdict, "checks_failed": len(failed), "checks_warned": len(warned),
-               **{r.key: r.status for r in rows}, **figures}
+    metrics = {
+        "preflight": verdict,
+        "checks_failed": len(failed),
+        "checks_warned": len(warned),
+        **{r.key: r.status for r in rows},
+        **figures,
+    }
     print(table(rows))
     if write:
         write_metrics(metrics_path("preflight"), metrics)
     if failed:
-        raise UserError(f"preflight: {len(failed)} check(s) failed ({', '.join(r.name for r in failed)}); "
-                        "apply the fixes in the table above before training")
-    print(f"preflight: {len(rows) - len(warned)} of {len(rows)} checks pass"
-          + (f"; read the warnings ({', '.join(r.name for r in warned)}) before a long run" if warned else
-             "; ready to train"))
+        raise UserError(
+            f"preflight: {len(failed)} check(s) failed ({', '.join(r.name for r in failed)}); "
+            "apply the fixes in the table above before training"
+        )
+    print(
+        f"preflight: {len(rows) - len(warned)} of {len(rows)} checks pass"
+        + (
+            f"; read the warnings ({', '.join(r.name for r in warned)}) before a long run"
+            if warned
+            else "; ready to train"
+        )
+    )
     return metrics
 
 

@@ -18,9 +18,18 @@ from pathlib import Path
 from buildllm.atomic import atomic_path
 
 # Networking off: every name resolves to nothing and any proxy use hits a closed port.
-OFFLINE = ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--no-first-run", "--disable-gpu", "--no-sandbox", "--headless", "--hide-scrollbars"]
+OFFLINE = [
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--proxy-server=http://127.0.0.1:9",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-gpu",
+    "--no-sandbox",
+    "--headless",
+    "--hide-scrollbars",
+]
 # A script added to a copy of the page: after load it writes what it found into the DOM, which
 # `--dump-dom` prints. `extra` is more JavaScript object members (see check_report_html.py).
 PROBE = """<script>
@@ -61,8 +70,11 @@ def probe(browser: str, page: Path, work: Path, extra: str = "", width: int = 12
     text = page.read_text(encoding="utf-8")
     probed = work / "probed.html"
     probed.write_text(text.replace("</body>", PROBE % extra + "</body>"), encoding="utf-8")
-    done = run_chromium(browser, ["--virtual-time-budget=10000", f"--window-size={width},1000", "--dump-dom",
-                                  probed.as_uri()], work / "profile-probe")
+    done = run_chromium(
+        browser,
+        ["--virtual-time-budget=10000", f"--window-size={width},1000", "--dump-dom", probed.as_uri()],
+        work / "profile-probe",
+    )
     match = re.search(r'<pre id="probe-result">(.*?)</pre>', done.stdout, flags=re.S)
     return json.loads(html.unescape(match.group(1))) if match else {}
 
@@ -79,9 +91,16 @@ def screenshot(page: Path, png: Path, width: int = 1280, max_height: int = 16000
             found = probe(browser, page, tmp, width=width)
             height = min(max(int(found.get("page_height_px") or 0), 400), max_height)
             shot = tmp / "shot.png"
-            done = run_chromium(browser, [f"--window-size={width},{height}", f"--screenshot={shot}",
-                                          "--virtual-time-budget=10000", page.resolve().as_uri()],
-                                tmp / "profile-shot")
+            done = run_chromium(
+                browser,
+                [
+                    f"--window-size={width},{height}",
+                    f"--screenshot={shot}",
+                    "--virtual-time-budget=10000",
+                    page.resolve().as_uri(),
+                ],
+                tmp / "profile-shot",
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"Chromium failed ({exc})"
         if not found or not shot.is_file() or shot.stat().st_size == 0:

@@ -17,13 +17,26 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 NOT_RECORDED = "not recorded"
 # The memory model's parts (buildllm/predict/memory_estimate.py), bottom of the stack first.
-MEMORY_PARTS = [("weights", "weights"), ("gradients", "gradients"), ("optimizer", "AdamW state (2 moments)"),
-                ("autocast_weights", "autocast weight copies"), ("activations", "activations"),
-                ("attention_scores", "attention scores"), ("logits", "logits"), ("allocator", "allocator reserve")]
+MEMORY_PARTS = [
+    ("weights", "weights"),
+    ("gradients", "gradients"),
+    ("optimizer", "AdamW state (2 moments)"),
+    ("autocast_weights", "autocast weight copies"),
+    ("activations", "activations"),
+    ("attention_scores", "attention scores"),
+    ("logits", "logits"),
+    ("allocator", "allocator reserve"),
+]
 MEMORY_COLORS = ["#4C72B0", "#55A868", "#8172B3", "#64B5CD", "#DD8452", "#DA8BC3", "#C44E52", "#8C8C8C"]
 # The benchmark's step breakdown (buildllm/measure/breakdown.py), in the order a step runs.
-STEP_PARTS = [("data", "data loading"), ("transfer", "host→device copy"), ("compute", "forward + backward"),
-              ("optimizer", "optimizer"), ("validation", "validation (spread)"), ("checkpoint", "checkpoints (spread)")]
+STEP_PARTS = [
+    ("data", "data loading"),
+    ("transfer", "host→device copy"),
+    ("compute", "forward + backward"),
+    ("optimizer", "optimizer"),
+    ("validation", "validation (spread)"),
+    ("checkpoint", "checkpoints (spread)"),
+]
 STEP_COLORS = ["#C44E52", "#DD8452", "#4C72B0", "#55A868", "#8172B3", "#937860"]
 
 
@@ -66,8 +79,10 @@ def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
     parts = [(label, _number(dry_run.get(f"memory_estimate_{key}_bytes"))) for key, label in MEMORY_PARTS]
     total = _number(dry_run.get("memory_estimate_total_bytes"))
     low, high = _number(dry_run.get("memory_estimate_low_bytes")), _number(dry_run.get("memory_estimate_high_bytes"))
-    peaks = [("measured peak\n(benchmark)", _number(benchmark.get("peak_memory_bytes"))),
-             ("measured peak\n(training run)", _number(train.get("peak_memory_bytes")))]
+    peaks = [
+        ("measured peak\n(benchmark)", _number(benchmark.get("peak_memory_bytes"))),
+        ("measured peak\n(training run)", _number(train.get("peak_memory_bytes"))),
+    ]
     scale, unit = _bytes_unit(max([v for v in [total, high] + [p for _, p in peaks] if v] or [1.0]))
     fig, ax = plt.subplots(figsize=(6.4, 4.3), constrained_layout=True)
     _frame(ax, "Memory: the estimate's parts beside the measured peaks")
@@ -81,11 +96,18 @@ def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
                 ax.bar(0, value / scale, bottom=bottom, color=color, width=0.55, label=label)
                 bottom += value / scale
         if low is not None and high is not None:
-            ax.errorbar(0, total / scale, yerr=[[total / scale - low / scale], [high / scale - total / scale]],
-                        color="#222", capsize=6, linewidth=1.2, label="estimate's low–high range")
+            ax.errorbar(
+                0,
+                total / scale,
+                yerr=[[total / scale - low / scale], [high / scale - total / scale]],
+                color="#222",
+                capsize=6,
+                linewidth=1.2,
+                label="estimate's low–high range",
+            )
         top = max(bottom, (high or 0) / scale)
         ax.text(0, top, f"{total / scale:,.1f} {unit}", ha="center", va="bottom", fontsize=9)
-    for i, (label, value) in enumerate(peaks, start=1):
+    for i, (_label, value) in enumerate(peaks, start=1):
         if value is None:
             ax.text(i, 0, NOT_RECORDED, ha="center", va="bottom", color="#555")
             continue
@@ -107,8 +129,15 @@ def step_chart(benchmark: dict) -> bytes:
     ax.set_yticks([])
     ax.set_xlabel("time per optimizer step (ms)")
     if any(s is None for s in seconds):
-        ax.text(0.5, 0.5, NOT_RECORDED + " (metrics/benchmark.json has no step breakdown)", ha="center",
-                va="center", transform=ax.transAxes, color="#555")
+        ax.text(
+            0.5,
+            0.5,
+            NOT_RECORDED + " (metrics/benchmark.json has no step breakdown)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            color="#555",
+        )
         ax.set_xticks([])
         return _png(fig)
     total, left = sum(seconds) * 1000, 0.0
@@ -159,8 +188,15 @@ def loss_chart(rows: list, unigram: float | None, vocab_size: int | None) -> byt
     train = [(r["step"], r["train_loss"]) for r in rows if _number(r.get("train_loss")) is not None]
     validation = [(r["step"], r["validation_loss"]) for r in rows if _number(r.get("validation_loss")) is not None]
     if not train and not validation:
-        ax.text(0.5, 0.5, NOT_RECORDED + " (no metrics/train_log.json)", ha="center", va="center",
-                transform=ax.transAxes, color="#555")
+        ax.text(
+            0.5,
+            0.5,
+            NOT_RECORDED + " (no metrics/train_log.json)",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            color="#555",
+        )
     if train:
         ax.plot(*zip(*train), color="#4C72B0", label="train loss (mean over each log interval)")
     if validation:
@@ -169,8 +205,12 @@ def loss_chart(rows: list, unigram: float | None, vocab_size: int | None) -> byt
         uniform = math.log(vocab_size)
         ax.axhline(uniform, color="#888", linestyle=":", label=f"uniform guess: ln {vocab_size:,} = {uniform:.2f}")
     if unigram is not None:
-        ax.axhline(unigram, color="#55A868", linestyle="--",
-                   label=f"unigram level (token frequencies, no context): {unigram:.2f}")
+        ax.axhline(
+            unigram,
+            color="#55A868",
+            linestyle="--",
+            label=f"unigram level (token frequencies, no context): {unigram:.2f}",
+        )
     _legend(ax)
     return _png(fig)
 
@@ -182,8 +222,17 @@ def composed_page(title: str, lines: list, charts: list) -> bytes:
     rows = math.ceil(len(images) / 2)
     head = 0.8 + 0.26 * len(lines)
     fig = plt.figure(figsize=(13, head + 4.6 * rows))
-    grid = fig.add_gridspec(1 + rows, 2, height_ratios=[head] + [4.6] * rows, hspace=0.02, wspace=0.02,
-                            left=0.02, right=0.98, top=0.98, bottom=0.01)
+    grid = fig.add_gridspec(
+        1 + rows,
+        2,
+        height_ratios=[head] + [4.6] * rows,
+        hspace=0.02,
+        wspace=0.02,
+        left=0.02,
+        right=0.98,
+        top=0.98,
+        bottom=0.01,
+    )
     text = fig.add_subplot(grid[0, :])
     text.axis("off")
     text.text(0, 1, title, fontsize=16, weight="bold", va="top", transform=text.transAxes)

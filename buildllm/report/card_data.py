@@ -28,12 +28,12 @@ CARD_STAGES = ("dry_run", "benchmark", "estimate", "train", "machine")
 
 @dataclass
 class CardData:
-    name: str                  # "workspace", an experiment's name, or a metrics folder
-    rev: str                   # "workspace", the commit, or the folder
-    records: dict              # stage -> its metrics (absent stages are absent)
-    notes: dict                # stage -> its notes (reasons, full labels)
-    rows: list                 # the training log's rows, numbers as numbers (None: no value)
-    sample: dict | None        # metrics/sample.json
+    name: str  # "workspace", an experiment's name, or a metrics folder
+    rev: str  # "workspace", the commit, or the folder
+    records: dict  # stage -> its metrics (absent stages are absent)
+    notes: dict  # stage -> its notes (reasons, full labels)
+    rows: list  # the training log's rows, numbers as numbers (None: no value)
+    sample: dict | None  # metrics/sample.json
     absent: dict = field(default_factory=dict)  # what is not shown as this run's, and why
 
     def get(self, stage: str, key: str):
@@ -94,8 +94,10 @@ def log_rows(files: Files) -> list:
     text = files.text(LOG_PATH)
     if not text:
         return []
-    return [{k: (float(v) if v not in ("", None) else None) for k, v in r.items()}
-            for r in csv.DictReader(io.StringIO(text))]
+    return [
+        {k: (float(v) if v not in ("", None) else None) for k, v in r.items()}
+        for r in csv.DictReader(io.StringIO(text))
+    ]
 
 
 def read_card(name: str = "workspace", rev: str = "workspace", source: str = "dvc", carried: tuple = ()) -> CardData:
@@ -118,8 +120,15 @@ def read_card(name: str = "workspace", rev: str = "workspace", source: str = "dv
     sample = files.json(SAMPLE_PATH) if trained else None
     if not trained:
         absent[JSON_LOG_PATH.as_posix()] = absent[SAMPLE_PATH.as_posix()] = "its baseline's, with train"
-    return CardData(name=name, rev=rev, records=records, notes=notes, rows=rows,
-                    sample=sample if isinstance(sample, dict) else None, absent=absent)
+    return CardData(
+        name=name,
+        rev=rev,
+        records=records,
+        notes=notes,
+        rows=rows,
+        sample=sample if isinstance(sample, dict) else None,
+        absent=absent,
+    )
 
 
 def read_named(name: str) -> CardData:

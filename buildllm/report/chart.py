@@ -39,23 +39,45 @@ def panels(frame: pd.DataFrame) -> list:
     """(title, values, label format, (low, high) or None) for each panel, in reading order."""
     unit, name = _duration_unit(frame["estimated_seconds"])
     steps = _col(frame, "steps_per_second")
-    slow, fast = _col(frame, "benchmark:interval_steps_per_second_min"), _col(frame, "benchmark:interval_steps_per_second_max")
+    slow, fast = (
+        _col(frame, "benchmark:interval_steps_per_second_min"),
+        _col(frame, "benchmark:interval_steps_per_second_max"),
+    )
     per_step = _col(frame, "tokens_per_second") / steps
     paired = "paired_tokens_per_second" in frame
-    throughput = (("Tokens/s, paired re-runs: median, range", frame["paired_tokens_per_second"], "{:,.0f}",
-                   (frame["paired_tokens_per_second_min"], frame["paired_tokens_per_second_max"])) if paired else
-                  ("Training throughput (tokens/s), interval range", frame["tokens_per_second"], "{:,.0f}",
-                   (slow * per_step, fast * per_step)))
+    throughput = (
+        (
+            "Tokens/s, paired re-runs: median, range",
+            frame["paired_tokens_per_second"],
+            "{:,.0f}",
+            (frame["paired_tokens_per_second_min"], frame["paired_tokens_per_second_max"]),
+        )
+        if paired
+        else (
+            "Training throughput (tokens/s), interval range",
+            frame["tokens_per_second"],
+            "{:,.0f}",
+            (slow * per_step, fast * per_step),
+        )
+    )
     return [
         throughput,
         ("Optimizer steps/s", frame["steps_per_second"], "{:.2f}", (slow, fast)),
         ("Peak memory (MiB)", frame["peak_memory_bytes"] / 2**20, "{:,.0f}", None),
         ("Checkpoint save (s)", frame["checkpoint_save_seconds"], "{:.2f}", None),
-        (f"Estimated full run ({name}), low-high range", frame["estimated_seconds"] / unit, "{:,.1f}",
-         (_col(frame, "estimated_seconds_low") / unit, _col(frame, "estimated_seconds_high") / unit)),
-        (f"Speed-up vs {frame['experiment'].iloc[0]}" + (", paired: median, interval" if paired else ", 95% interval"),
-         frame["speedup_vs_first"], "{:.2f}×",
-         (_col(frame, "speedup_low"), _col(frame, "speedup_high"))),
+        (
+            f"Estimated full run ({name}), low-high range",
+            frame["estimated_seconds"] / unit,
+            "{:,.1f}",
+            (_col(frame, "estimated_seconds_low") / unit, _col(frame, "estimated_seconds_high") / unit),
+        ),
+        (
+            f"Speed-up vs {frame['experiment'].iloc[0]}"
+            + (", paired: median, interval" if paired else ", 95% interval"),
+            frame["speedup_vs_first"],
+            "{:.2f}×",
+            (_col(frame, "speedup_low"), _col(frame, "speedup_high")),
+        ),
     ]
 
 
@@ -76,8 +98,15 @@ def step_panel(ax, frame: pd.DataFrame, names: list) -> None:
         ax.bar(range(len(names)), heights, bottom=bottoms, color=color, label=phase)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     for i, ok in enumerate(recorded):
-        ax.text(i, bottoms[i], "not recorded" if not ok else f"{bottoms[i]:,.1f}", ha="center", va="bottom",
-                fontsize=9, color="#555" if not ok else "#111")
+        ax.text(
+            i,
+            bottoms[i],
+            "not recorded" if not ok else f"{bottoms[i]:,.1f}",
+            ha="center",
+            va="bottom",
+            fontsize=9,
+            color="#555" if not ok else "#111",
+        )
     ax.set_ylim(0, (max(bottoms) or 1.0) * 1.18)
     ax.set_xticks(range(len(names)), names, rotation=15 if len(names) > 3 else 0, fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
@@ -96,29 +125,48 @@ def write_chart(c: Comparison, path: Path) -> Path:
         values = pd.to_numeric(values, errors="coerce").reset_index(drop=True)
         speedup = title.startswith("Speed-up")
         if speedup and not c.speedups_shown:
-            ax.text(0.5, 0.5, "withheld:\nnot an equal-budget comparison", ha="center", va="center", wrap=True,
-                    transform=ax.transAxes, fontsize=10, color="#9C2A00")
+            ax.text(
+                0.5,
+                0.5,
+                "withheld:\nnot an equal-budget comparison",
+                ha="center",
+                va="center",
+                wrap=True,
+                transform=ax.transAxes,
+                fontsize=10,
+                color="#9C2A00",
+            )
             ax.set_xticks([])
             ax.set_yticks([])
             continue
         heights = [0.0 if pd.isna(v) else float(v) for v in values]
-        hatches = ["//" if speedup and i > 0 and n in c.speedups and c.inconclusive(n) else "" for i, n in enumerate(names)]
+        hatches = [
+            "//" if speedup and i > 0 and n in c.speedups and c.inconclusive(n) else "" for i, n in enumerate(names)
+        ]
         bars = ax.bar(range(len(names)), heights, color=colors, hatch=hatches, edgecolor="white")
         tops = list(heights)
         if spread is not None:
             low, high = (pd.Series(s).reset_index(drop=True) for s in spread)
             for i, v in enumerate(heights):
                 if not (pd.isna(low[i]) or pd.isna(high[i])):
-                    ax.errorbar(i, v, yerr=[[max(v - low[i], 0)], [max(high[i] - v, 0)]], color="#222", capsize=5,
-                                linewidth=1.2)
+                    ax.errorbar(
+                        i, v, yerr=[[max(v - low[i], 0)], [max(high[i] - v, 0)]], color="#222", capsize=5, linewidth=1.2
+                    )
                     tops[i] = max(v, float(high[i]))
         top = max(tops) if any(tops) else 1.0
         for i, (bar, v) in enumerate(zip(bars, values)):
             label = "not recorded" if pd.isna(v) or not math.isfinite(v) else fmt.format(v)
             if hatches[i]:
                 label += "\ninconclusive"
-            ax.text(bar.get_x() + bar.get_width() / 2, tops[i] + top * 0.02, label,
-                    ha="center", va="bottom", fontsize=9, color="#555" if pd.isna(v) else "#111")
+            ax.text(
+                bar.get_x() + bar.get_width() / 2,
+                tops[i] + top * 0.02,
+                label,
+                ha="center",
+                va="bottom",
+                fontsize=9,
+                color="#555" if pd.isna(v) else "#111",
+            )
         if speedup:
             ax.axhline(1.0, color="#888", linewidth=0.8, linestyle="--")
         ax.set_ylim(0, top * 1.25)

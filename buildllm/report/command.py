@@ -11,15 +11,31 @@ from buildllm.report.compare import Comparison, compare
 from buildllm.report.render import write_report
 
 
-def run_compare(names: list, out: str, allow_different: bool = False, vary: list | None = None,
-                paired: bool = False, rounds: int | None = None) -> Comparison:
+def run_compare(
+    names: list,
+    out: str,
+    allow_different: bool = False,
+    vary: list | None = None,
+    paired: bool = False,
+    rounds: int | None = None,
+) -> Comparison:
     if rounds is not None and not paired:
         raise UserError(f"--rounds {rounds} applies to --paired only; add --paired to re-measure the benchmarks here")
     rounds = 6 if rounds is None else rounds
 
-    print(json.dumps({"action": "compare", "experiments": names or "workspace and the current baseline's experiments",
-                      "out": out, "vary": vary or [], "allow_different": allow_different,
-                      "paired_rounds": rounds if paired else None}), flush=True)
+    print(
+        json.dumps(
+            {
+                "action": "compare",
+                "experiments": names or "workspace and the current baseline's experiments",
+                "out": out,
+                "vary": vary or [],
+                "allow_different": allow_different,
+                "paired_rounds": rounds if paired else None,
+            }
+        ),
+        flush=True,
+    )
     comparison = compare(names, allow_different, vary, rounds=rounds if paired else None)
     for name, why in comparison.excluded:
         print(f"excluded {name}: {why}")

@@ -3,7 +3,8 @@
 The course: "both runs must use the same model, token files, tokenizer, example limits, batch
 size, precision, and epoch count. Compare elapsed time and throughput only after confirming those
 controls." So the comparison starts by checking every param and every resolved setting across the
-experiments (buildllm/report/controls.py). Device and precision are the variables (plus whatever `--vary` names); any other
+experiments (buildllm/report/controls.py). Device and precision are the variables (plus whatever
+`--vary` names); any other
 difference makes it "not an equal-budget comparison", and speed-ups are withheld unless
 `--allow-different` is given.
 
@@ -65,25 +66,35 @@ SUMMARY = [
     ("train_elapsed_seconds", "train", "elapsed_seconds"),
     ("final_validation_loss", "train", "final_validation_loss"),
 ]
-ENVIRONMENT = ("processor", "gpu_name", "gpu_memory_bytes", "memory_total_bytes", "torch_version",
-               "torch_cuda_version", "python_version", "platform", "buildllm_version", "threads")
+ENVIRONMENT = (
+    "processor",
+    "gpu_name",
+    "gpu_memory_bytes",
+    "memory_total_bytes",
+    "torch_version",
+    "torch_cuda_version",
+    "python_version",
+    "platform",
+    "buildllm_version",
+    "threads",
+)
 
 
 @dataclass
 class Comparison:
-    experiments: list             # the Experiments compared, first = reference for speed-ups
-    excluded: list                # (name, why) for experiments left out
-    controls: pd.DataFrame        # one row per control or variable, one column per experiment
-    differences: list             # "batch_size 8 vs 4", one per differing control
+    experiments: list  # the Experiments compared, first = reference for speed-ups
+    excluded: list  # (name, why) for experiments left out
+    controls: pd.DataFrame  # one row per control or variable, one column per experiment
+    differences: list  # "batch_size 8 vs 4", one per differing control
     vary: list
     allow_different: bool
-    frame: pd.DataFrame           # one row per experiment: summary, environment, every param and metric
-    notes: list                   # what is missing and therefore not reported
+    frame: pd.DataFrame  # one row per experiment: summary, environment, every param and metric
+    notes: list  # what is missing and therefore not reported
     created: str
     speedups: dict = field(default_factory=dict)  # name -> Speedup vs the first experiment
     paired: Paired | None = None  # the interleaved re-measurements, with --paired
-    curves: dict = field(default_factory=dict)    # name -> training log rows (buildllm/report/curves.py)
-    target_loss: float | None = None              # the validation loss every run reached
+    curves: dict = field(default_factory=dict)  # name -> training log rows (buildllm/report/curves.py)
+    target_loss: float | None = None  # the validation loss every run reached
 
     @property
     def equal_budget(self) -> bool:
@@ -118,13 +129,17 @@ class Comparison:
         if self.paired is None:
             loud = [(n, self.noise(n)) for n in dict.fromkeys((self.reference, name)) if is_noisy(self.noise(n))]
             if loud:
-                return ("; ".join(f"{n}'s throughput varied {cv:.0%} between intervals" for n, cv in loud)
-                        + f", over the {NOISY_CV:.0%} noise threshold (rerun on an idle machine, or compare with "
-                        "--paired)")
+                return (
+                    "; ".join(f"{n}'s throughput varied {cv:.0%} between intervals" for n, cv in loud)
+                    + f", over the {NOISY_CV:.0%} noise threshold (rerun on an idle machine, or compare with "
+                    "--paired)"
+                )
             crowded = [e.name for e in self.experiments if e.name in (self.reference, name) and busy(e)]
             if crowded:
-                return (f"{' and '.join(crowded)} measured on a busy machine (other processes took its cores); "
-                        "rerun on an idle machine, or compare with --paired")
+                return (
+                    f"{' and '.join(crowded)} measured on a busy machine (other processes took its cores); "
+                    "rerun on an idle machine, or compare with --paired"
+                )
         if s.includes_one:
             return "the interval includes 1.0 (no change)"
         return None
@@ -135,8 +150,10 @@ class Comparison:
             return f"{name} vs {self.reference}: inconclusive, {s.text()}: {why}."
         busy = ""
         if self.paired is not None and is_noisy(self.noise(name)):
-            busy = (f" The machine was busy (median interval CV {self.noise(name):.0%}); the pairing cancels drift "
-                    "between runs, not within them.")
+            busy = (
+                f" The machine was busy (median interval CV {self.noise(name):.0%}); the pairing cancels drift "
+                "between runs, not within them."
+            )
         return f"{name} vs {self.reference}: {s.text()}.{busy}"
 
     @property
@@ -152,26 +169,41 @@ class Comparison:
     def verdict(self) -> str:
         variables = ", ".join(VARIABLES + tuple(self.vary))
         if self.equal_budget:
-            line = (f"Equal-budget comparison: every control matches across {len(self.experiments)} experiments; "
-                    f"the variables are {variables}.")
+            line = (
+                f"Equal-budget comparison: every control matches across {len(self.experiments)} experiments; "
+                f"the variables are {variables}."
+            )
         else:
             line = "Not an equal-budget comparison: " + "; ".join(self.differences) + "."
             if self.allow_different:
-                line += (" Speed-ups are shown because --allow-different was given; read them with these "
-                         "differences in mind.")
+                line += (
+                    " Speed-ups are shown because --allow-different was given; read them with these "
+                    "differences in mind."
+                )
             else:
-                return line + (" Speed-ups are withheld: rerun with equal controls, name an intended difference "
-                               "with --vary KEY, or pass --allow-different.")
+                return line + (
+                    " Speed-ups are withheld: rerun with equal controls, name an intended difference "
+                    "with --vary KEY, or pass --allow-different."
+                )
         return " ".join([line] + [self.speedup_line(n) for n in self.speedups])
 
 
-def summary_frame(experiments: list, show_speedups: bool, speedups: dict | None = None,
-                  paired: Paired | None = None) -> pd.DataFrame:
+def summary_frame(
+    experiments: list, show_speedups: bool, speedups: dict | None = None, paired: Paired | None = None
+) -> pd.DataFrame:
     records = []
     for exp in experiments:
-        record = {"experiment": exp.name, "rev": exp.rev, "baseline": exp.baseline,
-                  "baseline_name": exp.baseline_name or "", "date": exp.timestamp or "", "command": exp.command,
-                  "source": exp.source, "device": exp.metric("device"), "precision": exp.metric("precision")}
+        record = {
+            "experiment": exp.name,
+            "rev": exp.rev,
+            "baseline": exp.baseline,
+            "baseline_name": exp.baseline_name or "",
+            "date": exp.timestamp or "",
+            "command": exp.command,
+            "source": exp.source,
+            "device": exp.metric("device"),
+            "precision": exp.metric("precision"),
+        }
         record.update({col: exp.metric(key, (stage,)) for col, stage, key in SUMMARY})
         record.update({key: exp.metric(key) for key in ENVIRONMENT})
         record.update({f"param:{k}": display(v) for k, v in exp.params.items()})
@@ -181,21 +213,35 @@ def summary_frame(experiments: list, show_speedups: bool, speedups: dict | None 
     frame = pd.DataFrame.from_records(records)
     column = frame.columns.get_loc("tokens_per_second") + 1
     speedups = speedups or {}
-    estimates = [1.0 if i == 0 and speedups else speedups[n].estimate if n in speedups else float("nan")
-                 for i, n in enumerate(frame["experiment"])]
+    estimates = [
+        1.0 if i == 0 and speedups else speedups[n].estimate if n in speedups else float("nan")
+        for i, n in enumerate(frame["experiment"])
+    ]
     if not show_speedups:
         estimates = [float("nan")] * len(frame)
     bounds = {"speedup_low": "low", "speedup_high": "high"}
     frame.insert(column, "speedup_vs_first", estimates)
     for offset, (name, attr) in enumerate(bounds.items(), start=1):
-        frame.insert(column + offset, name, [getattr(speedups[n], attr) if show_speedups and n in speedups
-                                             and speedups[n].has_interval else float("nan")
-                                             for n in frame["experiment"]])
-    frame.insert(column + 3, "speedup_interval", [speedups[n].method if show_speedups and n in speedups else ""
-                                                  for n in frame["experiment"]])
+        frame.insert(
+            column + offset,
+            name,
+            [
+                getattr(speedups[n], attr)
+                if show_speedups and n in speedups and speedups[n].has_interval
+                else float("nan")
+                for n in frame["experiment"]
+            ],
+        )
+    frame.insert(
+        column + 3,
+        "speedup_interval",
+        [speedups[n].method if show_speedups and n in speedups else "" for n in frame["experiment"]],
+    )
     if paired is not None:
         for column, pick in (("", statistics.median), ("_min", min), ("_max", max)):
-            frame["paired_tokens_per_second" + column] = [pick(paired.tokens_per_second(n)) for n in frame["experiment"]]
+            frame["paired_tokens_per_second" + column] = [
+                pick(paired.tokens_per_second(n)) for n in frame["experiment"]
+            ]
         frame["paired_throughput_cv"] = [paired.median_cv(n) for n in frame["experiment"]]
         frame["paired_rounds"] = len(paired.rounds)
     return frame
@@ -208,42 +254,69 @@ def busy(exp: Experiment) -> bool:
 
 def caveats(experiments: list) -> list:
     """What the reader must know: noisy or busy measurements, figures a run did not record."""
-    notes = [f"{e.name}: measured on a busy machine: other processes used "
-             f"{e.metric('other_load_start', ('benchmark',)):.2f} cores at the benchmark's start and "
-             f"{e.metric('other_load_end', ('benchmark',)):.2f} at its end, over {BUSY_SHARE:.0%} of the cores it "
-             "ran on; its speed is lower than the machine's, rerun it when the machine is idle"
-             for e in experiments if busy(e)]
-    notes += [f"{e.name}: throughput varied {e.metric('throughput_cv', ('benchmark',)):.0%} between measured "
-             f"intervals, over the {NOISY_CV:.0%} noise threshold (the machine was busy or throttling); rerun it on "
-             "an idle machine, or compare on one machine with --paired, before trusting its speed"
-             for e in experiments if is_noisy(e.metric("throughput_cv", ("benchmark",)))]
+    notes = [
+        f"{e.name}: measured on a busy machine: other processes used "
+        f"{e.metric('other_load_start', ('benchmark',)):.2f} cores at the benchmark's start and "
+        f"{e.metric('other_load_end', ('benchmark',)):.2f} at its end, over {BUSY_SHARE:.0%} of the cores it "
+        "ran on; its speed is lower than the machine's, rerun it when the machine is idle"
+        for e in experiments
+        if busy(e)
+    ]
+    notes += [
+        f"{e.name}: throughput varied {e.metric('throughput_cv', ('benchmark',)):.0%} between measured "
+        f"intervals, over the {NOISY_CV:.0%} noise threshold (the machine was busy or throttling); rerun it on "
+        "an idle machine, or compare on one machine with --paired, before trusting its speed"
+        for e in experiments
+        if is_noisy(e.metric("throughput_cv", ("benchmark",)))
+    ]
     for e in experiments:
         if e.carried:
-            notes.append(f"{e.name}: " + ", ".join(metrics_path(s).as_posix() for s in e.carried) + " unchanged from "
-                         "its baseline (those stages did not run in this experiment), so not reported as its own")
+            notes.append(
+                f"{e.name}: " + ", ".join(metrics_path(s).as_posix() for s in e.carried) + " unchanged from "
+                "its baseline (those stages did not run in this experiment), so not reported as its own"
+            )
         if e.source == "folder" and not e.params_recorded:
-            notes.append(f"{e.name}: a metrics folder without params.yaml, so its params are not recorded; its "
-                         "controls were checked on the settings its metrics record (profile, shapes, batch, steps)")
+            notes.append(
+                f"{e.name}: a metrics folder without params.yaml, so its params are not recorded; its "
+                "controls were checked on the settings its metrics record (profile, shapes, batch, steps)"
+            )
         if e.source == "folder" and not e.data:
-            notes.append(f"{e.name}: a metrics folder without dvc.lock, so its token files could not be checked "
-                         "against the others' (copy the lock file of the commit whose data it used into the folder)")
+            notes.append(
+                f"{e.name}: a metrics folder without dvc.lock, so its token files could not be checked "
+                "against the others' (copy the lock file of the commit whose data it used into the folder)"
+            )
     for i, e in enumerate(experiments):
-        twin = next((o for o in experiments[:i] if e.metrics.get("benchmark") and o.metrics.get("benchmark") ==
-                     e.metrics["benchmark"]), None)
+        twin = next(
+            (
+                o
+                for o in experiments[:i]
+                if e.metrics.get("benchmark") and o.metrics.get("benchmark") == e.metrics["benchmark"]
+            ),
+            None,
+        )
         if twin is not None:
-            notes.append(f"{e.name}: its benchmark metrics are identical to {twin.name}'s, timings included: one "
-                         "measurement, not two (DVC restores a cached result for unchanged params and data; "
-                         "`dvc exp run -f` measures again)")
+            notes.append(
+                f"{e.name}: its benchmark metrics are identical to {twin.name}'s, timings included: one "
+                "measurement, not two (DVC restores a cached result for unchanged params and data; "
+                "`dvc exp run -f` measures again)"
+            )
     for stage in ("benchmark", "estimate"):
         lacking = [e.name for e in experiments if stage not in e.metrics]
         if lacking:
-            notes.append(f"{metrics_path(stage).as_posix()} is absent in {', '.join(lacking)}: its figures are "
-                         f"not reported there (run `dvc exp run ... {stage}` to record them)")
+            notes.append(
+                f"{metrics_path(stage).as_posix()} is absent in {', '.join(lacking)}: its figures are "
+                f"not reported there (run `dvc exp run ... {stage}` to record them)"
+            )
     return notes
 
 
-def compare(names: list, allow_different: bool = False, vary: list | None = None,
-            rows: list | None = None, rounds: int | None = None) -> Comparison:
+def compare(
+    names: list,
+    allow_different: bool = False,
+    vary: list | None = None,
+    rows: list | None = None,
+    rounds: int | None = None,
+) -> Comparison:
     """The comparison of the named experiments (or metrics folders); `rounds` re-measures them paired."""
     vary = list(vary or [])
     default_rows = rows if rows is not None else exp_show
@@ -251,16 +324,28 @@ def compare(names: list, allow_different: bool = False, vary: list | None = None
     kept, excluded = check_runs(chosen)
     if len(kept) < 2:
         why = "; ".join(f"{n}: {w}" for n, w in excluded) or "fewer than two experiments were found"
-        raise UserError(f"nothing to compare: {len(kept)} usable experiment(s) ({why}); run at least two, e.g. "
-                        "`dvc exp run -n cpu-fp32 -S device=cpu -S precision=fp32`")
+        raise UserError(
+            f"nothing to compare: {len(kept)} usable experiment(s) ({why}); run at least two, e.g. "
+            "`dvc exp run -n cpu-fp32 -S device=cpu -S precision=fp32`"
+        )
     if len({e.name for e in kept}) < len(kept):
-        raise UserError("the same experiment is named twice; to compare a run with itself, run it twice under two "
-                        "names (`dvc exp run -n a ...`, `dvc exp run -n b ...`)")
+        raise UserError(
+            "the same experiment is named twice; to compare a run with itself, run it twice under two "
+            "names (`dvc exp run -n a ...`, `dvc exp run -n b ...`)"
+        )
     table, differences = controls_table(kept, vary)
     created = datetime.now().astimezone().isoformat(timespec="seconds")
-    comparison = Comparison(experiments=kept, excluded=excluded, controls=table, differences=differences,
-                            vary=vary, allow_different=allow_different, frame=pd.DataFrame(),
-                            notes=notes + caveats(kept), created=created)
+    comparison = Comparison(
+        experiments=kept,
+        excluded=excluded,
+        controls=table,
+        differences=differences,
+        vary=vary,
+        allow_different=allow_different,
+        frame=pd.DataFrame(),
+        notes=notes + caveats(kept),
+        created=created,
+    )
     if rounds is not None:
         if not comparison.speedups_shown:
             raise UserError(f"{comparison.verdict} --paired measures speed-ups only where they would be shown")

@@ -22,13 +22,34 @@ from buildllm.report.experiments import PIPELINE, STAGES, Experiment
 VARIABLES = ("device", "precision")
 # Settings each stage resolves (a null param becomes a profile's or device's default); two runs
 # whose params agree can still differ here, so these are controls as well.
-RESOLVED = ("profile", "architecture", "parameters", "n_layer", "n_head", "n_embd", "vocab_size",
-            "sequence_length", "batch_size", "grad_accum", "gradient_checkpointing", "compile",
-            "measured_steps", "warmup_steps", "planned_tokens")
+RESOLVED = (
+    "profile",
+    "architecture",
+    "parameters",
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "vocab_size",
+    "sequence_length",
+    "batch_size",
+    "grad_accum",
+    "gradient_checkpointing",
+    "compile",
+    "measured_steps",
+    "warmup_steps",
+    "planned_tokens",
+)
 # param -> resolved metric that must agree with it whenever the param is set explicitly.
-MUST_AGREE = {"device": "device", "precision": "precision", "iteration": "iteration",
-              "train.batch_size": "batch_size", "train.grad_accum": "grad_accum", "train.threads": "threads",
-              "model.sequence_length": "sequence_length", "benchmark.measured_steps": "measured_steps"}
+MUST_AGREE = {
+    "device": "device",
+    "precision": "precision",
+    "iteration": "iteration",
+    "train.batch_size": "batch_size",
+    "train.grad_accum": "grad_accum",
+    "train.threads": "threads",
+    "model.sequence_length": "sequence_length",
+    "benchmark.measured_steps": "measured_steps",
+}
 
 
 def check_runs(experiments: list) -> tuple[list, list]:
@@ -38,21 +59,34 @@ def check_runs(experiments: list) -> tuple[list, list]:
         if exp.state == "failed":
             code = f" (exit code {exp.returncode})" if exp.returncode is not None else ""
             log = f"; its log: {exp.log}" if exp.log else ""
-            excluded.append((exp.name, f"the run failed{code}, so the metrics `dvc exp show` lists for it are its "
-                                       f"baseline's, not its own; none of its numbers are reported{log}"))
+            excluded.append(
+                (
+                    exp.name,
+                    f"the run failed{code}, so the metrics `dvc exp show` lists for it are its "
+                    f"baseline's, not its own; none of its numbers are reported{log}",
+                )
+            )
             continue
         if exp.state in ("queued", "running"):
             excluded.append((exp.name, f"the run is {exp.state}, not finished; `dvc queue status` shows progress"))
             continue
         if not exp.metrics:
-            why = ("every metrics file in it is its baseline's: no stage ran in it" if exp.carried else
-                   "it records no metrics (" + ", ".join(metrics_path(s).as_posix() for s in PIPELINE) + ")")
+            why = (
+                "every metrics file in it is its baseline's: no stage ran in it"
+                if exp.carried
+                else "it records no metrics (" + ", ".join(metrics_path(s).as_posix() for s in PIPELINE) + ")"
+            )
             excluded.append((exp.name, why + "; run its stages, e.g. `dvc exp run ... benchmark estimate`"))
             continue
         conflict = _contradiction(exp)
         if conflict:
-            excluded.append((exp.name, f"{conflict}, so these metrics are not this experiment's (a failed or stale "
-                                       f"run); rerun it with `{exp.command}`"))
+            excluded.append(
+                (
+                    exp.name,
+                    f"{conflict}, so these metrics are not this experiment's (a failed or stale "
+                    f"run); rerun it with `{exp.command}`",
+                )
+            )
             continue
         kept.append(exp)
     return kept, excluded
@@ -103,8 +137,16 @@ def controls_table(experiments: list, vary: list) -> tuple[pd.DataFrame, list]:
         shown = ["not recorded" if v is None and source != "params" else v for v in shown]
         compared = [v for v, k in zip(shown, known) if k]
         same = all(_same(v, compared[0]) for v in compared[1:])
-        rows.append({"control": control, "source": source, "kind": kind, "same": same, "checked": sum(known),
-                     **{exp.name: display(v) for exp, v in zip(experiments, shown)}})
+        rows.append(
+            {
+                "control": control,
+                "source": source,
+                "kind": kind,
+                "same": same,
+                "checked": sum(known),
+                **{exp.name: display(v) for exp, v in zip(experiments, shown)},
+            }
+        )
 
     for key in VARIABLES:
         add(key, "params", [e.params.get(key) for e in experiments], params_known)
@@ -119,12 +161,18 @@ def controls_table(experiments: list, vary: list) -> tuple[pd.DataFrame, list]:
         if any(v is not None for v in values):
             add(key, "resolved", values)
     for path in sorted({p for e in experiments for p in e.data}):
-        add(path, "data file", [e.data[path][:12] if path in e.data else "not recorded" for e in experiments],
-            data_known)
+        add(
+            path,
+            "data file",
+            [e.data[path][:12] if path in e.data else "not recorded" for e in experiments],
+            data_known,
+        )
     for v in vary:
         if not any(_varied(r["control"], [v]) for r in rows):
-            raise UserError(f"--vary {v}: no param or resolved setting of these experiments is called that; "
-                            "name a params.yaml key such as train.threads or train.batch_size")
+            raise UserError(
+                f"--vary {v}: no param or resolved setting of these experiments is called that; "
+                "name a params.yaml key such as train.threads or train.batch_size"
+            )
     table = pd.DataFrame(rows)
     differences, seen = [], set()
     # A resolved value says more than a null param ("batch_size 32 vs 8", not "null vs 8").

@@ -26,10 +26,12 @@ from buildllm.atomic import atomic_path  # noqa: E402
 from buildllm.report.card_data import Files, log_rows  # noqa: E402
 
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
-TARGET_NOTE = ("Time to the target loss: the target is the highest of the experiments' best validation losses, "
-               "rounded up to the next 0.01, so every experiment with a validation reaches it; the time is the "
-               "elapsed training seconds (validation and checkpoint saves included) at the first validation at or "
-               "below it, resolved to the validation interval.")
+TARGET_NOTE = (
+    "Time to the target loss: the target is the highest of the experiments' best validation losses, "
+    "rounded up to the next 0.01, so every experiment with a validation reaches it; the time is the "
+    "elapsed training seconds (validation and checkpoint saves included) at the first validation at or "
+    "below it, resolved to the validation interval."
+)
 
 
 def read_curves(experiments: list) -> dict:
@@ -69,11 +71,12 @@ def _series(rows: list, x: str, y: str) -> tuple[list, list]:
 def write_curves(curves: dict, target: float | None, path: Path) -> Path:
     """Loss against step, loss against elapsed seconds (with the target), tokens/s against step."""
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), constrained_layout=True)
-    titles = [("step", "Loss against optimizer step", "optimizer step", "loss (nats per token)"),
-              ("elapsed_seconds", "Loss against elapsed training time", "elapsed training time (s)",
-               "loss (nats per token)"),
-              ("step", "Training throughput per log interval", "optimizer step", "tokens/s")]
-    for ax, (x, title, xlabel, ylabel) in zip(axes, titles):
+    titles = [
+        ("step", "Loss against optimizer step", "optimizer step", "loss (nats per token)"),
+        ("elapsed_seconds", "Loss against elapsed training time", "elapsed training time (s)", "loss (nats per token)"),
+        ("step", "Training throughput per log interval", "optimizer step", "tokens/s"),
+    ]
+    for ax, (_x, title, xlabel, ylabel) in zip(axes, titles):
         ax.set_title(title, fontsize=11)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -83,8 +86,13 @@ def write_curves(curves: dict, target: float | None, path: Path) -> Path:
         color = COLORS[i % len(COLORS)]
         for ax, x in zip(axes[:2], ("step", "elapsed_seconds")):
             ax.plot(*_series(rows, x, "train_loss"), color=color, alpha=0.45, linewidth=1)
-            ax.plot(*_series(rows, x, "validation_loss"), color=color, marker="o", markersize=4,
-                    label=f"{name}: validation (line: train)")
+            ax.plot(
+                *_series(rows, x, "validation_loss"),
+                color=color,
+                marker="o",
+                markersize=4,
+                label=f"{name}: validation (line: train)",
+            )
         axes[2].plot(*_series(rows, "step", "tokens_per_second"), color=color, label=name)
         reached = time_to(rows, target)
         if reached is not None:
@@ -95,8 +103,15 @@ def write_curves(curves: dict, target: float | None, path: Path) -> Path:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
         else:
-            ax.text(0.5, 0.5, "not recorded (no training log)", ha="center", va="center", transform=ax.transAxes,
-                    color="#555")
+            ax.text(
+                0.5,
+                0.5,
+                "not recorded (no training log)",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                color="#555",
+            )
     fig.suptitle("Training curves: " + " vs ".join(curves), fontsize=13)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)

@@ -41,17 +41,17 @@ class Bullets:
 @dataclass
 class Table:
     header: list
-    rows: list                # lists of cells
+    rows: list  # lists of cells
     ident: str
     classes: list | None = None  # one CSS class per row (HTML only)
-    text_columns: tuple = ()     # columns of sentences: never right-aligned as numbers (HTML only)
+    text_columns: tuple = ()  # columns of sentences: never right-aligned as numbers (HTML only)
 
 
 @dataclass
 class Image:
     alt: str
-    filename: str             # Markdown links to the file beside it
-    png: bytes                # HTML inlines it
+    filename: str  # Markdown links to the file beside it
+    png: bytes  # HTML inlines it
     ident: str = "chart"
 
 
@@ -70,16 +70,19 @@ class Code:
 @dataclass
 class Columns:
     """Blocks side by side on a wide page (one column each list), one after another in Markdown."""
-    columns: list             # lists of blocks
+
+    columns: list  # lists of blocks
 
 
 STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;color:#1d1d1f;line-height:1.45}
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1180px;margin:2em auto;
+padding:0 1em;color:#1d1d1f;line-height:1.45}
 h1{font-size:1.6em}h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
 .verdict{padding:.8em 1em;border-radius:6px;font-weight:600}
 .ok{background:#e7f5ea;border-left:6px solid #2e8540}.warn{background:#fdecea;border-left:6px solid #c0392b}
 .caution{background:#fff4e0;border-left:6px solid #d68910}
-table{border-collapse:collapse;margin:.6em 0;font-size:.92em}th,td{border:1px solid #d0d0d0;padding:.3em .6em;text-align:left}
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
+th,td{border:1px solid #d0d0d0;padding:.3em .6em;text-align:left}
 th{background:#f3f4f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.DIFFERENT td{background:#fdecea}tr.variable td,tr.varied td{background:#eef4fb}
 img{max-width:100%;border:1px solid #eee}pre{background:#f6f8fa;padding:.8em;overflow-x:auto}
@@ -128,8 +131,10 @@ def _inline(text: str) -> str:
 
 
 def to_html(blocks: list, title: str) -> str:
-    head = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-            f"<style>{STYLE}</style></head><body>"]
+    head = [
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+        f"<style>{STYLE}</style></head><body>",
+    ]
     return "\n".join(head + _html_blocks(blocks) + ["</body></html>"])
 
 
@@ -170,6 +175,8 @@ def _html_table(t: Table) -> str:
 
     classes = t.classes or [""] * len(t.rows)
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in t.header)
-    body = "".join(f"<tr class='{cls}'>" + "".join(cell(i, v) for i, v in enumerate(row)) + "</tr>"
-                   for row, cls in zip(t.rows, classes))
+    body = "".join(
+        f"<tr class='{cls}'>" + "".join(cell(i, v) for i, v in enumerate(row)) + "</tr>"
+        for row, cls in zip(t.rows, classes)
+    )
     return f"<table id='{t.ident}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -31,20 +31,20 @@ PIPELINE = ("dry_run", "benchmark", "estimate", "train")  # the same stages in d
 @dataclass
 class Experiment:
     name: str
-    rev: str                      # the experiment's commit, or "workspace"
-    baseline: str                 # the commit it started from
-    baseline_name: str | None     # that commit's branch or tag, if any
+    rev: str  # the experiment's commit, or "workspace"
+    baseline: str  # the commit it started from
+    baseline_name: str | None  # that commit's branch or tag, if any
     timestamp: str | None
-    params: dict                  # params.yaml, flattened to dotted keys
-    metrics: dict                 # stage -> its flat metrics; absent files are absent
-    data: dict                    # data and tokenizer dependencies -> content hash
-    state: str = "success"        # success | failed | queued | running
+    params: dict  # params.yaml, flattened to dotted keys
+    metrics: dict  # stage -> its flat metrics; absent files are absent
+    data: dict  # data and tokenizer dependencies -> content hash
+    state: str = "success"  # success | failed | queued | running
     log: str | None = None
     returncode: int | None = None
     overrides: list = field(default_factory=list)  # `-S key=value` against the baseline's params
-    stages: list = field(default_factory=list)     # stages whose metrics differ from the baseline's
-    carried: list = field(default_factory=list)    # stages whose metrics file is the baseline's, unchanged
-    source: str = "dvc"           # "dvc": an experiment or commit; "folder": a metrics folder
+    stages: list = field(default_factory=list)  # stages whose metrics differ from the baseline's
+    carried: list = field(default_factory=list)  # stages whose metrics file is the baseline's, unchanged
+    source: str = "dvc"  # "dvc": an experiment or commit; "folder": a metrics folder
     params_recorded: bool = True  # False: a metrics folder without params.yaml
 
     def metric(self, key: str, stages: tuple = STAGES) -> Any:
@@ -70,17 +70,23 @@ def exp_show(all_commits: bool = False) -> list:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UserError(f"could not run `dvc exp show` ({exc}); check that dvc is installed in this environment") from None
+        raise UserError(
+            f"could not run `dvc exp show` ({exc}); check that dvc is installed in this environment"
+        ) from None
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise UserError(f"`dvc exp show` failed ({why}); run buildllm compare (or report --experiment) from the "
-                        "project's root, a git repository with DVC initialised")
+        raise UserError(
+            f"`dvc exp show` failed ({why}); run buildllm compare (or report --experiment) from the "
+            "project's root, a git repository with DVC initialised"
+        )
     text = done.stdout
     try:
-        return json.loads(text[text.index("["):]) if "[" in text else []
+        return json.loads(text[text.index("[") :]) if "[" in text else []
     except json.JSONDecodeError as exc:
-        raise UserError(f"`dvc exp show --json` printed something that is not JSON ({exc}); "
-                        "check the dvc version (`buildllm env`) and rerun") from None
+        raise UserError(
+            f"`dvc exp show --json` printed something that is not JSON ({exc}); "
+            "check the dvc version (`buildllm env`) and rerun"
+        ) from None
 
 
 def flatten(tree: Any, prefix: str = "") -> dict:
@@ -135,9 +141,19 @@ def _record(entry: dict, name: str, baseline: str, baseline_name: str | None, ex
     if executor:
         state = {"failed": "failed", "queued": "queued", "running": "running"}.get(executor.get("state"), state)
         local = executor.get("local") or {}
-    return Experiment(name=name, rev=entry.get("rev") or name, baseline=baseline, baseline_name=baseline_name,
-                      timestamp=data.get("timestamp"), params=params, metrics=metrics, data=deps, state=state,
-                      log=local.get("log"), returncode=local.get("returncode"))
+    return Experiment(
+        name=name,
+        rev=entry.get("rev") or name,
+        baseline=baseline,
+        baseline_name=baseline_name,
+        timestamp=data.get("timestamp"),
+        params=params,
+        metrics=metrics,
+        data=deps,
+        state=state,
+        log=local.get("log"),
+        returncode=local.get("returncode"),
+    )
 
 
 def _yaml_value(value: Any) -> str:
@@ -158,8 +174,15 @@ def read_experiments(rows: list) -> tuple[list, list]:
         for group in row.get("experiments") or []:
             revs = group.get("revs") or []
             if revs:
-                experiments.append(_record(revs[0], group.get("name") or revs[0].get("name") or revs[0]["rev"][:7],
-                                           rev, row.get("name"), group.get("executor")))
+                experiments.append(
+                    _record(
+                        revs[0],
+                        group.get("name") or revs[0].get("name") or revs[0]["rev"][:7],
+                        rev,
+                        row.get("name"),
+                        group.get("executor"),
+                    )
+                )
     experiments.sort(key=lambda e: e.timestamp or "")
     if workspace is not None and baselines:
         workspace.baseline, workspace.baseline_name = baselines[0].rev, baselines[0].name
@@ -189,8 +212,17 @@ def select(names: list, rows_default, rows_all=None) -> tuple[list, list]:
     notes = []
     if not names:
         workspace = next((e for e in experiments if e.rev == "workspace"), None)
-        same = next((e for e in experiments if workspace and e is not workspace and e.params == workspace.params
-                     and all(workspace.metrics.get(s) == m for s, m in e.metrics.items())), None)
+        same = next(
+            (
+                e
+                for e in experiments
+                if workspace
+                and e is not workspace
+                and e.params == workspace.params
+                and all(workspace.metrics.get(s) == m for s, m in e.metrics.items())
+            ),
+            None,
+        )
         if same is not None:
             experiments.remove(workspace)
             notes.append(f"workspace: identical to experiment {same.name} (its results are applied there); shown once")
@@ -207,9 +239,11 @@ def select(names: list, rows_default, rows_all=None) -> tuple[list, list]:
             more = None
             found = _find(name, pool)
         if found is None:
-            raise UserError(f"no experiment, commit, branch or metrics folder named {name!r}; `dvc exp show -A` "
-                            "lists experiments (fetch another machine's with `dvc exp pull origin NAME`); a metrics "
-                            "folder holds benchmark.json, estimate.json, ...")
+            raise UserError(
+                f"no experiment, commit, branch or metrics folder named {name!r}; `dvc exp show -A` "
+                "lists experiments (fetch another machine's with `dvc exp pull origin NAME`); a metrics "
+                "folder holds benchmark.json, estimate.json, ..."
+            )
         chosen.append(found)
     return chosen, notes
 
@@ -275,8 +309,10 @@ def read_folder(name: str) -> Experiment:
         folder = _metrics_dir(path)
         files = {s: folder / f"{s}.json" for s in STAGES} if folder else {}
     if not files:
-        raise UserError(f"{name} holds no metrics file ({', '.join(s + '.json' for s in STAGES)}); "
-                        "point buildllm compare at the folder a run's metrics were copied to")
+        raise UserError(
+            f"{name} holds no metrics file ({', '.join(s + '.json' for s in STAGES)}); "
+            "point buildllm compare at the folder a run's metrics were copied to"
+        )
     metrics = {}
     for stage, file in files.items():
         if not file.is_file():
@@ -294,6 +330,15 @@ def read_folder(name: str) -> Experiment:
     params = flatten(config_to_dict(load_config(params_file))) if params_file.is_file() else {}
     lock = path / "dvc.lock"
     label = name.rstrip("/") or name
-    return Experiment(name=label, rev=label, baseline="", baseline_name=None, timestamp=None, params=params,
-                      metrics=metrics, data=_data_hashes(lock) if lock.is_file() else {}, source="folder",
-                      params_recorded=params_file.is_file())
+    return Experiment(
+        name=label,
+        rev=label,
+        baseline="",
+        baseline_name=None,
+        timestamp=None,
+        params=params,
+        metrics=metrics,
+        data=_data_hashes(lock) if lock.is_file() else {},
+        source="folder",
+        params_recorded=params_file.is_file(),
+    )

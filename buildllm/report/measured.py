@@ -39,14 +39,22 @@ ISA = (("avx2", "AVX2"), ("avx512", "AVX-512"), ("avx512_bf16", "AVX512-BF16"), 
 NOT_RECORDED = "—"
 
 
-def save(name: str, note: str, command: str, metrics: Path = Path("metrics"), root: Path = BENCHMARKS,
-         today: str | None = None) -> Path:
+def save(
+    name: str,
+    note: str,
+    command: str,
+    metrics: Path = Path("metrics"),
+    root: Path = BENCHMARKS,
+    today: str | None = None,
+) -> Path:
     """Copy this workspace's records of one run into benchmarks/<machine-id>/<name>/."""
     machine = read_metrics(metrics / "machine.json")
     benchmark = read_metrics(metrics / "benchmark.json")
     if benchmark.get("machine_id") != machine["machine_id"]:
-        raise UserError(f"{metrics / 'benchmark.json'} was measured on machine {benchmark.get('machine_id')}, but "
-                        f"{metrics / 'machine.json'} is {machine['machine_id']}: rerun `dvc repro` here first")
+        raise UserError(
+            f"{metrics / 'benchmark.json'} was measured on machine {benchmark.get('machine_id')}, but "
+            f"{metrics / 'machine.json'} is {machine['machine_id']}: rerun `dvc repro` here first"
+        )
     if not name or any(c in name for c in "/\\ ") or name in (".", ".."):
         raise UserError(f"run name {name!r} must be one folder name without spaces, such as iteration1-defaults")
     folder = root / machine["machine_id"] / name
@@ -69,12 +77,17 @@ def _number(value, fmt: str) -> str:
 
 def _machine_line(m: dict) -> str:
     isa = ", ".join(label for key, label in ISA if m.get(key)) or "none of AVX2/AVX-512/AMX"
-    gpus = "; ".join(f"{m[f'gpu{i}_name']} ({m[f'gpu{i}_memory_gib']} GiB, compute capability "
-                     f"{m[f'gpu{i}_compute_capability']})" for i in range(m.get("gpu_count", 0)))
-    return (f"{m['logical_cores']} logical cores ({m['physical_cores']} physical, {m.get('affinity_cores', '?')} "
-            f"usable), {m['memory_total_gib']} GiB memory, {isa}; PyTorch {m['torch_version']}, CUDA "
-            f"{m['cuda_version']}" + (f", driver {m['driver_version']}; GPU: {gpus}" if gpus else "; no GPU")
-            + f"; `device: auto` resolves to {m['auto_device']}.")
+    gpus = "; ".join(
+        f"{m[f'gpu{i}_name']} ({m[f'gpu{i}_memory_gib']} GiB, compute capability {m[f'gpu{i}_compute_capability']})"
+        for i in range(m.get("gpu_count", 0))
+    )
+    return (
+        f"{m['logical_cores']} logical cores ({m['physical_cores']} physical, {m.get('affinity_cores', '?')} "
+        f"usable), {m['memory_total_gib']} GiB memory, {isa}; PyTorch {m['torch_version']}, CUDA "
+        f"{m['cuda_version']}"
+        + (f", driver {m['driver_version']}; GPU: {gpus}" if gpus else "; no GPU")
+        + f"; `device: auto` resolves to {m['auto_device']}."
+    )
 
 
 def _row(name: str, run: dict, r: dict) -> str:
@@ -85,50 +98,81 @@ def _row(name: str, run: dict, r: dict) -> str:
         peak += f" (estimate {size(estimate_bytes)})"
     planned = NOT_RECORDED
     if "estimated_seconds" in e:
-        planned = (f"{duration(e['estimated_seconds'])} ({duration(e['estimated_seconds_low'])}–"
-                   f"{duration(e['estimated_seconds_high'])})")
+        planned = (
+            f"{duration(e['estimated_seconds'])} ({duration(e['estimated_seconds_low'])}–"
+            f"{duration(e['estimated_seconds_high'])})"
+        )
     trained = NOT_RECORDED
     if "elapsed_seconds" in t:
         trained = f"{duration(t['elapsed_seconds'])} at {_number(t.get('tokens_per_second'), '{:,.0f}')} tokens/s"
     load = NOT_RECORDED
     if "other_load_start" in b:
-        load = (f"{b['other_load_start']:.2f} / {b['other_load_end']:.2f} cores"
-                + (" **busy**" if b.get("busy_machine") else ""))
+        load = f"{b['other_load_start']:.2f} / {b['other_load_end']:.2f} cores" + (
+            " **busy**" if b.get("busy_machine") else ""
+        )
     first = b or e or t or d
-    return " | ".join([
-        f"| {name}", run.get("date", NOT_RECORDED), str(first.get("profile", NOT_RECORDED)),
-        f"{first.get('device', NOT_RECORDED)} {first.get('precision', '')}".strip(),
-        _number(first.get("batch_size"), "{}"), _number(first.get("threads"), "{}"),
-        _number(b.get("tokens_per_second"), "{:,.0f}"), _number(b.get("mfu"), "{:.1%}"),
-        _number(b.get("throughput_cv"), "{:.1%}"), peak, planned, trained,
-        _number(t.get("final_validation_loss"), "{:.3f}"), load + " |"])
+    return " | ".join(
+        [
+            f"| {name}",
+            run.get("date", NOT_RECORDED),
+            str(first.get("profile", NOT_RECORDED)),
+            f"{first.get('device', NOT_RECORDED)} {first.get('precision', '')}".strip(),
+            _number(first.get("batch_size"), "{}"),
+            _number(first.get("threads"), "{}"),
+            _number(b.get("tokens_per_second"), "{:,.0f}"),
+            _number(b.get("mfu"), "{:.1%}"),
+            _number(b.get("throughput_cv"), "{:.1%}"),
+            peak,
+            planned,
+            trained,
+            _number(t.get("final_validation_loss"), "{:.3f}"),
+            load + " |",
+        ]
+    )
 
 
-HEADER = ("| run | date | profile | device | batch | threads | tokens/s | MFU | interval CV | peak memory | "
-          "estimated run (range) | trained | final val. loss | others' CPU load (start / end) |")
+HEADER = (
+    "| run | date | profile | device | batch | threads | tokens/s | MFU | interval CV | peak memory | "
+    "estimated run (range) | trained | final val. loss | others' CPU load (start / end) |"
+)
 
 
 def render(root: Path = BENCHMARKS) -> str:
     """The whole document, from the files under `root` alone (sorted: the same files, the same text)."""
-    lines = ["# Measured figures", "",
-             (f"Generated by `python -m buildllm.report.measured` from the files under `{root.as_posix()}/`; "
-             "do not edit it by hand (`tests/report/test_measured.py` fails when this file and those files "
-             "disagree). Each machine is named by its `machine_id` (`buildllm/device/machine.py`); each run "
-             "folder holds the stages' own metrics records. A run marked **busy** was measured while other "
-             "processes took the cores it ran on (`buildllm/measure/load.py`): its speed is lower than the "
-             "machine's."), ""]
+    lines = [
+        "# Measured figures",
+        "",
+        (
+            f"Generated by `python -m buildllm.report.measured` from the files under `{root.as_posix()}/`; "
+            "do not edit it by hand (`tests/report/test_measured.py` fails when this file and those files "
+            "disagree). Each machine is named by its `machine_id` (`buildllm/device/machine.py`); each run "
+            "folder holds the stages' own metrics records. A run marked **busy** was measured while other "
+            "processes took the cores it ran on (`buildllm/measure/load.py`): its speed is lower than the "
+            "machine's."
+        ),
+        "",
+    ]
     machines = sorted(p for p in root.iterdir() if (p / "machine.json").exists()) if root.is_dir() else []
     if not machines:
         lines += ["No measured runs are committed yet.", ""]
     for folder in machines:
         machine = read_metrics(folder / "machine.json", with_notes=True)
-        lines += [f"## {machine['cpu_model']} (`{folder.name}`)", "", _machine_line(machine), "",
-                  HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
+        lines += [
+            f"## {machine['cpu_model']} (`{folder.name}`)",
+            "",
+            _machine_line(machine),
+            "",
+            HEADER,
+            "|" + "---|" * HEADER.count(" | ") + "---|",
+        ]
         notes = []
         for run_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
             run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
-            records = {stage: read_metrics(run_dir / f"{stage}.json") for stage in STAGES
-                       if (run_dir / f"{stage}.json").exists()}
+            records = {
+                stage: read_metrics(run_dir / f"{stage}.json")
+                for stage in STAGES
+                if (run_dir / f"{stage}.json").exists()
+            }
             lines.append(_row(run_dir.name, run, records))
             told = ([f"`{run['command']}`"] if run.get("command") else []) + ([run["note"]] if run.get("note") else [])
             if told:
@@ -145,13 +189,17 @@ def write(root: Path = BENCHMARKS, document: Path = DOCUMENT) -> Path:
 
 def check(root: Path = BENCHMARKS, document: Path = DOCUMENT) -> None:
     if not document.exists() or document.read_text() != render(root):
-        raise UserError(f"{document} does not match the files under {root}/: regenerate it with "
-                        "`python -m buildllm.report.measured` and commit both")
+        raise UserError(
+            f"{document} does not match the files under {root}/: regenerate it with "
+            "`python -m buildllm.report.measured` and commit both"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m buildllm.report.measured", description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit non-zero when docs/measured.md disagrees with benchmarks/")
+    parser.add_argument(
+        "--check", action="store_true", help="exit non-zero when docs/measured.md disagrees with benchmarks/"
+    )
     sub = parser.add_subparsers(dest="action")
     p = sub.add_parser("save", help="copy this workspace's metrics/ into benchmarks/<machine-id>/NAME/")
     p.add_argument("name")
@@ -167,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{DOCUMENT} matches {BENCHMARKS}/")
         else:
             print(f"wrote {write()}")
+
     return guarded(work)
 
 

@@ -31,9 +31,9 @@ from buildllm.report.uncertainty import from_pairs
 
 @dataclass
 class Paired:
-    names: list                                  # the experiments, first = reference
-    rounds: list = field(default_factory=list)   # one {name: benchmark metrics} per round
-    orders: list = field(default_factory=list)   # the order each round ran in
+    names: list  # the experiments, first = reference
+    rounds: list = field(default_factory=list)  # one {name: benchmark metrics} per round
+    orders: list = field(default_factory=list)  # the order each round ran in
 
     def tokens_per_second(self, name: str) -> list:
         return [r[name]["tokens_per_second"] for r in self.rounds]
@@ -55,27 +55,43 @@ def _run_one(folder: Path, name: str, round_number: int, timeout: float) -> dict
     try:
         done = run_command(folder, ["benchmark"], timeout)
     except subprocess.TimeoutExpired:
-        raise UserError(f"--paired: the benchmark of {name} (round {round_number}) ran over {timeout:.0f} s; "
-                        "bound it with fewer benchmark.measured_steps in that experiment") from None
+        raise UserError(
+            f"--paired: the benchmark of {name} (round {round_number}) ran over {timeout:.0f} s; "
+            "bound it with fewer benchmark.measured_steps in that experiment"
+        ) from None
     if done.returncode != 0 or not result_file.is_file():
-        raise UserError(f"--paired: the benchmark of {name} (round {round_number}) failed here "
-                        f"({done.last_line()}); run `buildllm benchmark` with that experiment's params to see why")
+        raise UserError(
+            f"--paired: the benchmark of {name} (round {round_number}) failed here "
+            f"({done.last_line()}); run `buildllm benchmark` with that experiment's params to see why"
+        )
     return read_result(folder, "benchmark")
 
 
-def remeasure(experiments: list, rounds: int, root: Path | None = None, progress: bool = True,
-              timeout: float = 1800) -> Paired:
+def remeasure(
+    experiments: list, rounds: int, root: Path | None = None, progress: bool = True, timeout: float = 1800
+) -> Paired:
     """Rerun each experiment's benchmark `rounds` times, interleaved, each in a fresh process."""
     if rounds < 1:
         raise UserError(f"--rounds {rounds}: give at least 1 (6 or more for a 95% interval)")
     for exp in experiments:
         if exp.source != "dvc" or not exp.params_recorded:
-            raise UserError(f"--paired re-measures on this machine from each experiment's params; {exp.name} is a "
-                            "metrics folder (measured elsewhere), so it cannot be rerun here: drop --paired")
+            raise UserError(
+                f"--paired re-measures on this machine from each experiment's params; {exp.name} is a "
+                "metrics folder (measured elsewhere), so it cannot be rerun here: drop --paired"
+            )
     root = Path(root or Path.cwd())
     paired = Paired(names=[e.name for e in experiments])
-    print(json.dumps({"action": "paired benchmarks", "experiments": paired.names, "rounds": rounds,
-                      "processes": rounds * len(experiments)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "action": "paired benchmarks",
+                "experiments": paired.names,
+                "rounds": rounds,
+                "processes": rounds * len(experiments),
+            }
+        ),
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="buildllm-paired-") as tmp:
         folders = {}
         for i, exp in enumerate(experiments):

@@ -36,8 +36,15 @@ from buildllm.report.document import (
 
 # The course's controls, always shown (the config knobs declared as controls, and what the plan
 # resolved them to); other controls are listed only when they differ.
-KEY_CONTROLS = control_keys() + ("profile", "architecture", "parameters", "sequence_length", "vocab_size",
-                                 "batch_size", "measured_steps")
+KEY_CONTROLS = control_keys() + (
+    "profile",
+    "architecture",
+    "parameters",
+    "sequence_length",
+    "vocab_size",
+    "batch_size",
+    "measured_steps",
+)
 NOT_RECORDED = "not recorded"
 
 
@@ -73,8 +80,7 @@ def speedup_cells(c: Comparison) -> list:
         elif s is None:
             cells.append(NOT_RECORDED)
         else:
-            interval = (f"{s.level} interval {s.low:.2f}–{s.high:.2f}×" if s.has_interval
-                        else "no interval")
+            interval = f"{s.level} interval {s.low:.2f}–{s.high:.2f}×" if s.has_interval else "no interval"
             cells.append(f"{s.estimate:.2f}× ({interval}; {'inconclusive' if c.inconclusive(exp.name) else 'result'})")
     return cells
 
@@ -108,42 +114,67 @@ def _peak(flops, source) -> str:
 def results_rows(c: Comparison) -> list:
     """(figure, one formatted value per experiment) for the results table."""
     f = c.frame
-    spans = [NOT_RECORDED if _missing(e) else f"{duration(e)} (range {duration(lo)} – {duration(hi)})"
-             for e, lo, hi in zip(f["estimated_seconds"], f["estimated_seconds_low"], f["estimated_seconds_high"])]
+    spans = [
+        NOT_RECORDED if _missing(e) else f"{duration(e)} (range {duration(lo)} – {duration(hi)})"
+        for e, lo, hi in zip(f["estimated_seconds"], f["estimated_seconds_low"], f["estimated_seconds_high"])
+    ]
     rows = [
         ("device (resolved)", [str(v) if not _missing(v) else NOT_RECORDED for v in f["device"]]),
         ("precision (resolved)", [str(v) if not _missing(v) else NOT_RECORDED for v in f["precision"]]),
         ("tokens/s (benchmark)", list(map(number("{:,.0f}"), f["tokens_per_second"]))),
-        ("tokens/s per interval (slowest – fastest)",
-         list(map(_rate_range, _column(f, "benchmark:interval_steps_per_second_min"),
-                  _column(f, "benchmark:interval_steps_per_second_max"), f["steps_per_second"], f["tokens_per_second"]))),
+        (
+            "tokens/s per interval (slowest – fastest)",
+            list(
+                map(
+                    _rate_range,
+                    _column(f, "benchmark:interval_steps_per_second_min"),
+                    _column(f, "benchmark:interval_steps_per_second_max"),
+                    f["steps_per_second"],
+                    f["tokens_per_second"],
+                )
+            ),
+        ),
         ("throughput variation (CV)", list(map(_noise, f["throughput_cv"]))),
-        ("other processes' CPU load (start / end)",
-         list(map(_load, f["other_load_start"], f["other_load_end"], f["busy_machine"]))),
+        (
+            "other processes' CPU load (start / end)",
+            list(map(_load, f["other_load_start"], f["other_load_end"], f["busy_machine"])),
+        ),
     ]
     if c.paired is not None:
-        rows += [(f"tokens/s, paired re-runs (median of {len(c.paired.rounds)})",
-                  list(map(number("{:,.0f}"), f["paired_tokens_per_second"]))),
-                 ("throughput variation, paired re-runs (median CV)", list(map(_noise, f["paired_throughput_cv"])))]
+        rows += [
+            (
+                f"tokens/s, paired re-runs (median of {len(c.paired.rounds)})",
+                list(map(number("{:,.0f}"), f["paired_tokens_per_second"])),
+            ),
+            ("throughput variation, paired re-runs (median CV)", list(map(_noise, f["paired_throughput_cv"]))),
+        ]
     rows += [
         (f"speed-up vs {c.reference}" + (" (paired)" if c.paired is not None else ""), speedup_cells(c)),
         ("optimizer steps/s", list(map(number("{:.3f}"), f["steps_per_second"]))),
         ("peak memory", list(map(size, f["peak_memory_bytes"]))),
-        ("peak memory method", [NOT_RECORDED if _missing(v) or not v else str(v)
-                                for v in _column(f, "benchmark:peak_memory_method")]),
+        (
+            "peak memory method",
+            [NOT_RECORDED if _missing(v) or not v else str(v) for v in _column(f, "benchmark:peak_memory_method")],
+        ),
         ("checkpoint save", list(map(duration, f["checkpoint_save_seconds"]))),
         ("checkpoint size", list(map(size, f["checkpoint_bytes"]))),
         ("time to first step", list(map(duration, f["time_to_first_step_seconds"]))),
         ("model FLOPs utilisation", list(map(number("{:.1%}"), f["mfu"]))),
-        ("MFU's peak FLOP/s (source)", list(map(_peak, _column(f, "benchmark:peak_flops"),
-                                                _column(f, "benchmark:peak_flops_source")))),
+        (
+            "MFU's peak FLOP/s (source)",
+            list(map(_peak, _column(f, "benchmark:peak_flops"), _column(f, "benchmark:peak_flops_source"))),
+        ),
         ("estimated full run", spans),
         ("planned tokens", list(map(number("{:,.0f}"), f["planned_tokens"]))),
         ("training tokens/s (train stage)", list(map(number("{:,.0f}"), f["train_tokens_per_second"]))),
         ("training time (train stage)", list(map(duration, f["train_elapsed_seconds"]))),
         ("final validation loss (train stage)", list(map(number("{:.3f}"), f["final_validation_loss"]))),
-        (f"time to validation loss ≤ {c.target_loss:.2f} (train stage)" if c.target_loss is not None else
-         "time to a validation loss both reach (train stage)", time_to_target_cells(c)),
+        (
+            f"time to validation loss ≤ {c.target_loss:.2f} (train stage)"
+            if c.target_loss is not None
+            else "time to a validation loss both reach (train stage)",
+            time_to_target_cells(c),
+        ),
     ]
     return rows
 
@@ -153,8 +184,13 @@ def time_to_target_cells(c: Comparison) -> list:
     for exp in c.experiments:
         rows = c.curves.get(exp.name) or []
         reached = time_to(rows, c.target_loss)
-        cells.append(NOT_RECORDED if not rows or c.target_loss is None else "not reached" if reached is None
-                     else f"{duration(reached[0])} (step {reached[1]:,})")
+        cells.append(
+            NOT_RECORDED
+            if not rows or c.target_loss is None
+            else "not reached"
+            if reached is None
+            else f"{duration(reached[0])} (step {reached[1]:,})"
+        )
     return cells
 
 
@@ -162,16 +198,20 @@ def interval_note(c: Comparison) -> str:
     """How the speed-ups' intervals were formed, in words a reader can check."""
     if c.paired is not None:
         p = c.paired
-        return (f"Speed-ups (paired): each experiment's benchmark was rerun {len(p.rounds)} times on this machine, "
-                "interleaved (the order alternating each round), each run in a fresh `python -m buildllm benchmark` "
-                "process with its warm-up excluded; each round's tokens/s ratio to "
-                f"{c.reference} is one pair; the speed-up is the median ratio and its interval the distribution-free "
-                "interval for a median (order statistics by the sign test; 6 rounds are the fewest for 95%).")
-    return ("Speed-ups: the ratio of each run's tokens/s to "
-            f"{c.reference}'s; the 95% interval comes from the spread of each run's measured intervals (Welch's t on "
-            "log rates). It sees noise within each run, not a machine that was slower for a whole run; a run whose "
-            f"intervals vary over {NOISY_CV:.0%} makes its speed-up inconclusive. For a comparison on one busy "
-            "machine, use `buildllm compare A B --paired`.")
+        return (
+            f"Speed-ups (paired): each experiment's benchmark was rerun {len(p.rounds)} times on this machine, "
+            "interleaved (the order alternating each round), each run in a fresh `python -m buildllm benchmark` "
+            "process with its warm-up excluded; each round's tokens/s ratio to "
+            f"{c.reference} is one pair; the speed-up is the median ratio and its interval the distribution-free "
+            "interval for a median (order statistics by the sign test; 6 rounds are the fewest for 95%)."
+        )
+    return (
+        "Speed-ups: the ratio of each run's tokens/s to "
+        f"{c.reference}'s; the 95% interval comes from the spread of each run's measured intervals (Welch's t on "
+        "log rates). It sees noise within each run, not a machine that was slower for a whole run; a run whose "
+        f"intervals vary over {NOISY_CV:.0%} makes its speed-up inconclusive. For a comparison on one busy "
+        "machine, use `buildllm compare A B --paired`."
+    )
 
 
 def paired_table(c: Comparison) -> Table:
@@ -179,10 +219,17 @@ def paired_table(c: Comparison) -> Table:
     rows = []
     for i, (measured, order) in enumerate(zip(c.paired.rounds, c.paired.orders), start=1):
         ref = measured[names[0]]["tokens_per_second"]
-        rows.append([i, " → ".join(order), *[f"{measured[n]['tokens_per_second']:,.0f}" for n in names],
-                     *[f"{measured[n]['tokens_per_second'] / ref:.3f}" for n in names[1:]]])
-    return Table(["round", "order", *[f"{n} tokens/s" for n in names], *[f"{n} ÷ {names[0]}" for n in names[1:]]],
-                 rows, "paired")
+        rows.append(
+            [
+                i,
+                " → ".join(order),
+                *[f"{measured[n]['tokens_per_second']:,.0f}" for n in names],
+                *[f"{measured[n]['tokens_per_second'] / ref:.3f}" for n in names[1:]],
+            ]
+        )
+    return Table(
+        ["round", "order", *[f"{n} tokens/s" for n in names], *[f"{n} ÷ {names[0]}" for n in names[1:]]], rows, "paired"
+    )
 
 
 def environment_line(row: pd.Series) -> str:
@@ -193,10 +240,12 @@ def environment_line(row: pd.Series) -> str:
     if get("processor") is None and get("torch_version") is None:
         return "not recorded (metrics/benchmark.json is absent or has no environment record)"
     gpu = f"{get('gpu_name')} ({size(get('gpu_memory_bytes'))})" if get("gpu_name") else "none"
-    return (f"processor {get('processor') or NOT_RECORDED}; GPU {gpu}; memory {size(get('memory_total_bytes'))}; "
-            f"PyTorch {get('torch_version') or NOT_RECORDED} (CUDA build {get('torch_cuda_version') or NOT_RECORDED}); "
-            f"Python {get('python_version') or NOT_RECORDED}; {get('platform') or ''}; "
-            f"BuildLLM {get('buildllm_version') or NOT_RECORDED}; {_int(get('threads'))} threads")
+    return (
+        f"processor {get('processor') or NOT_RECORDED}; GPU {gpu}; memory {size(get('memory_total_bytes'))}; "
+        f"PyTorch {get('torch_version') or NOT_RECORDED} (CUDA build {get('torch_cuda_version') or NOT_RECORDED}); "
+        f"Python {get('python_version') or NOT_RECORDED}; {get('platform') or ''}; "
+        f"BuildLLM {get('buildllm_version') or NOT_RECORDED}; {_int(get('threads'))} threads"
+    )
 
 
 def _int(v):
@@ -227,8 +276,11 @@ def rerun_block(c: Comparison, out: Path) -> str:
         lines.append(f"git checkout {base}        # the code and params.yaml these runs started from")
         lines.append("dvc pull corpus tokenize  # the same corpus and token files, if the project has a DVC remote")
         lines += [e.command for e in c.experiments if e.baseline == base]
-    lines += [f"# {e.name}: measured on another machine; its folder keeps the metrics" for e in c.experiments
-              if e.source == "folder"]
+    lines += [
+        f"# {e.name}: measured on another machine; its folder keeps the metrics"
+        for e in c.experiments
+        if e.source == "folder"
+    ]
     flags = "".join(f" --vary {v}" for v in c.vary) + (" --allow-different" if c.allow_different else "")
     flags += f" --paired --rounds {len(c.paired.rounds)}" if c.paired is not None else ""
     names = " ".join(e.name for e in c.experiments)
@@ -245,25 +297,36 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
     """The report, once: verdict, controls, results, chart, paired rounds, how to reproduce."""
     names = [e.name for e in c.experiments]
     shown, others = controls_shown(c)
-    blocks = [Heading(1, f"Device comparison: {' vs '.join(names)}"),
-              Paragraph(f"Generated {c.created} by `buildllm compare` from {_sources(c)}.", muted=True),
-              Verdict(c.verdict, c.tone),
-              Bullets([f"Excluded **{name}**: {why}." for name, why in c.excluded], "excluded"),
-              Heading(2, "Controls")]
+    blocks = [
+        Heading(1, f"Device comparison: {' vs '.join(names)}"),
+        Paragraph(f"Generated {c.created} by `buildllm compare` from {_sources(c)}.", muted=True),
+        Verdict(c.verdict, c.tone),
+        Bullets([f"Excluded **{name}**: {why}." for name, why in c.excluded], "excluded"),
+        Heading(2, "Controls"),
+    ]
     statuses = [status(r, len(names)) for _, r in shown.iterrows()]
-    blocks.append(Table(["control", "source", *names, "status"],
-                        [[r["control"], r["source"], *[r[n] for n in names], st]
-                         for (_, r), st in zip(shown.iterrows(), statuses)],
-                        "controls", [st.split()[0] for st in statuses]))
+    blocks.append(
+        Table(
+            ["control", "source", *names, "status"],
+            [[r["control"], r["source"], *[r[n] for n in names], st] for (_, r), st in zip(shown.iterrows(), statuses)],
+            "controls",
+            [st.split()[0] for st in statuses],
+        )
+    )
     if others:
         blocks.append(Details(f"Also the same in every experiment: {len(others)} other params", ", ".join(others)))
-    blocks += [Heading(2, "Results"),
-               Table(["figure", *names], [[label, *values] for label, values in results_rows(c)], "results")]
+    blocks += [
+        Heading(2, "Results"),
+        Table(["figure", *names], [[label, *values] for label, values in results_rows(c)], "results"),
+    ]
     if c.speedups_shown and c.speedups:
         blocks.append(Paragraph(interval_note(c)))
-    blocks += [*([Paragraph(TARGET_NOTE)] if c.target_loss is not None else []), Bullets(list(c.notes), "notes"),
-               Image("Device comparison chart", f"{out.name}.png", png),
-               Image("Training curves", f"{out.name}_curves.png", curves_png, "curves")]
+    blocks += [
+        *([Paragraph(TARGET_NOTE)] if c.target_loss is not None else []),
+        Bullets(list(c.notes), "notes"),
+        Image("Device comparison chart", f"{out.name}.png", png),
+        Image("Training curves", f"{out.name}_curves.png", curves_png, "curves"),
+    ]
     if c.paired is not None:
         blocks += [Heading(2, "Paired re-measurements"), paired_table(c)]
     blocks.append(Heading(2, "Reproduce"))
@@ -275,15 +338,20 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
             branch = f" ({exp.baseline_name})" if exp.baseline_name else ""
             origin = [f"git revision: `{exp.rev}` (baseline `{exp.baseline}`{branch})"]
             date = exp.timestamp or "uncommitted workspace, reported " + c.created
-        blocks += [Heading(3, exp.name),
-                   Bullets(origin + [f"date: {date}", f"command: `{exp.command}`",
-                                     f"environment: {environment_line(row)}"])]
+        blocks += [
+            Heading(3, exp.name),
+            Bullets(origin + [f"date: {date}", f"command: `{exp.command}`", f"environment: {environment_line(row)}"]),
+        ]
     blocks += [Heading(3, "How to rerun"), Code(rerun_block(c, out), "bash")]
     dvc_runs = [e.name for e in c.experiments if e.source == "dvc" and e.rev != "workspace"]
     if dvc_runs:
-        blocks.append(Paragraph("Or fetch these very runs instead of rerunning them: "
-                                f"`dvc exp pull origin {' '.join(dvc_runs)}`. The stage names at the end of each "
-                                "command are the stages whose metrics changed in that experiment."))
+        blocks.append(
+            Paragraph(
+                "Or fetch these very runs instead of rerunning them: "
+                f"`dvc exp pull origin {' '.join(dvc_runs)}`. The stage names at the end of each "
+                "command are the stages whose metrics changed in that experiment."
+            )
+        )
     return blocks
 
 

@@ -28,15 +28,23 @@ from buildllm.report.sample import write_sample
 CARD_PATH = Path("plots/run_card")  # the stage's: .html and .png, committed with each experiment
 NOT_RECORDED = card_charts.NOT_RECORDED
 # (label, key in the records, key of its reason in the notes): the plan's decisions, in reading order.
-DECISIONS = [("device", "device", "device_reason"), ("precision", "precision", "precision_reason"),
-             ("batch size (per process)", "batch_size", "batch_size_reason"),
-             ("gradient accumulation", "grad_accum", None), ("tokens per optimizer step", "tokens_per_step", None),
-             ("data-loader workers", "workers", "workers_reason"), ("CPU threads", "threads", "threads_reason"),
-             ("processes", "processes", None), ("torch.compile", "compile_enabled", "compile_reason"),
-             ("fused AdamW", "fused_adamw", "fused_adamw_reason"), ("fp16 grad scaler", "grad_scaler", None),
-             ("TF32 matmuls", "tf32_enabled", None), ("gradient checkpointing", "gradient_checkpointing", None),
-             ("learning rate (peak)", "learning_rate", "learning_rate_reason"),
-             ("planned optimizer steps", "planned_steps", None)]
+DECISIONS = [
+    ("device", "device", "device_reason"),
+    ("precision", "precision", "precision_reason"),
+    ("batch size (per process)", "batch_size", "batch_size_reason"),
+    ("gradient accumulation", "grad_accum", None),
+    ("tokens per optimizer step", "tokens_per_step", None),
+    ("data-loader workers", "workers", "workers_reason"),
+    ("CPU threads", "threads", "threads_reason"),
+    ("processes", "processes", None),
+    ("torch.compile", "compile_enabled", "compile_reason"),
+    ("fused AdamW", "fused_adamw", "fused_adamw_reason"),
+    ("fp16 grad scaler", "grad_scaler", None),
+    ("TF32 matmuls", "tf32_enabled", None),
+    ("gradient checkpointing", "gradient_checkpointing", None),
+    ("learning rate (peak)", "learning_rate", "learning_rate_reason"),
+    ("planned optimizer steps", "planned_steps", None),
+]
 
 
 def _shown(value) -> str:
@@ -84,8 +92,10 @@ def loss_lines(d: CardData) -> list:
     lines = [head]
     if loss is not None and unigram is not None:
         gap = unigram - loss
-        lines.append(f"{abs(gap):.3f} nats {'below' if gap > 0 else 'above'} the unigram level {unigram:.3f} "
-                     f"({'the model uses context' if gap > 0 else 'no sign yet that it uses context'})")
+        lines.append(
+            f"{abs(gap):.3f} nats {'below' if gap > 0 else 'above'} the unigram level {unigram:.3f} "
+            f"({'the model uses context' if gap > 0 else 'no sign yet that it uses context'})"
+        )
     if uniform is not None:
         lines.append(f"uniform guess ln {vocab:,} = {uniform:.3f}")
     return lines
@@ -105,25 +115,39 @@ def headline(d: CardData) -> list:
     low, high = e.get("estimated_seconds_low"), e.get("estimated_seconds_high")
     if seconds is not None and low is not None and high is not None:
         where = "within" if low <= seconds <= high else f"{'above' if seconds > high else 'below'}"
-        versus = f"{_duration(seconds)} measured; estimate {_duration(e.get('estimated_seconds'))} " \
-                 f"(range {_duration(low)} – {_duration(high)}): {where} the range"
+        versus = (
+            f"{_duration(seconds)} measured; estimate {_duration(e.get('estimated_seconds'))} "
+            f"(range {_duration(low)} – {_duration(high)}): {where} the range"
+        )
     else:
         versus = f"{_duration(seconds)} measured; estimate {_duration(e.get('estimated_seconds'))}"
     peak, source = b.get("peak_flops"), d.note("benchmark", "peak_flops_source")
     method = d.note("benchmark", "peak_memory_method")
-    mfu = NOT_RECORDED if b.get("mfu") is None else (
-        f"{b['mfu']:.1%} of a {flops(peak)} peak ({source or 'source not recorded'})" if peak
-        else f"{b['mfu']:.1%} (peak not recorded)")
+    mfu = (
+        NOT_RECORDED
+        if b.get("mfu") is None
+        else (
+            f"{b['mfu']:.1%} of a {flops(peak)} peak ({source or 'source not recorded'})"
+            if peak
+            else f"{b['mfu']:.1%} (peak not recorded)"
+        )
+    )
     rate = lambda r: NOT_RECORDED if r is None else f"{r:,.0f} tokens/s"  # noqa: E731
     return [
         ("status", _shown(t.get("status"))),
         ("loss", "; ".join(loss_lines(d))),
         ("training throughput (this session)", rate(t.get("tokens_per_second"))),
-        ("benchmark throughput", rate(b.get("tokens_per_second")) + (
-            f" (interval variation {b['throughput_cv']:.1%})" if b.get("throughput_cv") is not None else "")),
+        (
+            "benchmark throughput",
+            rate(b.get("tokens_per_second"))
+            + (f" (interval variation {b['throughput_cv']:.1%})" if b.get("throughput_cv") is not None else ""),
+        ),
         ("model FLOPs utilisation (benchmark)", mfu),
-        ("peak memory, measured", f"training {_size(t.get('peak_memory_bytes'))}; benchmark "
-                                  f"{_size(b.get('peak_memory_bytes'))} ({method or 'method not recorded'})"),
+        (
+            "peak memory, measured",
+            f"training {_size(t.get('peak_memory_bytes'))}; benchmark "
+            f"{_size(b.get('peak_memory_bytes'))} ({method or 'method not recorded'})",
+        ),
         ("memory estimate (dry run)", estimate_line(d)),
         ("run time against the estimate", versus),
         ("tokens trained", _shown(t.get("tokens_processed"))),
@@ -135,21 +159,41 @@ def machine_blocks(d: CardData) -> list:
     if machine is None:
         rows = [["fingerprint", "not recorded (metrics/machine.json is absent: the machine stage did not run)"]]
     else:
-        rows = [[key, _size(v) if key.endswith("_bytes") and isinstance(v, (int, float)) else
-                 _shown(d.note("machine", key))] for key, v in machine.items()]
+        rows = [
+            [
+                key,
+                _size(v) if key.endswith("_bytes") and isinstance(v, (int, float)) else _shown(d.note("machine", key)),
+            ]
+            for key, v in machine.items()
+        ]
     b = d.records.get("benchmark", {})
-    seen = {"processor": b.get("processor"), "logical cores": b.get("logical_cores"),
-            "memory": _size(b.get("memory_total_bytes")) if b.get("memory_total_bytes") else None,
-            "GPU": (f"{b['gpu_name']} ({_size(b.get('gpu_memory_bytes'))})" if b.get("gpu_name") else "none")
-            if "gpu_name" in b else None, "PyTorch": b.get("torch_version"), "CPU capability": b.get("cpu_capability")}
+    seen = {
+        "processor": b.get("processor"),
+        "logical cores": b.get("logical_cores"),
+        "memory": _size(b.get("memory_total_bytes")) if b.get("memory_total_bytes") else None,
+        "GPU": (f"{b['gpu_name']} ({_size(b.get('gpu_memory_bytes'))})" if b.get("gpu_name") else "none")
+        if "gpu_name" in b
+        else None,
+        "PyTorch": b.get("torch_version"),
+        "CPU capability": b.get("cpu_capability"),
+    }
     line = "; ".join(f"{k} {_shown(v)}" for k, v in seen.items()) if b else NOT_RECORDED
-    return [Heading(2, "Machine"), Table(["fingerprint", "value"], rows, "machine"),
-            Paragraph(f"What the benchmark recorded of it: {line}.", muted=True)]
+    return [
+        Heading(2, "Machine"),
+        Table(["fingerprint", "value"], rows, "machine"),
+        Paragraph(f"What the benchmark recorded of it: {line}.", muted=True),
+    ]
 
 
 def plan_table(d: CardData) -> Table:
-    rows = [[label, _shown(d.first(key)), d.reason(reason) if reason and d.reason(reason) else
-             ("reason not recorded" if reason else "")] for label, key, reason in DECISIONS]
+    rows = [
+        [
+            label,
+            _shown(d.first(key)),
+            d.reason(reason) if reason and d.reason(reason) else ("reason not recorded" if reason else ""),
+        ]
+        for label, key, reason in DECISIONS
+    ]
     shown = {reason for _, _, reason in DECISIONS}
     for stage in ("train", "dry_run", "benchmark"):
         for key, text in d.notes.get(stage, {}).items():
@@ -170,24 +214,29 @@ def sample_blocks(d: CardData) -> list:
     if not s.get("text"):
         why = s.get("missing_reason") or "metrics/sample.json is absent"
         return [Heading(2, "A sample of its text"), Paragraph(f"{NOT_RECORDED}: {why}.")]
-    how = (f"From checkpoint step {s.get('checkpoint_step')}, prompt “{s.get('prompt')}”, {s.get('new_tokens')} new "
-           f"tokens at temperature {s.get('temperature')}, top-k {s.get('top_k')}, seed {s.get('seed')}, on the "
-           f"{s.get('device')}:")
+    how = (
+        f"From checkpoint step {s.get('checkpoint_step')}, prompt “{s.get('prompt')}”, {s.get('new_tokens')} new "
+        f"tokens at temperature {s.get('temperature')}, top-k {s.get('top_k')}, seed {s.get('seed')}, on the "
+        f"{s.get('device')}:"
+    )
     return [Heading(2, "A sample of its text"), Paragraph(how), Code(s["text"], "sample")]
 
 
 def title(d: CardData) -> str:
-    return (f"Run card: {_shown(d.first('profile'))} on {_shown(d.first('device'))} "
-            f"({_shown(d.first('precision'))})" + ("" if d.name == "workspace" else f", experiment {d.name}"))
+    return f"Run card: {_shown(d.first('profile'))} on {_shown(d.first('device'))} ({_shown(d.first('precision'))})" + (
+        "" if d.name == "workspace" else f", experiment {d.name}"
+    )
 
 
 def charts(d: CardData) -> dict:
     seconds, covers = measured_time(d)
     r = d.records
-    return {"memory": card_charts.memory_chart(r.get("dry_run", {}), r.get("benchmark", {}), r.get("train", {})),
-            "step": card_charts.step_chart(r.get("benchmark", {})),
-            "time": card_charts.estimate_chart(r.get("estimate", {}), seconds, covers.split(":")[0]),
-            "loss": card_charts.loss_chart(d.rows, d.get("train", "unigram_validation_loss"), d.first("vocab_size"))}
+    return {
+        "memory": card_charts.memory_chart(r.get("dry_run", {}), r.get("benchmark", {}), r.get("train", {})),
+        "step": card_charts.step_chart(r.get("benchmark", {})),
+        "time": card_charts.estimate_chart(r.get("estimate", {}), seconds, covers.split(":")[0]),
+        "loss": card_charts.loss_chart(d.rows, d.get("train", "unigram_validation_loss"), d.first("vocab_size")),
+    }
 
 
 def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
@@ -195,28 +244,46 @@ def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
     origin = "the workspace" if d.rev == "workspace" else f"{d.name} (`{d.rev}`)"
     seconds, covers = measured_time(d)
     e = d.records.get("estimate", {})
-    top = [[Table(["figure", "value"], [list(r) for r in headline(d)], "headline", text_columns=(1,))],
-           [Image("loss chart", "loss.png", pictures["loss"], "loss-chart")]]
-    memory = [Heading(2, "Memory"), Image("memory chart", "memory.png", pictures["memory"], "memory-chart"),
-              memory_table(d)]
-    time = [Heading(2, "Where a step's time goes"), Image("step chart", "step.png", pictures["step"], "step-chart"),
-            Paragraph("Measured by the benchmark on a few of the training step's own steps, each part between "
-                      "device synchronisations; validation and checkpoint time are spread over the steps between "
-                      "them. A large data share says add workers; a large optimizer share at a small batch says "
-                      "raise the batch size.", muted=True),
-            Heading(2, "Time: the estimate against the run"),
-            Image("time chart", "time.png", pictures["time"], "time-chart"),
-            Paragraph(f"{covers} ({_duration(seconds)}): validation and checkpoint saves included, process "
-                      f"start-up not. The estimate (from the benchmark's slowest and fastest intervals) also "
-                      f"counts start-up: {_duration(e.get('startup_seconds'))}.", muted=True)]
+    top = [
+        [Table(["figure", "value"], [list(r) for r in headline(d)], "headline", text_columns=(1,))],
+        [Image("loss chart", "loss.png", pictures["loss"], "loss-chart")],
+    ]
+    memory = [
+        Heading(2, "Memory"),
+        Image("memory chart", "memory.png", pictures["memory"], "memory-chart"),
+        memory_table(d),
+    ]
+    time = [
+        Heading(2, "Where a step's time goes"),
+        Image("step chart", "step.png", pictures["step"], "step-chart"),
+        Paragraph(
+            "Measured by the benchmark on a few of the training step's own steps, each part between "
+            "device synchronisations; validation and checkpoint time are spread over the steps between "
+            "them. A large data share says add workers; a large optimizer share at a small batch says "
+            "raise the batch size.",
+            muted=True,
+        ),
+        Heading(2, "Time: the estimate against the run"),
+        Image("time chart", "time.png", pictures["time"], "time-chart"),
+        Paragraph(
+            f"{covers} ({_duration(seconds)}): validation and checkpoint saves included, process "
+            f"start-up not. The estimate (from the benchmark's slowest and fastest intervals) also "
+            f"counts start-up: {_duration(e.get('startup_seconds'))}.",
+            muted=True,
+        ),
+    ]
     missing = [f"`{path}`: {why}" for path, why in d.absent.items()]
-    return [Heading(1, title(d)),
-            Paragraph(f"Generated {created} by `buildllm report` from {origin}; its PNG drawn by {drawn_by}.",
-                      muted=True),
-            Columns(top), Columns([memory, time]), Columns([sample_blocks(d), machine_blocks(d)]),
-            Heading(2, "The plan: what was decided, and why"), plan_table(d),
-            Heading(2, "Sources"),
-            Bullets([f"read from {origin}: " + ", ".join(f"`metrics/{s}.json`" for s in d.records)] + missing)]
+    return [
+        Heading(1, title(d)),
+        Paragraph(f"Generated {created} by `buildllm report` from {origin}; its PNG drawn by {drawn_by}.", muted=True),
+        Columns(top),
+        Columns([memory, time]),
+        Columns([sample_blocks(d), machine_blocks(d)]),
+        Heading(2, "The plan: what was decided, and why"),
+        plan_table(d),
+        Heading(2, "Sources"),
+        Bullets([f"read from {origin}: " + ", ".join(f"`metrics/{s}.json`" for s in d.records)] + missing),
+    ]
 
 
 def write_card(d: CardData, out: Path) -> dict:
@@ -240,8 +307,17 @@ def report(config: Config, experiment: str | None = None, out: str | None = None
     """`buildllm report`: the workspace's card (a fresh sample first), or a named experiment's."""
     if experiment in (None, "workspace"):
         target = Path(out) if out else CARD_PATH
-        print(json.dumps({"action": "report", "experiment": "workspace", "out": str(target),
-                          "sample": "generating from the checkpoint on the CPU"}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "action": "report",
+                    "experiment": "workspace",
+                    "out": str(target),
+                    "sample": "generating from the checkpoint on the CPU",
+                }
+            ),
+            flush=True,
+        )
         write_sample(config)
         data = read_card()
     else:

@@ -23,17 +23,25 @@ def make_sample(config: Config) -> dict:
     """The sample and how it was drawn, or why there is none (no checkpoint yet)."""
     from buildllm.train.generate import checkpoint_file, checkpoint_tokenizer, generate_ids, load_model
 
-    settings = {"prompt": PROMPT, "new_tokens": NEW_TOKENS, "temperature": TEMPERATURE, "top_k": TOP_K,
-                "seed": config.seed, "device": "cpu"}
+    settings = {
+        "prompt": PROMPT,
+        "new_tokens": NEW_TOKENS,
+        "temperature": TEMPERATURE,
+        "top_k": TOP_K,
+        "seed": config.seed,
+        "device": "cpu",
+    }
     try:
         path = checkpoint_file(config.train.checkpoint_directory)
         model, state = load_model(path, "cpu")
-        encoder = checkpoint_tokenizer(state.get("tokenizer", ""), config.train.tokenizer, path,
-                                       model.config.vocab_size)
+        encoder = checkpoint_tokenizer(
+            state.get("tokenizer", ""), config.train.tokenizer, path, model.config.vocab_size
+        )
     except UserError as exc:
         return {**settings, "missing_reason": str(exc)}
-    ids = generate_ids(model, encoder.encode(PROMPT).ids, NEW_TOKENS, temperature=TEMPERATURE, top_k=TOP_K,
-                       seed=config.seed)
+    ids = generate_ids(
+        model, encoder.encode(PROMPT).ids, NEW_TOKENS, temperature=TEMPERATURE, top_k=TOP_K, seed=config.seed
+    )
     return {**settings, "text": encoder.decode(ids), "checkpoint_step": state["step"], "checkpoint": path.name}
 
 

@@ -24,8 +24,23 @@ from buildllm.measure.noise import interval_rates, sign_interval  # noqa: F401 (
 
 # Student's t, two-sided 95% (0.975 quantile), by degrees of freedom; between entries the smaller
 # df is used, which widens the interval (conservative). Above 30: 2.042 still, close to 1.96.
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-        12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}
+T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    25: 2.060,
+    30: 2.042,
+}
 
 
 def t975(df: float) -> float:
@@ -36,10 +51,10 @@ def t975(df: float) -> float:
 @dataclass(frozen=True)
 class Speedup:
     estimate: float
-    low: float | None            # None: no interval could be formed
+    low: float | None  # None: no interval could be formed
     high: float | None
-    method: str                  # how the interval was formed, in a few words
-    coverage: float = 0.95       # the interval's confidence (paired mode with few pairs: less)
+    method: str  # how the interval was formed, in a few words
+    coverage: float = 0.95  # the interval's confidence (paired mode with few pairs: less)
     pairs: int = 0
 
     @property
@@ -53,7 +68,11 @@ class Speedup:
     @property
     def level(self) -> str:
         """The interval's confidence as a reader sees it: 95%, or 96.9% for 6 pairs."""
-        return f"{self.coverage:.0%}" if abs(self.coverage * 100 - round(self.coverage * 100)) < 1e-9 else f"{self.coverage:.1%}"
+        return (
+            f"{self.coverage:.0%}"
+            if abs(self.coverage * 100 - round(self.coverage * 100)) < 1e-9
+            else f"{self.coverage:.1%}"
+        )
 
     def text(self) -> str:
         if not self.has_interval:
@@ -72,7 +91,7 @@ def _log_mean_spread(metrics: dict) -> tuple[float, int] | None:
     n, cv = metrics.get("intervals"), metrics.get("throughput_cv")
     if isinstance(n, (int, float)) and n >= 2 and isinstance(cv, (int, float)):
         sample_sd = cv * math.sqrt(n / (n - 1))
-        return sample_sd ** 2 / n, int(n) - 1
+        return sample_sd**2 / n, int(n) - 1
     return None
 
 
@@ -89,13 +108,21 @@ def from_intervals(reference: dict, other: dict) -> Speedup | None:
     total = va + vb
     if total == 0:
         return Speedup(ratio, ratio, ratio, f"intervals {dfa + 1}+{dfb + 1}, no spread")
-    df = total ** 2 / (va ** 2 / dfa + vb ** 2 / dfb)
+    df = total**2 / (va**2 / dfa + vb**2 / dfb)
     half = t975(df) * math.sqrt(total)
-    return Speedup(ratio, ratio * math.exp(-half), ratio * math.exp(half), f"Welch t over {dfa + 1}+{dfb + 1} intervals")
+    return Speedup(
+        ratio, ratio * math.exp(-half), ratio * math.exp(half), f"Welch t over {dfa + 1}+{dfb + 1} intervals"
+    )
 
 
 def from_pairs(ratios: list) -> Speedup:
     """The median of per-round ratios with its sign-test interval."""
     low, high, coverage = sign_interval(ratios)
-    return Speedup(statistics.median(ratios), low, high, f"paired, {len(ratios)} rounds, sign test",
-                   coverage=coverage, pairs=len(ratios))
+    return Speedup(
+        statistics.median(ratios),
+        low,
+        high,
+        f"paired, {len(ratios)} rounds, sign test",
+        coverage=coverage,
+        pairs=len(ratios),
+    )

@@ -26,17 +26,23 @@ def process_seconds() -> float:
 
 
 def same_plan(estimate: dict, run: dict) -> bool:
-    return (all(estimate.get(key) == run.get(key) for key in SAME_PLAN)
-            and estimate.get("planned_optimizer_steps") == run.get("planned_steps"))
+    return all(estimate.get(key) == run.get(key) for key in SAME_PLAN) and estimate.get(
+        "planned_optimizer_steps"
+    ) == run.get("planned_steps")
 
 
 def position(estimate: dict, seconds: float) -> dict:
     """Flat figures: the run's seconds against the estimate's point and range."""
     low, high = estimate["estimated_seconds_low"], estimate["estimated_seconds_high"]
     where = "below" if seconds < low else "above" if seconds > high else "inside"
-    return {"run_seconds": seconds, "estimated_seconds": estimate["estimated_seconds"],
-            "estimated_seconds_low": low, "estimated_seconds_high": high,
-            "estimate_position": where, "estimate_ratio": seconds / estimate["estimated_seconds"]}
+    return {
+        "run_seconds": seconds,
+        "estimated_seconds": estimate["estimated_seconds"],
+        "estimated_seconds_low": low,
+        "estimated_seconds_high": high,
+        "estimate_position": where,
+        "estimate_ratio": seconds / estimate["estimated_seconds"],
+    }
 
 
 def against_estimate(run: dict, path: str | Path | None = None) -> dict:
@@ -57,6 +63,8 @@ def against_estimate(run: dict, path: str | Path | None = None) -> dict:
 def describe(figures: dict) -> str:
     if not figures:
         return ""
-    return (f"took {figures['run_seconds']:.1f} s against the estimate's {figures['estimated_seconds']:.1f} s "
-            f"(x{figures['estimate_ratio']:.2f}; range {figures['estimated_seconds_low']:.1f}-"
-            f"{figures['estimated_seconds_high']:.1f} s): {figures['estimate_position']}")
+    return (
+        f"took {figures['run_seconds']:.1f} s against the estimate's {figures['estimated_seconds']:.1f} s "
+        f"(x{figures['estimate_ratio']:.2f}; range {figures['estimated_seconds_low']:.1f}-"
+        f"{figures['estimated_seconds_high']:.1f} s): {figures['estimate_position']}"
+    )

@@ -45,8 +45,9 @@ def foreign_files(directory: str | Path) -> list[str]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    return sorted(p.name for p in directory.iterdir()
-                  if not (NAME.match(p.name) or TEMP.match(p.name) or p.name == LOCK))
+    return sorted(
+        p.name for p in directory.iterdir() if not (NAME.match(p.name) or TEMP.match(p.name) or p.name == LOCK)
+    )
 
 
 def remove_leftovers(directory: str | Path) -> list[str]:
@@ -76,11 +77,18 @@ def save(directory: str | Path, state: dict, keep: int) -> tuple[float, int, Pat
         with open(tmp, "wb") as handle:
             torch.save(state, handle)
 
-    atomic_write(path, write, needed=needed,
-                 advice=(f"{len(previous)} earlier checkpoint(s) there are intact; free space, lower "
-                         "--keep-checkpoints or use a --checkpoint-directory on a disk with room, then rerun "
-                         "the same command to resume") if previous else
-                        "nothing was saved; free space or use a --checkpoint-directory on a disk with room, then rerun")
+    atomic_write(
+        path,
+        write,
+        needed=needed,
+        advice=(
+            f"{len(previous)} earlier checkpoint(s) there are intact; free space, lower "
+            "--keep-checkpoints or use a --checkpoint-directory on a disk with room, then rerun "
+            "the same command to resume"
+        )
+        if previous
+        else "nothing was saved; free space or use a --checkpoint-directory on a disk with room, then rerun",
+    )
     seconds = time.perf_counter() - started
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)
@@ -103,8 +111,9 @@ class DamagedCheckpoint(UserError):
 
     def __init__(self, path: Path, why: str):
         self.path, self.why = path, why
-        super().__init__(f"checkpoint {path} is damaged ({why}); use another checkpoint or rerun into a fresh "
-                         "--checkpoint-directory")
+        super().__init__(
+            f"checkpoint {path} is damaged ({why}); use another checkpoint or rerun into a fresh --checkpoint-directory"
+        )
 
 
 def diagnose(path: Path) -> str:
@@ -143,10 +152,14 @@ def load_latest(directory: str | Path) -> tuple[Path, dict] | None:
         try:
             return found[index], load(found[index])
         except DamagedCheckpoint as exc:
-            then = (f"trying the one before it, {found[index - 1].name}" if index else
-                    "no earlier checkpoint is left to resume from")
-            print(f"warning: {found[index].name} in {found[index].parent} is damaged ({exc.why}); {then}",
-                  file=sys.stderr)
+            then = (
+                f"trying the one before it, {found[index - 1].name}"
+                if index
+                else "no earlier checkpoint is left to resume from"
+            )
+            print(
+                f"warning: {found[index].name} in {found[index].parent} is damaged ({exc.why}); {then}", file=sys.stderr
+            )
     return None
 
 
@@ -165,28 +178,37 @@ def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool)
     """
     directory = Path(directory)
     if directory.is_dir() and (removed := remove_leftovers(directory)):
-        print(f"warning: removed {len(removed)} temp file(s) of a checkpoint save that was interrupted",
-              file=sys.stderr)
+        print(
+            f"warning: removed {len(removed)} temp file(s) of a checkpoint save that was interrupted", file=sys.stderr
+        )
     found = load_latest(directory)
     if found is None:
         if list_checkpoints(directory):
             raise UserError(f"no checkpoint in {directory} can be read; rerun into a fresh --checkpoint-directory")
         if foreign := foreign_files(directory):
-            raise UserError(f"checkpoint directory {directory} is not empty ({', '.join(foreign[:3])}) and holds no "
-                            "checkpoint; a new run needs an empty or new --checkpoint-directory")
+            raise UserError(
+                f"checkpoint directory {directory} is not empty ({', '.join(foreign[:3])}) and holds no "
+                "checkpoint; a new run needs an empty or new --checkpoint-directory"
+            )
         if resume:
-            raise UserError(f"--resume given but {directory} holds no checkpoint; drop --resume to start a new run, "
-                            "or point --checkpoint-directory at the run to continue")
+            raise UserError(
+                f"--resume given but {directory} holds no checkpoint; drop --resume to start a new run, "
+                "or point --checkpoint-directory at the run to continue"
+            )
         return None
     path, state = found
     changed = differences(state.get("signature", {}), signature)
     if any(change.startswith(("model.", "profile ")) for change in changed):
-        raise UserError(f"{path} holds a different model ({'; '.join(changed)}); its weights cannot continue this "
-                        "model, even with --force; use a fresh --checkpoint-directory")
+        raise UserError(
+            f"{path} holds a different model ({'; '.join(changed)}); its weights cannot continue this "
+            "model, even with --force; use a fresh --checkpoint-directory"
+        )
     if changed and not force:
-        raise UserError(f"{path} is a run with a different schedule ({'; '.join(changed)}); rerun from a fresh "
-                        "--checkpoint-directory unless deliberately resuming an identical schedule, or add --force "
-                        "to continue it with the new settings")
+        raise UserError(
+            f"{path} is a run with a different schedule ({'; '.join(changed)}); rerun from a fresh "
+            "--checkpoint-directory unless deliberately resuming an identical schedule, or add --force "
+            "to continue it with the new settings"
+        )
     if changed:
         print(f"warning: --force: continuing {path} with a different schedule: {'; '.join(changed)}", file=sys.stderr)
     print(f"resuming from {path} (step {state['step']})", file=sys.stderr)
@@ -201,7 +223,7 @@ class DirectoryLock:
         self.path = Path(directory) / LOCK
         self.held = False
 
-    def __enter__(self) -> "DirectoryLock":
+    def __enter__(self) -> DirectoryLock:
         self.acquire()
         return self
 
@@ -233,11 +255,15 @@ class DirectoryLock:
         except (OSError, ValueError):
             pid, started, host = None, "", ""
         if pid is not None and host == socket.gethostname() and _alive(pid, started):
-            raise UserError(f"checkpoint directory {self.path.parent} in use by pid {pid}; wait for that run to "
-                            "finish or stop it, or use another --checkpoint-directory")
+            raise UserError(
+                f"checkpoint directory {self.path.parent} in use by pid {pid}; wait for that run to "
+                "finish or stop it, or use another --checkpoint-directory"
+            )
         if pid is not None and host and host != socket.gethostname():
-            raise UserError(f"checkpoint directory {self.path.parent} is locked by pid {pid} on host {host}; if that "
-                            f"run is gone, delete {self.path} and rerun")
+            raise UserError(
+                f"checkpoint directory {self.path.parent} is locked by pid {pid} on host {host}; if that "
+                f"run is gone, delete {self.path} and rerun"
+            )
         print(f"warning: taking over the stale lock {self.path} (pid {pid} is no longer running)", file=sys.stderr)
         self.path.unlink(missing_ok=True)
 

@@ -78,8 +78,9 @@ def mean_and_any(world: World, values: torch.Tensor, flag: bool) -> tuple[list[f
     all_reduce and one host sync for both (the run loop calls it only where it reads losses)."""
     if not world.distributed:
         return values.tolist(), flag
-    packed = torch.cat([values.detach().float().reshape(-1).to(world.tensors),
-                        torch.tensor([float(flag)], device=world.tensors)])
+    packed = torch.cat(
+        [values.detach().float().reshape(-1).to(world.tensors), torch.tensor([float(flag)], device=world.tensors)]
+    )
     dist.all_reduce(packed, op=dist.ReduceOp.SUM)
     *sums, flags = packed.tolist()
     return [total / world.size for total in sums], flags > 0
@@ -97,5 +98,3 @@ def from_main(world: World, value):
     box = [value if world.is_main else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
-
-

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
-from buildllm.train import checkpoint
 from buildllm.config import load_config
+from buildllm.data.tokenization import load_tokenizer
+from buildllm.device.resolve import resolve_device
 from buildllm.errors import UserError
 from buildllm.model.gpt import GPT, GPTConfig, KVCache, build_model
-from buildllm.device.resolve import resolve_device
-from buildllm.data.tokenization import load_tokenizer
+from buildllm.train import checkpoint
 
 
 def checkpoint_file(location: str | Path) -> Path:
@@ -31,8 +31,10 @@ def checkpoint_file(location: str | Path) -> Path:
         return location
     found = checkpoint.list_checkpoints(location)
     if not found:
-        raise UserError(f"no checkpoint in {location}; train first (`buildllm train`) or pass "
-                        "--checkpoint-directory of a finished or interrupted run")
+        raise UserError(
+            f"no checkpoint in {location}; train first (`buildllm train`) or pass "
+            "--checkpoint-directory of a finished or interrupted run"
+        )
     return found[-1]
 
 
@@ -49,12 +51,15 @@ def checkpoint_tokenizer(saved: str, override: str | None, path: Path, vocab_siz
     for candidate in candidates:
         if str(candidate) and candidate.is_file():
             return load_tokenizer(candidate, vocab_size)
-    raise UserError(f"the tokenizer of {path} ({override or saved or 'none recorded'}) is not there; run from the "
-                    "project root where it was trained, or pass --tokenizer with the tokenizer's JSON file")
+    raise UserError(
+        f"the tokenizer of {path} ({override or saved or 'none recorded'}) is not there; run from the "
+        "project root where it was trained, or pass --tokenizer with the tokenizer's JSON file"
+    )
 
 
-def next_token(logits: torch.Tensor, greedy: bool, temperature: float, top_k: int | None,
-               generator: torch.Generator) -> int:
+def next_token(
+    logits: torch.Tensor, greedy: bool, temperature: float, top_k: int | None, generator: torch.Generator
+) -> int:
     if greedy or temperature == 0:
         return int(logits.argmax())
     logits = logits.float() / temperature
@@ -67,9 +72,17 @@ def next_token(logits: torch.Tensor, greedy: bool, temperature: float, top_k: in
 
 
 @torch.no_grad()
-def generate_ids(model: GPT, prompt: list[int], max_new_tokens: int, *, greedy: bool = False,
-                 temperature: float = 1.0, top_k: int | None = None, kv_cache: bool = True,
-                 seed: int = 0) -> list[int]:
+def generate_ids(
+    model: GPT,
+    prompt: list[int],
+    max_new_tokens: int,
+    *,
+    greedy: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    kv_cache: bool = True,
+    seed: int = 0,
+) -> list[int]:
     """The prompt's ids followed by max_new_tokens generated ones."""
     if not prompt:
         raise UserError("the prompt has no tokens; give a non-empty --prompt")
@@ -94,9 +107,20 @@ def generate_ids(model: GPT, prompt: list[int], max_new_tokens: int, *, greedy: 
     return ids
 
 
-def generate_text(location: str | Path, prompt: str, max_new_tokens: int = 100, *, device: str = "cpu",
-                  greedy: bool = False, temperature: float = 1.0, top_k: int | None = 50, kv_cache: bool = True,
-                  seed: int = 1337, tokenizer: str | None = None, device_reason: str | None = None) -> str:
+def generate_text(
+    location: str | Path,
+    prompt: str,
+    max_new_tokens: int = 100,
+    *,
+    device: str = "cpu",
+    greedy: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = 50,
+    kv_cache: bool = True,
+    seed: int = 1337,
+    tokenizer: str | None = None,
+    device_reason: str | None = None,
+) -> str:
     """The prompt and its continuation; with device_reason (the command), first the startup JSON line."""
     path = checkpoint_file(location)
     model, state = load_model(path, device)
@@ -105,13 +129,25 @@ def generate_text(location: str | Path, prompt: str, max_new_tokens: int = 100, 
     encoder = checkpoint_tokenizer(state.get("tokenizer", ""), tokenizer, path, model.config.vocab_size)
     prompt_ids = encoder.encode(prompt).ids
     if prompt_ids and max(prompt_ids) >= model.config.vocab_size:
-        raise UserError(f"the tokenizer gives id {max(prompt_ids)} but the model has {model.config.vocab_size}; "
-                        "use the tokenizer the checkpoint was trained with")
+        raise UserError(
+            f"the tokenizer gives id {max(prompt_ids)} but the model has {model.config.vocab_size}; "
+            "use the tokenizer the checkpoint was trained with"
+        )
     how = "greedy" if greedy else f"temperature {temperature}, top-k {top_k}"
-    print(f"{path} (step {state['step']}) on {device}: {how}, {'with' if kv_cache else 'without'} KV cache",
-          file=sys.stderr)
-    ids = generate_ids(model, prompt_ids, max_new_tokens, greedy=greedy, temperature=temperature, top_k=top_k,
-                       kv_cache=kv_cache, seed=seed)
+    print(
+        f"{path} (step {state['step']}) on {device}: {how}, {'with' if kv_cache else 'without'} KV cache",
+        file=sys.stderr,
+    )
+    ids = generate_ids(
+        model,
+        prompt_ids,
+        max_new_tokens,
+        greedy=greedy,
+        temperature=temperature,
+        top_k=top_k,
+        kv_cache=kv_cache,
+        seed=seed,
+    )
     return encoder.decode(ids)
 
 
@@ -119,25 +155,58 @@ def announce(model: GPT, state: dict, path: Path, device: str, reason: str, max_
     """The same startup line as train's: generation runs the checkpoint's fp32 weights, one sequence,
     no optimizer, so the training-only fast paths are off and say why."""
     tf32 = bool(torch.backends.cuda.matmul.allow_tf32)  # torch's default, off: generation never turns it on
-    line = {"action": "generate", "device": device, "device_reason": reason, "precision": "fp32",
-            "tensor_cores_enabled": tf32, "tf32_enabled": tf32, "fused_adamw": False,
-            "fused_adamw_reason": "generation builds no optimizer", "grad_scaler": False,
-            "profile": (state.get("signature") or {}).get("profile"), "parameters": model.num_parameters(),
-            "batch_size": 1, "workers": 0, "sequence_length": model.config.sequence_length,
-            "planned_steps": max_new_tokens, "checkpoint": str(path), "checkpoint_step": state["step"],
-            "decisions": {"device": f"{device}: {reason}",
-                          "precision": "fp32: the checkpoint's weights, no autocast for generation"}}
+    line = {
+        "action": "generate",
+        "device": device,
+        "device_reason": reason,
+        "precision": "fp32",
+        "tensor_cores_enabled": tf32,
+        "tf32_enabled": tf32,
+        "fused_adamw": False,
+        "fused_adamw_reason": "generation builds no optimizer",
+        "grad_scaler": False,
+        "profile": (state.get("signature") or {}).get("profile"),
+        "parameters": model.num_parameters(),
+        "batch_size": 1,
+        "workers": 0,
+        "sequence_length": model.config.sequence_length,
+        "planned_steps": max_new_tokens,
+        "checkpoint": str(path),
+        "checkpoint_step": state["step"],
+        "decisions": {
+            "device": f"{device}: {reason}",
+            "precision": "fp32: the checkpoint's weights, no autocast for generation",
+        },
+    }
     print(json.dumps(line), flush=True)
 
 
 def command(args: argparse.Namespace) -> None:
     if args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
         raise UserError("--max-new-tokens, --temperature and --top-k must not be negative")
-    overrides = {key: value for key, value in (("train.checkpoint_directory", args.checkpoint_directory),
-                                               ("device", args.device), ("seed", args.seed)) if value is not None}
+    overrides = {
+        key: value
+        for key, value in (
+            ("train.checkpoint_directory", args.checkpoint_directory),
+            ("device", args.device),
+            ("seed", args.seed),
+        )
+        if value is not None
+    }
     config = load_config(args.params, overrides)
     decision = resolve_device(config.device)
-    print(generate_text(config.train.checkpoint_directory, args.prompt, args.max_new_tokens, device=decision.device,
-                        device_reason=decision.reason,
-                        greedy=args.greedy, temperature=args.temperature, top_k=args.top_k or None,
-                        kv_cache=args.kv_cache, seed=config.seed, tokenizer=args.tokenizer))
+    print(
+        generate_text(
+            config.train.checkpoint_directory,
+            args.prompt,
+            args.max_new_tokens,
+            device=decision.device,
+            device_reason=decision.reason,
+            greedy=args.greedy,
+            temperature=args.temperature,
+            top_k=args.top_k or None,
+            kv_cache=args.kv_cache,
+            seed=config.seed,
+            tokenizer=args.tokenizer,
+        )
+    )

@@ -47,26 +47,30 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         directory = Path(config.train.checkpoint_directory)
         built = False
         try:
-            trainer = Trainer(plan, train_windows, validation_windows, world=world,
-                              tokenizer=tokenizer, directory=directory)
+            trainer = Trainer(
+                plan, train_windows, validation_windows, world=world, tokenizer=tokenizer, directory=directory
+            )
             built = True
         except (RuntimeError, MemoryError) as exc:
             if not out_of_memory(exc):
                 raise
         if not built:  # raised outside the except clause, whose traceback holds what was built
-            raise OutOfMemory(f"{plan.device.device} ran out of memory building the model and optimizer; "
-                              f"{advice(plan.batch_size)}")
+            raise OutOfMemory(
+                f"{plan.device.device} ran out of memory building the model and optimizer; {advice(plan.batch_size)}"
+            )
         # The best a model that ignores context can do: the bar the validation loss must clear.
-        trainer.log.facts["unigram_validation_loss"] = unigram_loss(train_windows, validation_windows,
-                                                                    plan.model.vocab_size)
+        trainer.log.facts["unigram_validation_loss"] = unigram_loss(
+            train_windows, validation_windows, plan.model.vocab_size
+        )
         # Only rank 0 writes, so only rank 0 locks; every rank follows its resume decision.
         lock = checkpoint.DirectoryLock(directory)
         decision = None
         if world.is_main:
             try:
                 lock.acquire()
-                resumed = checkpoint.state_to_resume(directory, trainer.signature, config.train.resume,
-                                                     config.train.force)
+                resumed = checkpoint.state_to_resume(
+                    directory, trainer.signature, config.train.resume, config.train.force
+                )
                 storage.before_training(trainer, resumed)  # refuses a run its disk cannot hold
                 decision = ("state", resumed)
             except UserError as exc:
@@ -84,8 +88,9 @@ def train(config: Config, under_dvc: bool = False) -> dict:
             lock.release()
     except BaseException as exc:
         # Out of memory (or a full disk, rank 0's save) strikes one rank; the others never reach a barrier.
-        distributed.stop(world, clean=together and isinstance(exc, UserError)
-                         and not isinstance(exc, (OutOfMemory, DiskFull)))
+        distributed.stop(
+            world, clean=together and isinstance(exc, UserError) and not isinstance(exc, (OutOfMemory, DiskFull))
+        )
         raise
     distributed.stop(world)
     return metrics
@@ -93,8 +98,10 @@ def train(config: Config, under_dvc: bool = False) -> dict:
 
 def resume_advice(under_dvc: bool) -> str:
     if under_dvc:  # DVC deletes a stage's outputs before it runs: `dvc repro train` would start over
-        return ("`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
-                "params.yaml, then `dvc commit train` to record its outputs")
+        return (
+            "`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
+            "params.yaml, then `dvc commit train` to record its outputs"
+        )
     return "run the same command again to resume"
 
 
@@ -112,9 +119,15 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
             print(f"note: {note}", file=sys.stderr)
     trainer.log.begin()
     # tqdm's own rate would count validation and checkpoint time as step time; the ETA is ours.
-    bar = tqdm(total=trainer.planned_steps, initial=trainer.step_count, unit="step", file=sys.stderr,
-               disable=not world.is_main, dynamic_ncols=True,
-               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+    bar = tqdm(
+        total=trainer.planned_steps,
+        initial=trainer.step_count,
+        unit="step",
+        file=sys.stderr,
+        disable=not world.is_main,
+        dynamic_ncols=True,
+        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
+    )
     shown = {"eta": "?"}
     ran_out, pending = False, []
     with StopRequest() as stop, bar:
@@ -136,8 +149,11 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
                 stopping = settle(trainer, pending, device.timed() - mark, stop.requested)
                 if log:
                     row = record(trainer, trainer.evaluate() if evaluate else None)
-                    shown.update(loss=f"{row['train_loss']:.3f}", lr=f"{row['learning_rate']:.2e}",
-                                 tok_s=f"{row['tokens_per_second']:.0f}")
+                    shown.update(
+                        loss=f"{row['train_loss']:.3f}",
+                        lr=f"{row['learning_rate']:.2e}",
+                        tok_s=f"{row['tokens_per_second']:.0f}",
+                    )
                 shown["eta"] = eta(trainer.log, trainer.planned_steps - step)  # known only where losses are read
                 bar.set_postfix(shown, refresh=False)
                 bar.update(1)
@@ -150,8 +166,10 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
                 record(trainer, trainer.evaluate())  # resumed at the very end: validate once more
         except NonFiniteLoss as exc:
             finish(trainer, "non_finite_loss", {"non_finite_step": exc.step})
-            raise TrainingFailed(f"{exc}; {kept(trainer)}; lower --learning-rate (or train in bf16 or fp32 instead "
-                                 "of fp16) and rerun into a fresh --checkpoint-directory") from None
+            raise TrainingFailed(
+                f"{exc}; {kept(trainer)}; lower --learning-rate (or train in bf16 or fp32 instead "
+                "of fp16) and rerun into a fresh --checkpoint-directory"
+            ) from None
         except (RuntimeError, MemoryError) as exc:  # torch.cuda.OutOfMemoryError is one; the CPU's allocator too
             if not out_of_memory(exc):
                 raise
@@ -163,17 +181,23 @@ def run(trainer: Trainer, advice_on_stop: str = "run the same command again to r
         pending.clear()
         trainer.optimizer.zero_grad(set_to_none=True)
         device.release_cached_memory()
-        finish(trainer, "out_of_memory", {"oom": True, "oom_batch_size": trainer.plan.batch_size,
-                                          "oom_step": trainer.step_count + 1, **figures})
+        finish(
+            trainer,
+            "out_of_memory",
+            {"oom": True, "oom_batch_size": trainer.plan.batch_size, "oom_step": trainer.step_count + 1, **figures},
+        )
         raise OutOfMemory(
             f"{device.device} ran out of memory at step {trainer.step_count + 1} with batch size "
             f"{trainer.plan.batch_size} ({describe_memory(figures)}); {advice(trainer.plan.batch_size)}; "
-            f"{kept(trainer)}")
+            f"{kept(trainer)}"
+        )
     trainer.save_checkpoint()
     if trainer.step_count < trainer.planned_steps:
         finish(trainer, "interrupted", {})
-        raise TrainingInterrupted(f"stopped at step {trainer.step_count} of {trainer.planned_steps}; checkpoint "
-                                  f"saved in {trainer.directory}; {advice_on_stop}")
+        raise TrainingInterrupted(
+            f"stopped at step {trainer.step_count} of {trainer.planned_steps}; checkpoint "
+            f"saved in {trainer.directory}; {advice_on_stop}"
+        )
     return finish(trainer, "completed", {})
 
 
@@ -195,9 +219,13 @@ def settle(trainer: Trainer, pending: list, seconds: float, stop: bool) -> bool:
 
 def finish(trainer: Trainer, status: str, extra: dict) -> dict:
     """Write metrics/train.json, the plot file and the PNG (rank 0); print the summary."""
-    progress = {"optimizer_steps": trainer.step_count, "tokens_processed": trainer.tokens_seen,
-                "train_seconds": trainer.train_seconds, "resumed": trainer.resumed_from is not None,
-                "resumed_from_step": trainer.resumed_from or 0}
+    progress = {
+        "optimizer_steps": trainer.step_count,
+        "tokens_processed": trainer.tokens_seen,
+        "train_seconds": trainer.train_seconds,
+        "resumed": trainer.resumed_from is not None,
+        "resumed_from_step": trainer.resumed_from or 0,
+    }
     return trainer.log.finish(status, progress, {**trainer.memory.read(), **extra})
 
 

@@ -26,12 +26,20 @@ from buildllm.atomic import atomic_write_text
 from buildllm.metrics import write_metrics
 from buildllm.paths import TRAIN_LOG_CSV, TRAIN_LOG_JSON, metrics_path
 from buildllm.train import distributed
-from buildllm.train.against_estimate import against_estimate, describe as describe_estimate
+from buildllm.train.against_estimate import against_estimate
+from buildllm.train.against_estimate import describe as describe_estimate
 from buildllm.train.distributed import World
 from buildllm.train.plots import write_png
 
-COLUMNS = ("step", "tokens_seen", "train_loss", "validation_loss", "learning_rate", "tokens_per_second",
-           "elapsed_seconds")
+COLUMNS = (
+    "step",
+    "tokens_seen",
+    "train_loss",
+    "validation_loss",
+    "learning_rate",
+    "tokens_per_second",
+    "elapsed_seconds",
+)
 LOG_PATH, JSON_LOG_PATH = TRAIN_LOG_CSV, TRAIN_LOG_JSON
 
 
@@ -86,10 +94,15 @@ class RunLog:
         # Each process measures its own rate; the run's rate is their sum.
         local = len(self._losses) * self.tokens_per_step / seconds if seconds else 0.0
         rate = distributed.all_sum(self.world, [local])[0]
-        row = {"step": step, "tokens_seen": tokens_seen,
-               "train_loss": sum(self._losses) / len(self._losses) if self._losses else None,
-               "validation_loss": validation, "learning_rate": learning_rate,
-               "tokens_per_second": rate if seconds else None, "elapsed_seconds": self.elapsed()}
+        row = {
+            "step": step,
+            "tokens_seen": tokens_seen,
+            "train_loss": sum(self._losses) / len(self._losses) if self._losses else None,
+            "validation_loss": validation,
+            "learning_rate": learning_rate,
+            "tokens_per_second": rate if seconds else None,
+            "elapsed_seconds": self.elapsed(),
+        }
         self.rows.append(row)
         self._losses, self._seconds = [], []
         if self.world.is_main:
@@ -119,36 +132,53 @@ class RunLog:
         # "Final" only when validated at the step the run ended on; after a stop, the last evaluation
         # is reported with its step, never passed off as the final one.
         validation = last["validation_loss"] if last and last["step"] == progress["optimizer_steps"] else None
-        note = None if validation is not None else (
-            f"no validation since step {last['step']}" if last else "no validation ran")
+        note = (
+            None
+            if validation is not None
+            else (f"no validation since step {last['step']}" if last else "no validation ran")
+        )
         seconds = [s for s, _ in self.saves]
         session_tokens = self.steps * self.tokens_per_step * self.world.size
         metrics = {
-            **self.facts, "status": status, **progress,
-            "final_train_loss": train_loss, "train_perplexity": _exp(train_loss),
-            "final_validation_loss": validation, "validation_perplexity": _exp(validation),
+            **self.facts,
+            "status": status,
+            **progress,
+            "final_train_loss": train_loss,
+            "train_perplexity": _exp(train_loss),
+            "final_validation_loss": validation,
+            "validation_perplexity": _exp(validation),
             "last_validation_loss": last["validation_loss"] if last else None,
-            "last_validation_step": last["step"] if last else None, "final_validation_note": note,
-            "initial_validation_loss": self.rows[0]["validation_loss"] if self.rows and self.rows[0]["step"] == 0 else None,
+            "last_validation_step": last["step"] if last else None,
+            "final_validation_note": note,
+            "initial_validation_loss": self.rows[0]["validation_loss"]
+            if self.rows and self.rows[0]["step"] == 0
+            else None,
             "elapsed_seconds": time.perf_counter() - self.started,
-            "session_steps": self.steps, "session_train_seconds": self.seconds,
+            "session_steps": self.steps,
+            "session_train_seconds": self.seconds,
             "tokens_per_second": session_tokens / self.seconds if self.seconds else None,
             "steps_per_second": self.steps / self.seconds if self.seconds else None,
             "checkpoints_saved": len(seconds),
             "checkpoint_save_seconds_mean": sum(seconds) / len(seconds) if seconds else None,
             "checkpoint_save_seconds_max": max(seconds) if seconds else None,
             "checkpoint_bytes": self.saves[-1][1] if self.saves else None,
-            "oom": False, **extra,
+            "oom": False,
+            **extra,
         }
-        return {k: v for k, v in metrics.items() if v is not None and not (isinstance(v, float) and not math.isfinite(v))}
+        return {
+            k: v for k, v in metrics.items() if v is not None and not (isinstance(v, float) and not math.isfinite(v))
+        }
 
     def finish(self, status: str, progress: dict, extra: dict) -> dict:
         """Write the log, the PNG and metrics/train.json (rank 0); print the summary of a completed run."""
         metrics = self.metrics(status, progress, extra)
         if self.world.is_main:
             self.write_csv()
-            write_png(self.rows, f"{metrics['profile']} on {metrics['device']} ({metrics['precision']}), "
-                                 f"{metrics['optimizer_steps']} steps")
+            write_png(
+                self.rows,
+                f"{metrics['profile']} on {metrics['device']} ({metrics['precision']}), "
+                f"{metrics['optimizer_steps']} steps",
+            )
             # Last, so the run's time includes everything the estimate projects, the plot too.
             measured = against_estimate(metrics)
             metrics.update(measured)
@@ -156,12 +186,13 @@ class RunLog:
             if measured:
                 print(f"estimate: this run {describe_estimate(measured)}")
             if status == "completed":
-                speed = (f"at {metrics['tokens_per_second']:,.0f} tokens/s" if self.steps
-                         else "(nothing left to train)")
-                print(f"trained {metrics['optimizer_steps']} steps ({metrics['tokens_processed']:,} tokens) {speed}; "
-                      f"validation loss {metrics['final_validation_loss']:.4f} "
-                      f"(perplexity {metrics['validation_perplexity']:.1f}; {baselines(metrics)}); "
-                      f"checkpoint in {metrics['checkpoint_directory']}; metrics in {path}")
+                speed = f"at {metrics['tokens_per_second']:,.0f} tokens/s" if self.steps else "(nothing left to train)"
+                print(
+                    f"trained {metrics['optimizer_steps']} steps ({metrics['tokens_processed']:,} tokens) {speed}; "
+                    f"validation loss {metrics['final_validation_loss']:.4f} "
+                    f"(perplexity {metrics['validation_perplexity']:.1f}; {baselines(metrics)}); "
+                    f"checkpoint in {metrics['checkpoint_directory']}; metrics in {path}"
+                )
         return metrics
 
 

@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True)
 class Schedule:
     peak: float

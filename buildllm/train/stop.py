@@ -15,7 +15,7 @@ class StopRequest:
     def __init__(self):
         self.requested, self._previous, self.signals = False, {}, []
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 self._previous[signum] = signal.signal(signum, self._handle)

@@ -50,13 +50,17 @@ class Storage:
 
     def explain(self) -> str:
         kept = min(self.existing + self.saves, self.keep + 1) - 1
-        return (f"{kept} kept + 1 being written, {self.new_files} new × {size(self.checkpoint_bytes)}, "
-                f"+ {size(self.log_bytes)} of logs")
+        return (
+            f"{kept} kept + 1 being written, {self.new_files} new × {size(self.checkpoint_bytes)}, "
+            f"+ {size(self.log_bytes)} of logs"
+        )
 
     def refusal(self) -> str:
-        return (f"not enough disk space for this run: {self.directory} has {size(self.free)} ({self.free:,} bytes) free "
-                f"but the run needs about {size(self.needed)} ({self.needed:,} bytes): {self.explain()}; free some "
-                "space, lower --keep-checkpoints, or use a --checkpoint-directory on a disk with room")
+        return (
+            f"not enough disk space for this run: {self.directory} has {size(self.free)} ({self.free:,} bytes) free "
+            f"but the run needs about {size(self.needed)} ({self.needed:,} bytes): {self.explain()}; free some "
+            "space, lower --keep-checkpoints, or use a --checkpoint-directory on a disk with room"
+        )
 
 
 def planned_saves(planned_steps: int, start_step: int, interval: int) -> int:
@@ -67,11 +71,26 @@ def planned_saves(planned_steps: int, start_step: int, interval: int) -> int:
     return (planned_steps - 1) // interval - start_step // interval + 1
 
 
-def storage(directory: str | Path, checkpoint_bytes: int, planned_steps: int, start_step: int, interval: int,
-            keep: int, log_interval: int, existing: int = 0) -> Storage:
+def storage(
+    directory: str | Path,
+    checkpoint_bytes: int,
+    planned_steps: int,
+    start_step: int,
+    interval: int,
+    keep: int,
+    log_interval: int,
+    existing: int = 0,
+) -> Storage:
     rows = planned_steps // max(1, log_interval) + 2
-    return Storage(Path(directory), int(checkpoint_bytes), planned_saves(planned_steps, start_step, interval), keep,
-                   existing, LOG_BYTES + rows * ROW_BYTES, disk.free_bytes(directory))
+    return Storage(
+        Path(directory),
+        int(checkpoint_bytes),
+        planned_saves(planned_steps, start_step, interval),
+        keep,
+        existing,
+        LOG_BYTES + rows * ROW_BYTES,
+        disk.free_bytes(directory),
+    )
 
 
 def checkpoint_bytes(parameters: int, buffer_bytes: int = 0) -> int:
@@ -93,8 +112,16 @@ def run_storage(trainer, resumed: dict | None) -> Storage:
     existing = checkpoint.list_checkpoints(trainer.directory) if resumed is not None else []
     size_each = existing[-1].stat().st_size if existing else expected_checkpoint_bytes(trainer.model)
     cfg = trainer.config.train
-    return storage(trainer.directory, size_each, trainer.planned_steps, resumed["step"] if resumed else 0,
-                   cfg.checkpoint_interval, cfg.keep_checkpoints, cfg.log_interval, len(existing))
+    return storage(
+        trainer.directory,
+        size_each,
+        trainer.planned_steps,
+        resumed["step"] if resumed else 0,
+        cfg.checkpoint_interval,
+        cfg.keep_checkpoints,
+        cfg.log_interval,
+        len(existing),
+    )
 
 
 def before_training(trainer, resumed: dict | None) -> Storage:

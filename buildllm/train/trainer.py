@@ -44,23 +44,35 @@ class TrainingInterrupted(TrainingFailed):
 class DataCursor:
     """Micro-batches in the deterministic epoch order, from a position a checkpoint can restore."""
 
-    def __init__(self, windows: Windows, batch_size: int, seed: int, world: World, workers: int = 0,
-                 pin_memory: bool = False):
+    def __init__(
+        self, windows: Windows, batch_size: int, seed: int, world: World, workers: int = 0, pin_memory: bool = False
+    ):
         self.windows, self.batch_size, self.seed, self.world = windows, batch_size, seed, world
         self.workers, self.pin_memory = workers, pin_memory
         self.global_batch = batch_size * world.size
         self.batches_per_epoch = batches_per_epoch(len(windows), self.global_batch)
         if self.batches_per_epoch < 1:
-            raise UserError(f"{len(windows)} training examples are fewer than one batch of {self.global_batch} "
-                            "(batch_size x processes); raise --training-examples or lower --batch-size")
+            raise UserError(
+                f"{len(windows)} training examples are fewer than one batch of {self.global_batch} "
+                "(batch_size x processes); raise --training-examples or lower --batch-size"
+            )
         self.epoch, self.batch, self._batches = 0, 0, None
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.batch >= self.batches_per_epoch:
             self.epoch, self.batch, self._batches = self.epoch + 1, 0, None
         if self._batches is None:
-            self._batches = loader(self.windows, self.batch_size, self.seed, self.epoch, self.batch, self.world.rank,
-                                   self.world.size, self.workers, self.pin_memory)
+            self._batches = loader(
+                self.windows,
+                self.batch_size,
+                self.seed,
+                self.epoch,
+                self.batch,
+                self.world.rank,
+                self.world.size,
+                self.workers,
+                self.pin_memory,
+            )
         index, inputs, targets = next(self._batches)
         self.batch = index + 1
         return inputs, targets
@@ -78,14 +90,29 @@ def run_signature(plan: RunPlan, world_size: int, training_examples: int) -> dic
     """What must match for a resume to continue the same schedule (device and threads may change):
     the knobs the config declares `resume=True`, and what the plan resolved."""
     declared = {key.rsplit(".", 1)[-1]: value_at(plan.config, key) for key, f, _ in knobs() if f.metadata["resume"]}
-    return {**declared, "profile": plan.profile.name, **{f"model.{k}": v for k, v in asdict(plan.model).items()},
-            "batch_size": plan.batch_size, "processes": world_size, "training_examples": training_examples,
-            "precision": plan.precision.precision, "learning_rate": plan.learning_rate}
+    return {
+        **declared,
+        "profile": plan.profile.name,
+        **{f"model.{k}": v for k, v in asdict(plan.model).items()},
+        "batch_size": plan.batch_size,
+        "processes": world_size,
+        "training_examples": training_examples,
+        "precision": plan.precision.precision,
+        "learning_rate": plan.learning_rate,
+    }
 
 
 class Trainer:
-    def __init__(self, plan: RunPlan, train_windows: Windows, validation_windows: Windows | None = None, *,
-                 world: World | None = None, tokenizer: str | Path | None = None, directory: str | Path | None = None):
+    def __init__(
+        self,
+        plan: RunPlan,
+        train_windows: Windows,
+        validation_windows: Windows | None = None,
+        *,
+        world: World | None = None,
+        tokenizer: str | Path | None = None,
+        directory: str | Path | None = None,
+    ):
         cfg = plan.config.train
         self.plan, self.config, self.device = plan, plan.config, plan.device
         # Peak memory from here on: weights, optimizer state and activations, not the Python runtime.
@@ -94,11 +121,18 @@ class Trainer:
         self.directory = Path(directory or cfg.checkpoint_directory)
         self.tokenizer = str(tokenizer or "")
         self.train_windows, self.validation_windows = train_windows, validation_windows
-        self.cursor = DataCursor(train_windows, plan.batch_size, plan.config.seed, self.world, plan.workers,
-                                 pin_memory=self.device.pin_memory)
+        self.cursor = DataCursor(
+            train_windows,
+            plan.batch_size,
+            plan.config.seed,
+            self.world,
+            plan.workers,
+            pin_memory=self.device.pin_memory,
+        )
         self.planned_steps = optimizer_steps(len(train_windows), self.cursor.global_batch, cfg.grad_accum, cfg.epochs)
-        self.schedule = make_schedule(plan.learning_rate, self.planned_steps, cfg.warmup_steps,
-                                      cfg.min_learning_rate_ratio)
+        self.schedule = make_schedule(
+            plan.learning_rate, self.planned_steps, cfg.warmup_steps, cfg.min_learning_rate_ratio
+        )
         # The same initial weights and random draws whoever builds the trainer, and in every process.
         seed_all(plan.config.seed)
         self.model = build_model(plan.model, self.device.device)
@@ -119,12 +153,18 @@ class Trainer:
         self.resumed_from: int | None = None
         # This run's sizes beside the plan's facts: the startup line and the run log both show them.
         self.sizes = {
-            "processes": self.world.size, "global_batch_size": plan.batch_size * cfg.grad_accum * self.world.size,
-            "tokens_per_step": self.tokens_per_step, "planned_steps": self.planned_steps,
-            "warmup_steps": self.schedule.warmup_steps, "epochs": cfg.epochs, "training_examples": len(train_windows),
+            "processes": self.world.size,
+            "global_batch_size": plan.batch_size * cfg.grad_accum * self.world.size,
+            "tokens_per_step": self.tokens_per_step,
+            "planned_steps": self.planned_steps,
+            "warmup_steps": self.schedule.warmup_steps,
+            "epochs": cfg.epochs,
+            "training_examples": len(train_windows),
             "validation_examples": len(validation_windows or ()),
             "validation_windows_available": validation_windows.available if validation_windows is not None else None,
-            "checkpoint_directory": str(self.directory), "tokenizer": self.tokenizer}
+            "checkpoint_directory": str(self.directory),
+            "tokenizer": self.tokenizer,
+        }
         self.log = RunLog(self.world, plan.tokens_per_step, {**facts(plan), **self.sizes})
 
     def step(self) -> torch.Tensor:
@@ -192,12 +232,23 @@ class Trainer:
 
     def state(self) -> dict:
         return {
-            "format": 1, "step": self.step_count, "tokens_seen": self.tokens_seen, "train_seconds": self.train_seconds,
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict(), "schedule": asdict(self.schedule), "cursor": self.cursor.state(),
-            "rng": rng_state(), "signature": self.signature, "model_config": asdict(self.plan.model),
-            "config": config_to_dict(self.config), "tokenizer": self.tokenizer, "device": self.device.device,
-            "precision": self.plan.precision.precision, "log": list(self.log.rows),
+            "format": 1,
+            "step": self.step_count,
+            "tokens_seen": self.tokens_seen,
+            "train_seconds": self.train_seconds,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "schedule": asdict(self.schedule),
+            "cursor": self.cursor.state(),
+            "rng": rng_state(),
+            "signature": self.signature,
+            "model_config": asdict(self.plan.model),
+            "config": config_to_dict(self.config),
+            "tokenizer": self.tokenizer,
+            "device": self.device.device,
+            "precision": self.plan.precision.precision,
+            "log": list(self.log.rows),
             "elapsed_seconds": self.log.elapsed(),
         }
 

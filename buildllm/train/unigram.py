@@ -15,9 +15,9 @@ from buildllm.data.windows import Windows
 
 def unigram_loss(train: Windows, validation: Windows, vocab_size: int) -> float:
     """Nats per token of the training unigram distribution on the validation windows' targets."""
-    used = train.tokens[:len(train) * train.sequence_length + 1]
+    used = train.tokens[: len(train) * train.sequence_length + 1]
     counts = torch.bincount(used.to(torch.int64), minlength=vocab_size).double() + 1.0
     log_p = (counts / counts.sum()).log()
     # Window i's targets are tokens i*L+1 .. i*L+L: together, tokens 1 .. n*L.
-    targets = validation.tokens[1:len(validation) * validation.sequence_length + 1].to(torch.int64)
+    targets = validation.tokens[1 : len(validation) * validation.sequence_length + 1].to(torch.int64)
     return float(-log_p[targets].mean())

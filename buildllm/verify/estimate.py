@@ -22,27 +22,44 @@ from buildllm.verify.harness import check_config, finish, machine, profile_choic
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--full", action="store_true",
-                        help="the planned run itself (params.yaml's benchmark and training size), not a bounded one")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="the planned run itself (params.yaml's benchmark and training size), not a bounded one",
+    )
     parser.add_argument("--iteration", type=int, metavar="N", help="course iteration (default: params.yaml's)")
     parser.add_argument("--preset", metavar="PRESET", help="a preset instead of the iteration (tiny, student, small)")
     parser.add_argument("--device", help="device (default: params.yaml's)")
     parser.add_argument("--precision", help="precision (default: params.yaml's)")
     parser.add_argument("--batch-size", type=int, metavar="N")
     parser.add_argument("--threads", type=int, metavar="N")
-    parser.add_argument("--factor", type=int, default=10, metavar="N",
-                        help="bounded form: training steps = N x the benchmark's steps (default 10)")
+    parser.add_argument(
+        "--factor",
+        type=int,
+        default=10,
+        metavar="N",
+        help="bounded form: training steps = N x the benchmark's steps (default 10)",
+    )
     parser.add_argument("--warmup-steps", type=int, default=3, metavar="N", help="bounded form's benchmark (default 3)")
     parser.add_argument("--measured-steps", type=int, default=20, metavar="N", help="bounded form's (default 20)")
     parser.add_argument("--intervals", type=int, default=4, metavar="N", help="bounded form's (default 4)")
     parser.add_argument("--keep", metavar="DIR", help="work in this folder and keep it (default: a temporary one)")
-    parser.add_argument("--recorded", action="store_true",
-                        help="judge the run recorded here (metrics/estimate.json, metrics/train.json); run nothing")
+    parser.add_argument(
+        "--recorded",
+        action="store_true",
+        help="judge the run recorded here (metrics/estimate.json, metrics/train.json); run nothing",
+    )
 
 
 def settings(args) -> dict:
-    chosen = {**profile_choice(args.iteration, args.preset), "device": args.device, "precision": args.precision,
-              "train.batch_size": args.batch_size, "train.threads": args.threads, "train.resume": False}
+    chosen = {
+        **profile_choice(args.iteration, args.preset),
+        "device": args.device,
+        "precision": args.precision,
+        "train.batch_size": args.batch_size,
+        "train.threads": args.threads,
+        "train.resume": False,
+    }
     return {key: value for key, value in chosen.items() if value is not None or key == "preset"}
 
 
@@ -56,13 +73,18 @@ def planned(args):
         return config
     if args.factor < 1:
         raise UserError(f"--factor {args.factor}: give at least 1 (training steps = factor x benchmark steps)")
-    bounded = {"benchmark.warmup_steps": args.warmup_steps, "benchmark.measured_steps": args.measured_steps,
-               "benchmark.intervals": args.intervals}
+    bounded = {
+        "benchmark.warmup_steps": args.warmup_steps,
+        "benchmark.measured_steps": args.measured_steps,
+        "benchmark.intervals": args.intervals,
+    }
     config = check_config(args.params, {**settings(args), **bounded})
     plan = make_plan(config)
     steps = args.factor * (config.benchmark.warmup_steps + config.benchmark.measured_steps)
-    return check_config(args.params, {**settings(args), **bounded,
-                                      "train.training_examples": steps * plan.batch_size * config.train.grad_accum})
+    return check_config(
+        args.params,
+        {**settings(args), **bounded, "train.training_examples": steps * plan.batch_size * config.train.grad_accum},
+    )
 
 
 def run_steps(config, folder: Path) -> dict:
@@ -93,31 +115,51 @@ def judge(folder: Path, wall: dict | None) -> tuple[dict, bool]:
     metrics = Path(folder) / "metrics"
     est, trained = read_metrics(metrics / "estimate.json"), read_metrics(metrics / "train.json")
     if not same_plan(est, trained):
-        raise UserError(f"{metrics / 'estimate.json'} estimated another plan than {metrics / 'train.json'} ran; "
-                        "run `buildllm estimate` and `buildllm train` with the same params, then check again")
+        raise UserError(
+            f"{metrics / 'estimate.json'} estimated another plan than {metrics / 'train.json'} ran; "
+            "run `buildllm estimate` and `buildllm train` with the same params, then check again"
+        )
     if trained.get("status") != "completed" or trained.get("resumed"):
-        raise UserError(f"{metrics / 'train.json'} records a {trained.get('status')} run"
-                        f"{' that resumed' if trained.get('resumed') else ''}; the estimate projects one whole run")
+        raise UserError(
+            f"{metrics / 'train.json'} records a {trained.get('status')} run"
+            f"{' that resumed' if trained.get('resumed') else ''}; the estimate projects one whole run"
+        )
     if "run_seconds" not in trained:
         raise UserError(f"{metrics / 'train.json'} has no run_seconds (written by an older buildllm); train again")
     # The recorded position is recomputed from the files, so an estimate edited afterwards is judged as it is now.
     figures = position(est, trained["run_seconds"])
     steps_error = est["estimated_seconds_by_steps"] / trained["train_seconds"] - 1
-    print(f"\n{trained['profile']} on {trained['device']} ({trained['precision']}, batch {trained['batch_size']}, "
-          f"{trained.get('threads', '?')} threads): {trained['optimizer_steps']} optimizer steps")
+    print(
+        f"\n{trained['profile']} on {trained['device']} ({trained['precision']}, batch {trained['batch_size']}, "
+        f"{trained.get('threads', '?')} threads): {trained['optimizer_steps']} optimizer steps"
+    )
     print(f"{'':<34}{'predicted':>11}{'actual':>11}{'error':>9}")
-    print(f"{'optimizer steps (step time only)':<34}{est['estimated_seconds_by_steps']:>10.1f}s"
-          f"{trained['train_seconds']:>10.1f}s{steps_error:>+9.1%}")
-    print(f"{'train command, wall clock':<34}{figures['estimated_seconds']:>10.1f}s{figures['run_seconds']:>10.1f}s"
-          f"{figures['estimate_ratio'] - 1:>+9.1%}")
+    print(
+        f"{'optimizer steps (step time only)':<34}{est['estimated_seconds_by_steps']:>10.1f}s"
+        f"{trained['train_seconds']:>10.1f}s{steps_error:>+9.1%}"
+    )
+    print(
+        f"{'train command, wall clock':<34}{figures['estimated_seconds']:>10.1f}s{figures['run_seconds']:>10.1f}s"
+        f"{figures['estimate_ratio'] - 1:>+9.1%}"
+    )
     if wall:
         print(f"(the train command took {wall['train']:.1f} s as its caller saw it, interpreter exit included)")
-    print(f"the run {describe(figures)}; the range allows {est.get('run_to_run_spread', 0.0):.0%} run-to-run "
-          f"variation beyond the benchmark's intervals", flush=True)
-    record = {**figures, "profile": trained["profile"], "device": trained["device"],
-              "precision": trained["precision"], "planned_steps": trained["optimizer_steps"],
-              "estimated_step_seconds": est["estimated_seconds_by_steps"], "train_seconds": trained["train_seconds"],
-              "step_error": steps_error, "run_to_run_spread": est.get("run_to_run_spread", 0.0)}
+    print(
+        f"the run {describe(figures)}; the range allows {est.get('run_to_run_spread', 0.0):.0%} run-to-run "
+        f"variation beyond the benchmark's intervals",
+        flush=True,
+    )
+    record = {
+        **figures,
+        "profile": trained["profile"],
+        "device": trained["device"],
+        "precision": trained["precision"],
+        "planned_steps": trained["optimizer_steps"],
+        "estimated_step_seconds": est["estimated_seconds_by_steps"],
+        "train_seconds": trained["train_seconds"],
+        "step_error": steps_error,
+        "run_to_run_spread": est.get("run_to_run_spread", 0.0),
+    }
     return record, figures["estimate_position"] == "inside"
 
 

@@ -49,18 +49,28 @@ def cpu_flags() -> str:
 def machine() -> dict:
     from buildllm.device.hardware import processor_name
 
-    return {"processor": processor_name(), "cpu_flags": cpu_flags(), "logical_cores": os.cpu_count() or 0,
-            "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0}
+    return {
+        "processor": processor_name(),
+        "cpu_flags": cpu_flags(),
+        "logical_cores": os.cpu_count() or 0,
+        "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0,
+    }
 
 
 def finish(check: str, out: str | None, figures: dict, misses: int, judged: int) -> int:
     """Write the record and print where it went; 1 on a miss (or when nothing could be judged)."""
     if judged == 0:
-        raise UserError(f"verify {check}: nothing could be measured here (see the lines above); "
-                        "make the token files first (`buildllm corpus && buildllm tokenize`)")
+        raise UserError(
+            f"verify {check}: nothing could be measured here (see the lines above); "
+            "make the token files first (`buildllm corpus && buildllm tokenize`)"
+        )
     verdict = "miss" if misses else "inside"
-    path = write_metrics(record_path(check, out), {"check": check, **figures, "judged": judged, "misses": misses,
-                                                   "verdict": verdict})
-    print(f"verify {check}: {max(judged - misses, 0)} of {judged} inside the stated range"
-          f"{'' if not misses else f'; {misses} MISSED'}; record in {path}", flush=True)
+    path = write_metrics(
+        record_path(check, out), {"check": check, **figures, "judged": judged, "misses": misses, "verdict": verdict}
+    )
+    print(
+        f"verify {check}: {max(judged - misses, 0)} of {judged} inside the stated range"
+        f"{'' if not misses else f'; {misses} MISSED'}; record in {path}",
+        flush=True,
+    )
     return MISS if misses else 0

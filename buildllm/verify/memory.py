@@ -50,10 +50,12 @@ class Shape:
 
     @property
     def label(self) -> str:
-        extra = [self.architecture or "",
-                 f"accum {self.grad_accum}" if self.grad_accum > 1 else "",
-                 "ckpt" if self.checkpointing else "",
-                 f"seq {self.sequence_length}" if self.sequence_length else ""]
+        extra = [
+            self.architecture or "",
+            f"accum {self.grad_accum}" if self.grad_accum > 1 else "",
+            "ckpt" if self.checkpointing else "",
+            f"seq {self.sequence_length}" if self.sequence_length else "",
+        ]
         return f"{self.profile} {self.precision} b{self.batch_size} " + " ".join(e for e in extra if e)
 
     @property
@@ -99,26 +101,52 @@ HELD_OUT_COMMITTED = [
 HELD_OUT = [*_HELD_OUT_FP32, *(replace(s, precision="bf16") for s in _HELD_OUT_FP32), *HELD_OUT_COMMITTED]
 
 # The bounded check: a few of each set, cheap on two cores (each is also in the full set).
-BOUNDED = {"fitted": [Shape("tiny", 32), Shape("gpt_first_cpu", 16)],
-           "held_out": [Shape("tiny", 37), Shape("student", 12, architecture="modern"),
-                        Shape("gpt_first_cpu", 16, grad_accum=4)]}
+BOUNDED = {
+    "fitted": [Shape("tiny", 32), Shape("gpt_first_cpu", 16)],
+    "held_out": [
+        Shape("tiny", 37),
+        Shape("student", 12, architecture="modern"),
+        Shape("gpt_first_cpu", 16, grad_accum=4),
+    ],
+}
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu", help="the device to check (default cpu)")
     parser.add_argument("--full", action="store_true", help="every fitted and held-out shape, fp32 and bf16")
     parser.add_argument("--sets", nargs="+", default=["fitted", "held_out"], choices=("fitted", "held_out"))
-    parser.add_argument("--profiles", nargs="+", choices=sorted(FITTED_BATCHES), metavar="PROFILE",
-                        help="only shapes of these profiles")
-    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16", "fp16"),
-                        help="precisions of the fitted set (the held-out set has its own: fp32, and bf16 with --full)")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", metavar="N",
-                        help="for the fitted set, these batch sizes instead of each profile's")
-    parser.add_argument("--repeats", type=int, default=3, metavar="N",
-                        help="fresh processes per shape; the median peak is judged (glibc's retained blocks move "
-                             "one run's peak by up to ±10%%), each run's figure is shown (default 3)")
-    parser.add_argument("--max-fraction", type=float, default=0.6, metavar="F",
-                        help="skip shapes whose estimate exceeds this share of the memory available now (default 0.6)")
+    parser.add_argument(
+        "--profiles", nargs="+", choices=sorted(FITTED_BATCHES), metavar="PROFILE", help="only shapes of these profiles"
+    )
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        default=["fp32"],
+        choices=("fp32", "bf16", "fp16"),
+        help="precisions of the fitted set (the held-out set has its own: fp32, and bf16 with --full)",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="for the fitted set, these batch sizes instead of each profile's",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        metavar="N",
+        help="fresh processes per shape; the median peak is judged (glibc's retained blocks move "
+        "one run's peak by up to ±10%%), each run's figure is shown (default 3)",
+    )
+    parser.add_argument(
+        "--max-fraction",
+        type=float,
+        default=0.6,
+        metavar="F",
+        help="skip shapes whose estimate exceeds this share of the memory available now (default 0.6)",
+    )
 
 
 def shape_settings(shape: Shape, device: str) -> dict:
@@ -129,10 +157,20 @@ def shape_settings(shape: Shape, device: str) -> dict:
         extra["model.sequence_length"] = shape.sequence_length
     # Two measured steps after one warm-up: the peak comes in the second step, once AdamW's state
     # exists beside a full forward and backward.
-    return {**chosen, **extra, "device": device, "precision": shape.precision, "train.batch_size": shape.batch_size,
-            "train.grad_accum": shape.grad_accum, "train.gradient_checkpointing": shape.checkpointing,
-            "train.training_examples": None, "train.validation_examples": 8,
-            "benchmark.warmup_steps": 1, "benchmark.measured_steps": 2, "benchmark.intervals": 1}
+    return {
+        **chosen,
+        **extra,
+        "device": device,
+        "precision": shape.precision,
+        "train.batch_size": shape.batch_size,
+        "train.grad_accum": shape.grad_accum,
+        "train.gradient_checkpointing": shape.checkpointing,
+        "train.training_examples": None,
+        "train.validation_examples": 8,
+        "benchmark.warmup_steps": 1,
+        "benchmark.measured_steps": 2,
+        "benchmark.intervals": 1,
+    }
 
 
 def chosen_shapes(args) -> dict[str, list[Shape]]:
@@ -146,17 +184,20 @@ def chosen_shapes(args) -> dict[str, list[Shape]]:
     from buildllm.device.resolve import resolve_device  # torch, only when a check runs
 
     fp16 = resolve_device(args.device).fp16_training
-    return {name: [s for s in shapes if s.profile in keep and (fp16 or s.precision != "fp16")]
-            for name, shapes in sets.items() if name in args.sets}
+    return {
+        name: [s for s in shapes if s.profile in keep and (fp16 or s.precision != "fp16")]
+        for name, shapes in sets.items()
+        if name in args.sets
+    }
 
 
 def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
     """(the line's start or a skip note, the figures or None)."""
     from buildllm.errors import UserError
     from buildllm.measure.batch_finder import try_in_child
+    from buildllm.memory.estimate import plan_memory
     from buildllm.paths import token_paths
     from buildllm.plan import make_plan
-    from buildllm.memory.estimate import plan_memory
 
     try:
         config = check_config(args.params, shape_settings(shape, args.device))
@@ -176,8 +217,12 @@ def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
         return f"{label}  did not fit (out of memory)", None
     tries.sort(key=lambda t: t["peak_memory_bytes"])
     peaks = [t["peak_memory_bytes"] for t in tries]
-    return label, {"estimate": estimate, "peaks": peaks, "peak": statistics.median(peaks),
-                   "reserved": tries[len(tries) // 2].get("peak_memory_reserved_bytes")}
+    return label, {
+        "estimate": estimate,
+        "peaks": peaks,
+        "peak": statistics.median(peaks),
+        "reserved": tries[len(tries) // 2].get("peak_memory_reserved_bytes"),
+    }
 
 
 def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict) -> tuple[int, int]:
@@ -185,10 +230,15 @@ def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict) ->
     from buildllm.device.resolve import resolve_device
 
     cuda = resolve_device(args.device).caching_allocator
-    print(f"\n{name} set ({len(shapes)} shapes): the measured peak must lie inside the estimate's stated range",
-          flush=True)
-    print(f"{'shape':<48}{'estimate MiB':>13}{'range MiB':>16}{'measured MiB':>14}{'ratio':>7}{'runs MiB':>14}"
-          + (f"{'reserved MiB':>14}{'ratio':>7}" if cuda else ""), flush=True)
+    print(
+        f"\n{name} set ({len(shapes)} shapes): the measured peak must lie inside the estimate's stated range",
+        flush=True,
+    )
+    print(
+        f"{'shape':<48}{'estimate MiB':>13}{'range MiB':>16}{'measured MiB':>14}{'ratio':>7}{'runs MiB':>14}"
+        + (f"{'reserved MiB':>14}{'ratio':>7}" if cuda else ""),
+        flush=True,
+    )
     inside = measured = close = single_misses = singles = 0
     for shape in shapes:
         label, got = measure_shape(shape, args, limit)
@@ -206,12 +256,21 @@ def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict) ->
             line += f"{got['reserved'] / 2**20:>14.1f}{estimate.total / got['reserved']:>7.3f}"
             record[f"{name}_{shape.key}_reserved_bytes"] = got["reserved"]
         print(line + ("" if ok else "  MISSES the stated range"), flush=True)
-        record.update({f"{name}_{shape.key}_estimate_bytes": estimate.total,
-                       f"{name}_{shape.key}_low_bytes": estimate.low, f"{name}_{shape.key}_high_bytes": estimate.high,
-                       f"{name}_{shape.key}_measured_bytes": peak, f"{name}_{shape.key}_ratio": ratio,
-                       f"{name}_{shape.key}_inside": ok})
-    print(f"{name}: {inside} of {measured} shapes inside the stated range; {close} of {measured} ratios within "
-          f"±{TARGET:.0%}; {single_misses} of {singles} single runs outside the range", flush=True)
+        record.update(
+            {
+                f"{name}_{shape.key}_estimate_bytes": estimate.total,
+                f"{name}_{shape.key}_low_bytes": estimate.low,
+                f"{name}_{shape.key}_high_bytes": estimate.high,
+                f"{name}_{shape.key}_measured_bytes": peak,
+                f"{name}_{shape.key}_ratio": ratio,
+                f"{name}_{shape.key}_inside": ok,
+            }
+        )
+    print(
+        f"{name}: {inside} of {measured} shapes inside the stated range; {close} of {measured} ratios within "
+        f"±{TARGET:.0%}; {single_misses} of {singles} single runs outside the range",
+        flush=True,
+    )
     record.update({f"{name}_shapes": measured, f"{name}_inside": inside, f"{name}_within_target": close})
     return inside, measured
 

@@ -31,13 +31,23 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", help="device (default: params.yaml's)")
     parser.add_argument("--precision", help="precision (default: params.yaml's)")
     parser.add_argument("--threads", type=int, metavar="N")
-    parser.add_argument("--tolerance", type=float, default=TOLERANCE, metavar="F",
-                        help=f"highest MFU ÷ lowest - 1 allowed (default {TOLERANCE})")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=TOLERANCE,
+        metavar="F",
+        help=f"highest MFU ÷ lowest - 1 allowed (default {TOLERANCE})",
+    )
 
 
 def mfu_config(args):
-    chosen = {**profile_choice(args.iteration, args.preset), "device": args.device, "precision": args.precision,
-              "train.threads": args.threads, **(FULL_BENCHMARK if args.full else {})}
+    chosen = {
+        **profile_choice(args.iteration, args.preset),
+        "device": args.device,
+        "precision": args.precision,
+        "train.threads": args.threads,
+        **(FULL_BENCHMARK if args.full else {}),
+    }
     return check_config(args.params, {k: v for k, v in chosen.items() if v is not None or k == "preset"})
 
 
@@ -51,8 +61,9 @@ def one_run(config, number: int) -> dict:
         try:
             done = run_command(folder, ["benchmark"], timeout=3600)
         except subprocess.TimeoutExpired:
-            raise UserError(f"run {number}: the benchmark ran over an hour; bound it with fewer "
-                            "benchmark.measured_steps") from None
+            raise UserError(
+                f"run {number}: the benchmark ran over an hour; bound it with fewer benchmark.measured_steps"
+            ) from None
         if done.returncode != 0:
             raise UserError(f"run {number}: `buildllm benchmark` failed ({done.last_line()}); run it to see why")
         return read_result(folder, "benchmark")
@@ -66,8 +77,11 @@ def command(args) -> int:
     if runs < 2:
         raise UserError(f"--runs {runs}: give at least 2 (the check compares runs with each other)")
     config = mfu_config(args)
-    print(f"{'run':>4}{'tokens/s':>12}{'steps/s':>9}{'achieved TFLOP/s':>18}{'peak TFLOP/s':>14}{'before':>8}"
-          f"{'after':>8}{'MFU':>8}  peak source", flush=True)
+    print(
+        f"{'run':>4}{'tokens/s':>12}{'steps/s':>9}{'achieved TFLOP/s':>18}{'peak TFLOP/s':>14}{'before':>8}"
+        f"{'after':>8}{'MFU':>8}  peak source",
+        flush=True,
+    )
     mfus, speeds, record, misses = [], [], {}, 0
     for number in range(1, runs + 1):
         m = one_run(config, number)
@@ -78,20 +92,42 @@ def command(args) -> int:
             misses += 1
         mfus.append(m["mfu"])
         speeds.append(m["steps_per_second"])
-        record.update({f"run_{number}_mfu": m["mfu"], f"run_{number}_steps_per_second": m["steps_per_second"],
-                       f"run_{number}_throughput_cv": m["throughput_cv"]})
-        print(f"{number:>4}{m['tokens_per_second']:>12,.0f}{m['steps_per_second']:>9.2f}"
-              f"{m['achieved_flops'] / 1e12:>18.4f}{m['peak_flops'] / 1e12:>14.4f}{m['peak_flops_before'] / 1e12:>8.3f}"
-              f"{m['peak_flops_after'] / 1e12:>8.3f}{m['mfu']:>8.2%}  {m['peak_flops_source']}", flush=True)
+        record.update(
+            {
+                f"run_{number}_mfu": m["mfu"],
+                f"run_{number}_steps_per_second": m["steps_per_second"],
+                f"run_{number}_throughput_cv": m["throughput_cv"],
+            }
+        )
+        print(
+            f"{number:>4}{m['tokens_per_second']:>12,.0f}{m['steps_per_second']:>9.2f}"
+            f"{m['achieved_flops'] / 1e12:>18.4f}{m['peak_flops'] / 1e12:>14.4f}{m['peak_flops_before'] / 1e12:>8.3f}"
+            f"{m['peak_flops_after'] / 1e12:>8.3f}{m['mfu']:>8.2%}  {m['peak_flops_source']}",
+            flush=True,
+        )
     spread = max(mfus) / min(mfus) - 1
     speed_spread = max(abs(s / statistics.median(speeds) - 1) for s in speeds)
     inside = spread <= args.tolerance
     misses += not inside
-    print(f"{runs} runs of {m['profile']} on {m['device']} ({m['precision']}): MFU median "
-          f"{statistics.median(mfus):.2%}, highest ÷ lowest - 1 = {spread:.2%}, "
-          f"{'inside' if inside else 'OUTSIDE'} the ±{args.tolerance:.0%} range; "
-          f"steps/s up to {speed_spread:.1%} from the runs' median", flush=True)
-    record.update({"profile": m["profile"], "device": m["device"], "precision": m["precision"], "runs": runs,
-                   "mfu_median": statistics.median(mfus), "mfu_spread": spread, "tolerance": args.tolerance,
-                   "steps_per_second_spread": speed_spread, "full": args.full, **machine()})
+    print(
+        f"{runs} runs of {m['profile']} on {m['device']} ({m['precision']}): MFU median "
+        f"{statistics.median(mfus):.2%}, highest ÷ lowest - 1 = {spread:.2%}, "
+        f"{'inside' if inside else 'OUTSIDE'} the ±{args.tolerance:.0%} range; "
+        f"steps/s up to {speed_spread:.1%} from the runs' median",
+        flush=True,
+    )
+    record.update(
+        {
+            "profile": m["profile"],
+            "device": m["device"],
+            "precision": m["precision"],
+            "runs": runs,
+            "mfu_median": statistics.median(mfus),
+            "mfu_spread": spread,
+            "tolerance": args.tolerance,
+            "steps_per_second_spread": speed_spread,
+            "full": args.full,
+            **machine(),
+        }
+    )
     return finish("mfu", args.out, record, misses, runs)

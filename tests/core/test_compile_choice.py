@@ -13,8 +13,16 @@ from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.plan import make_plan
 
 # 0.3 s/step at x1.5 saves 0.1 s a step: 30 s of compilation pay back after 300 steps.
-PAYS = {"speedup": 1.5, "low": 1.4, "high": 1.6, "coverage": 0.97, "compile_seconds": 30.0, "plain_step_seconds": 0.3,
-        "precision": "fp32", "pairs": 6}
+PAYS = {
+    "speedup": 1.5,
+    "low": 1.4,
+    "high": 1.6,
+    "coverage": 0.97,
+    "compile_seconds": 30.0,
+    "plain_step_seconds": 0.3,
+    "precision": "fp32",
+    "pairs": 6,
+}
 SLOWER = {"speedup": 0.97, "compile_seconds": 40.0, "plain_step_seconds": 0.9, "precision": "fp32", "pairs": 6}
 
 
@@ -52,8 +60,12 @@ def test_no_package_data_holds_one_machines_measurements():
 
 def test_the_flag_takes_a_value_or_stands_alone_for_true():
     parser = build_parser()
-    for argv, expected in ((["train", "--compile"], "true"), (["train", "--compile", "auto"], "auto"),
-                           (["train", "--compile", "false"], "false"), (["train"], "auto")):
+    for argv, expected in (
+        (["train", "--compile"], "true"),
+        (["train", "--compile", "auto"], "auto"),
+        (["train", "--compile", "false"], "false"),
+        (["train"], "auto"),
+    ):
         args = parser.parse_args(argv + ["--params", "no-such-params.yaml"])
         args.params = None
         assert config_from_args(args).train.compile == expected

@@ -29,20 +29,23 @@ def write(tmp_path, text):
     return path
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("iteration: 4\n", "iteration=4 is not allowed; allowed values: 1, 2, 3"),
-    ("train:\n  batch_size: -2\n", "train.batch_size=-2 is too small"),
-    ("train:\n  batch_sise: 2\n", "unknown key train.batch_sise"),
-    ("colour: red\n", "unknown key colour"),
-    ("device: tpu\n", "device='tpu' is not a device; allowed: auto, cpu, cuda, cuda:N, mps, xla"),
-    ("precision: fp8\n", "precision='fp8' is not allowed; allowed values: auto, fp32, bf16, fp16"),
-    ("train:\n  epochs: two\n", "train.epochs='two' has the wrong type; it must be an integer"),
-    ("train:\n  compile: 1\n", "train.compile=1 is not allowed; allowed values: false, true, auto"),
-    ("train:\n  compile: maybe\n", "train.compile='maybe' is not allowed; allowed values: false, true, auto"),
-    ("train: 5\n", "train must be a section"),
-    ("preset: huge\n", "allowed values: tiny, student, small"),
-    ("iteration: [\n", "is not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("iteration: 4\n", "iteration=4 is not allowed; allowed values: 1, 2, 3"),
+        ("train:\n  batch_size: -2\n", "train.batch_size=-2 is too small"),
+        ("train:\n  batch_sise: 2\n", "unknown key train.batch_sise"),
+        ("colour: red\n", "unknown key colour"),
+        ("device: tpu\n", "device='tpu' is not a device; allowed: auto, cpu, cuda, cuda:N, mps, xla"),
+        ("precision: fp8\n", "precision='fp8' is not allowed; allowed values: auto, fp32, bf16, fp16"),
+        ("train:\n  epochs: two\n", "train.epochs='two' has the wrong type; it must be an integer"),
+        ("train:\n  compile: 1\n", "train.compile=1 is not allowed; allowed values: false, true, auto"),
+        ("train:\n  compile: maybe\n", "train.compile='maybe' is not allowed; allowed values: false, true, auto"),
+        ("train: 5\n", "train must be a section"),
+        ("preset: huge\n", "allowed values: tiny, student, small"),
+        ("iteration: [\n", "is not valid YAML"),
+    ],
+)
 def test_bad_values_name_key_value_and_allowed(tmp_path, text, fragment):
     with pytest.raises(ConfigError) as excinfo:
         load_config(write(tmp_path, text))
@@ -55,8 +58,9 @@ def test_yaml_scientific_notation_is_a_float(tmp_path):
 
 
 def test_cli_bad_value_is_one_line_exit_2_no_traceback(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "buildllm", "dry-run", "--iteration", "4"],
-                            cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "buildllm", "dry-run", "--iteration", "4"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "iteration=4" in result.stderr and "Traceback" not in result.stderr
@@ -67,5 +71,6 @@ def test_cli_flags_override_params_file(tmp_path, monkeypatch, capsys):
     write(tmp_path, "train:\n  batch_size: 4\n")
     assert main(["dry-run", "--device", "cpu", "--batch-size", "6"]) == 0
     import json
+
     metrics = json.loads((tmp_path / "metrics" / "dry_run.json").read_text())
     assert metrics["batch_size"] == 6

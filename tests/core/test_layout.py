@@ -41,7 +41,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         state[node] = 2
@@ -67,19 +67,25 @@ def test_the_cycle_finder_finds_one():
 
 def test_no_module_imports_the_command_line():
     """cli.py is the top: a module that imports it back turns the layers upside down."""
-    importers = sorted(name for name, deps in import_graph().items()
-                       if "buildllm.cli" in deps and name != "buildllm.__main__")
+    importers = sorted(
+        name for name, deps in import_graph().items() if "buildllm.cli" in deps and name != "buildllm.__main__"
+    )
     assert importers == [], importers
 
 
 def test_modules_stay_under_400_lines():
-    long = {p.relative_to(ROOT).as_posix(): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) >= 400}
+    long = {
+        p.relative_to(ROOT).as_posix(): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) >= 400
+    }
     assert not long, long
 
 
 def test_the_corpus_command_does_not_import_torch_or_pandas():
-    code = ("import sys, buildllm.cli, buildllm.data.corpus; buildllm.cli.build_parser(); "
-            "print(sorted(m for m in ('torch', 'pandas', 'tokenizers') if m in sys.modules))")
+    code = (
+        "import sys, buildllm.cli, buildllm.data.corpus; buildllm.cli.build_parser(); "
+        "print(sorted(m for m in ('torch', 'pandas', 'tokenizers') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

@@ -14,9 +14,9 @@ from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
 from buildllm.device.device import Device
 from buildllm.loss_choice import CPU_CHUNK_BYTES, DEVICE_MEMORY_SHARE, MIN_ROWS, ROW_MULTIPLE, decide_loss
+from buildllm.memory.estimate import FP32, plan_memory
 from buildllm.model.fused_loss import chunk_bytes_per_row
 from buildllm.plan import facts, make_plan
-from buildllm.memory.estimate import FP32, plan_memory
 from buildllm.train.trainer import Trainer
 
 GIB = 2**30
@@ -70,8 +70,9 @@ def test_the_plan_records_the_decision_and_the_memory_estimate_uses_its_chunk(gp
         assert (record["loss_chunk_rows"], record["loss_chunks"]) == (plan.loss.chunk_rows, plan.loss.chunks)
         model = plan.model
         # The chunk's buffers and the weight gradient the fused loss keeps until backward.
-        expected = (plan.loss.chunk_rows * chunk_bytes_per_row(model.vocab_size, 2)
-                    + model.vocab_size * model.n_embd * FP32)
+        expected = (
+            plan.loss.chunk_rows * chunk_bytes_per_row(model.vocab_size, 2) + model.vocab_size * model.n_embd * FP32
+        )
         assert plan_memory(plan).logits == expected
 
 
@@ -92,11 +93,15 @@ def test_a_measured_chunk_size_is_preferred():
 
 
 def test_the_cpu_keeps_its_cache_sized_chunks_and_the_trainer_hands_them_to_the_model(tokens):
-    plan = make_plan(load_config(None, {"device": "cpu", "preset": "tiny", "train.batch_size": 4}),
-                     training_examples=64)
+    plan = make_plan(
+        load_config(None, {"device": "cpu", "preset": "tiny", "train.batch_size": 4}), training_examples=64
+    )
     rows = 4 * plan.model.sequence_length
     assert plan.loss.chunk_rows == min(rows, CPU_CHUNK_BYTES // (4 * plan.model.vocab_size))
     assert "cache" in plan.loss.reason and plan.loss.chunks == -(-rows // plan.loss.chunk_rows)
-    trainer = Trainer(plan, Windows(load_tokens(tokens["train"]), plan.model.sequence_length, 64),
-                      directory=tokens["train"].parent / "unused")
+    trainer = Trainer(
+        plan,
+        Windows(load_tokens(tokens["train"]), plan.model.sequence_length, 64),
+        directory=tokens["train"].parent / "unused",
+    )
     assert trainer.model.loss_chunk_rows == plan.loss.chunk_rows

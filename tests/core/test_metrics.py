@@ -7,11 +7,20 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_project, run
 
-from buildllm.metrics import (CUT_LABEL, MAX_LABEL, SUMMARY, MetricValueError, notes_path, read_metrics, short_label,
-                              summarize, summary_path, write_metrics)
+from buildllm.metrics import (
+    CUT_LABEL,
+    MAX_LABEL,
+    SUMMARY,
+    MetricValueError,
+    notes_path,
+    read_metrics,
+    short_label,
+    summarize,
+    summary_path,
+    write_metrics,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +34,10 @@ def test_reasons_go_to_the_notes_file_and_numbers_stay(tmp_path):
     assert json.loads(path.read_text()) == {"device": "cpu", "mfu": 0.5, "peak_flops_source": short_label(source)}
     assert short_label(source).startswith("measured: 2048^3 fp32")
     notes = json.loads(notes_path(path).read_text())
-    assert notes_path(path).name == "train_notes.json" and notes == {"device_reason": reason, "peak_flops_source": source}
+    assert notes_path(path).name == "train_notes.json" and notes == {
+        "device_reason": reason,
+        "peak_flops_source": source,
+    }
     assert read_metrics(path, with_notes=True)["device_reason"] == reason
     # A later run without notes leaves no stale notes behind.
     write_metrics(path, {"device": "cpu"})
@@ -45,8 +57,10 @@ def test_outside_text_is_shortened_with_the_full_value_in_the_notes(tmp_path):
     values = json.loads(path.read_text())
     assert values == {"processor": short_label(processor), "checkpoint_directory": "…/run"}
     assert len(values["processor"]) == CUT_LABEL < MAX_LABEL
-    assert json.loads(notes_path(path).read_text()) == {"processor": processor, "checkpoint_directory": "/home/me/ck/run"}
-
+    assert json.loads(notes_path(path).read_text()) == {
+        "processor": processor,
+        "checkpoint_directory": "/home/me/ck/run",
+    }
 
 
 def test_the_committed_metrics_fit_a_terminal():
@@ -65,8 +79,10 @@ def test_the_committed_metrics_fit_a_terminal():
 
 
 def test_a_pipeline_stage_writes_its_summary_for_dvc(tmp_path):
-    path = write_metrics(tmp_path / "benchmark.json", {"tokens_per_second": 12345.678, "peak_memory_bytes": 3 * 2**20,
-                                                       "mfu": 0.512345, "device": "cpu"})
+    path = write_metrics(
+        tmp_path / "benchmark.json",
+        {"tokens_per_second": 12345.678, "peak_memory_bytes": 3 * 2**20, "mfu": 0.512345, "device": "cpu"},
+    )
     assert summary_path(path) == tmp_path / "summary" / "benchmark.json"
     # Four significant digits under short names; the full record keeps every key as it was.
     assert json.loads(summary_path(path).read_text()) == {"tokens_per_s": 12350, "peak_mib": 3.0, "mfu": 0.5123}

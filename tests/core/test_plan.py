@@ -7,12 +7,12 @@ import json
 import re
 
 import pytest
+from train_fixtures import train_args
 
 from buildllm import optimizer
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.plan import facts, make_plan
-from train_fixtures import train_args
 
 
 @pytest.fixture
@@ -40,8 +40,22 @@ def test_fused_adamw_is_probed_once_per_training_run(tokens, workdir, probes, ca
 
 def test_fused_adamw_is_probed_once_per_benchmark_and_dry_run(tokens, workdir, probes):
     (workdir / "params.yaml").write_text("benchmark:\n  warmup_steps: 1\n  measured_steps: 2\n  intervals: 1\n")
-    sizes = ["--preset", "tiny", "--device", "cpu", "--train-tokens", str(tokens["train"]), "--validation-tokens",
-             str(tokens["validation"]), "--training-examples", "64", "--validation-examples", "16", "--batch-size", "8"]
+    sizes = [
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--train-tokens",
+        str(tokens["train"]),
+        "--validation-tokens",
+        str(tokens["validation"]),
+        "--training-examples",
+        "64",
+        "--validation-examples",
+        "16",
+        "--batch-size",
+        "8",
+    ]
     assert main(["benchmark", *sizes]) == 0
     assert probes == ["cpu"]
     assert main(["dry-run", *sizes]) == 0
@@ -51,8 +65,7 @@ def test_fused_adamw_is_probed_once_per_benchmark_and_dry_run(tokens, workdir, p
 def test_every_decision_is_a_field_with_its_reason():
     plan = make_plan(load_config(None, {"device": "cpu", "preset": "tiny"}), training_examples=640)
     assert plan.planned_steps == 640 // plan.batch_size
-    for name in ("device", "precision", "batch_size", "workers", "learning_rate", "threads", "compile",
-                 "fused_adamw"):
+    for name in ("device", "precision", "batch_size", "workers", "learning_rate", "threads", "compile", "fused_adamw"):
         assert plan.decisions[name], name
     record = facts(plan)
     assert record["compile_enabled"] is plan.compile.enabled and record["compile_reason"] == plan.compile.reason
@@ -61,8 +74,9 @@ def test_every_decision_is_a_field_with_its_reason():
 
 def test_the_planned_steps_count_every_process_of_a_torchrun(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    plan = make_plan(load_config(None, {"device": "cpu", "preset": "tiny", "train.batch_size": 8}),
-                     training_examples=64)
+    plan = make_plan(
+        load_config(None, {"device": "cpu", "preset": "tiny", "train.batch_size": 8}), training_examples=64
+    )
     assert plan.processes == 2 and plan.planned_steps == 64 // (8 * 2)
 
 
@@ -70,8 +84,15 @@ def test_commands_offer_only_the_flags_they_use(capsys):
     with pytest.raises(SystemExit):
         main(["benchmark", "--help"])
     help_text = capsys.readouterr().out
-    for flag in ("--resume", "--force", "--keep-checkpoints", "--checkpoint-interval", "--log-interval",
-                 "--checkpoint-directory", "--eval-interval"):
+    for flag in (
+        "--resume",
+        "--force",
+        "--keep-checkpoints",
+        "--checkpoint-interval",
+        "--log-interval",
+        "--checkpoint-directory",
+        "--eval-interval",
+    ):
         assert not re.search(re.escape(flag) + r"(?![\w-])", help_text), flag  # --force, not --force-memory
     assert "--batch-size" in help_text and "--memory-budget" in help_text and "--force-memory" in help_text
     with pytest.raises(SystemExit):

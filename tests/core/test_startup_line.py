@@ -7,13 +7,26 @@ import json
 
 import pytest
 import yaml
-
-from buildllm.cli import main
 from train_fixtures import train_args
 
-FIELDS = ("device", "device_reason", "precision", "tensor_cores_enabled", "tf32_enabled", "fused_adamw",
-          "fused_adamw_reason", "grad_scaler", "batch_size", "workers", "sequence_length", "parameters",
-          "planned_steps", "decisions")
+from buildllm.cli import main
+
+FIELDS = (
+    "device",
+    "device_reason",
+    "precision",
+    "tensor_cores_enabled",
+    "tf32_enabled",
+    "fused_adamw",
+    "fused_adamw_reason",
+    "grad_scaler",
+    "batch_size",
+    "workers",
+    "sequence_length",
+    "parameters",
+    "planned_steps",
+    "decisions",
+)
 
 
 def first_line(capsys) -> dict:
@@ -28,8 +41,9 @@ def first_line(capsys) -> dict:
 
 @pytest.fixture
 def workdir(workdir):
-    (workdir / "params.yaml").write_text(yaml.safe_dump({"benchmark": {"warmup_steps": 1, "measured_steps": 2,
-                                                                       "intervals": 1}}))
+    (workdir / "params.yaml").write_text(
+        yaml.safe_dump({"benchmark": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1}})
+    )
     return workdir
 
 
@@ -40,16 +54,42 @@ def test_train_and_generate_announce_every_field(tokens, workdir, capsys):
     # A value the user set is a decision too, and the device decision carries the device.
     assert line["decisions"]["batch_size"] == "requested: 16" and line["decisions"]["threads"] == "requested: 1"
     assert line["decisions"]["device"] == "cpu: requested explicitly"
-    assert main(["generate", "--checkpoint-directory", str(workdir / "run"), "--prompt", "The", "--device", "cpu",
-                 "--max-new-tokens", "3"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint-directory",
+                str(workdir / "run"),
+                "--prompt",
+                "The",
+                "--device",
+                "cpu",
+                "--max-new-tokens",
+                "3",
+            ]
+        )
+        == 0
+    )
     line = first_line(capsys)
     assert line["action"] == "generate" and line["planned_steps"] == 3 and line["batch_size"] == 1
     assert line["fused_adamw"] is False and line["decisions"]["device"].startswith("cpu: ")
 
 
 def test_benchmark_and_dry_run_announce_every_field(tokens, workdir, capsys):
-    sizes = ["--preset", "tiny", "--device", "cpu", "--train-tokens", str(tokens["train"]), "--validation-tokens",
-             str(tokens["validation"]), "--training-examples", "64", "--validation-examples", "16"]
+    sizes = [
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--train-tokens",
+        str(tokens["train"]),
+        "--validation-tokens",
+        str(tokens["validation"]),
+        "--training-examples",
+        "64",
+        "--validation-examples",
+        "16",
+    ]
     assert main(["benchmark", *sizes, "--batch-size", "8"]) == 0
     line = first_line(capsys)
     assert line["action"] == "benchmark" and line["planned_steps"] == 3 and line["batch_size"] == 8

@@ -30,14 +30,29 @@ def speeds(reference: float, other: list[float]) -> dict:
 
 def record(machine: str | None = None, settings: dict | None = None, **parts) -> dict:
     plan = make_plan(load_config(None, {**SETTINGS, **(settings or {})}))
-    return {"machine_id": machine or this_machine(), "profile": plan.profile.name, "device": plan.device.device,
-            "batch_size": plan.batch_size, "shape": tuned.shape_label(plan.model), **parts}
+    return {
+        "machine_id": machine or this_machine(),
+        "profile": plan.profile.name,
+        "device": plan.device.device,
+        "batch_size": plan.batch_size,
+        "shape": tuned.shape_label(plan.model),
+        **parts,
+    }
 
 
 def bf16(faster: list[float], fp32_loss: float = 6.10, bf16_loss: float = 6.12) -> dict:
-    return {"reference": "fp32", "bf16": speeds(1.0, faster),
-            "loss_check": {"done": True, "steps": 30, "tolerance": 0.05, "fp32": fp32_loss, "bf16": bf16_loss,
-                           "tokens": "real"}}
+    return {
+        "reference": "fp32",
+        "bf16": speeds(1.0, faster),
+        "loss_check": {
+            "done": True,
+            "steps": 30,
+            "tolerance": 0.05,
+            "fp32": fp32_loss,
+            "bf16": bf16_loss,
+            "tokens": "real",
+        },
+    }
 
 
 def plan(**settings):
@@ -108,8 +123,12 @@ def test_threads_and_compile_follow_the_figures_measured_here():
     assert p.threads == other and p.decisions["threads"].startswith(f"{other}: measured here")
     assert p.compile.enabled and "measured here: x1.52" in p.decisions["compile"]
     assert plan(**{"train.threads": DEFAULT_THREADS}).threads == DEFAULT_THREADS  # asked for: obeyed
-    tuned.write_record(record(threads={**threads, "candidates": {str(other): speeds(1.0, [1.2] * 6)}},
-                              compile={"skipped": "skipped: 12 s of tune.seconds left"}))
+    tuned.write_record(
+        record(
+            threads={**threads, "candidates": {str(other): speeds(1.0, [1.2] * 6)}},
+            compile={"skipped": "skipped: 12 s of tune.seconds left"},
+        )
+    )
     p = plan()
     assert p.threads == DEFAULT_THREADS and "kept" in p.decisions["threads"]
     assert not p.compile.enabled and "measured here: torch.compile skipped: 12 s" in p.decisions["compile"]
@@ -127,8 +146,9 @@ def test_the_writer_keeps_other_machines_and_profiles():
 
 def test_the_loss_chunk_rule_takes_a_size_only_when_measured_here_conclusively_faster():
     noisy = speeds(1.0, [1.0, 1.1, 0.9, 1.0, 1.05, 0.95])
-    measured = record(loss_chunk={"default_rows": 512, "rows": 2048,
-                                  "candidates": {"256": noisy, "1024": speeds(1.0, [0.8] * 6)}})
+    measured = record(
+        loss_chunk={"default_rows": 512, "rows": 2048, "candidates": {"256": noisy, "1024": speeds(1.0, [0.8] * 6)}}
+    )
     rows, reason = tuned.chunk_choice(measured, "", 512)
     assert rows == 1024 and reason.startswith("1024 rows: measured here") and "256 rows x1.00" in reason
     measured["loss_chunk"]["candidates"] = {"256": noisy}

@@ -19,17 +19,20 @@ from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
 from buildllm.device.peak_flops import table_peak
+from buildllm.memory.estimate import plan_memory
 from buildllm.plan import apply_plan, make_plan
-from buildllm.memory.estimate import estimate_training_memory, plan_memory
 from buildllm.profiles import load_profile
 from buildllm.train.trainer import Trainer
 
-CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                          reason="needs a CUDA device")])
+CUDA = pytest.param(
+    "cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+)
 DEVICES = ["cpu", CUDA]
 # The CPU runs the same bodies, fewer steps: what is checked is the logic, not the speed.
-STEPS = {"cpu": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1, "max_batch_size": 4},
-         "cuda": {"warmup_steps": 2, "measured_steps": 6, "intervals": 2}}
+STEPS = {
+    "cpu": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1, "max_batch_size": 4},
+    "cuda": {"warmup_steps": 2, "measured_steps": 6, "intervals": 2},
+}
 
 
 def ampere_or_newer() -> bool:
@@ -53,9 +56,24 @@ def workdir_for(workdir, device: str):
 def benchmark(tokens, workdir, device: str, *extra: str) -> tuple[int, dict | None]:
     (workdir / "metrics").mkdir(exist_ok=True)
     (workdir / "metrics" / "benchmark.json").unlink(missing_ok=True)
-    code = main(["benchmark", "--preset", "tiny", "--device", device, "--train-tokens", str(tokens["train"]),
-                 "--validation-tokens", str(tokens["validation"]), "--training-examples", "512",
-                 "--validation-examples", "64", *extra])
+    code = main(
+        [
+            "benchmark",
+            "--preset",
+            "tiny",
+            "--device",
+            device,
+            "--train-tokens",
+            str(tokens["train"]),
+            "--validation-tokens",
+            str(tokens["validation"]),
+            "--training-examples",
+            "512",
+            "--validation-examples",
+            "64",
+            *extra,
+        ]
+    )
     path = workdir / "metrics" / "benchmark.json"
     return code, json.loads(path.read_text()) if path.exists() else None
 
@@ -66,8 +84,9 @@ def benchmark(tokens, workdir, device: str, *extra: str) -> tuple[int, dict | No
 def test_benchmark_records_the_device_and_its_peak(tokens, workdir, device, precision, capsys):
     if device == "cuda" and precision == "bf16" and not ampere_or_newer():
         pytest.skip("bf16 needs compute capability 8.0+")
-    code, m = benchmark(tokens, workdir_for(workdir, device), device, "--precision", precision,
-                        *batch_flags(device, "tiny"))
+    code, m = benchmark(
+        tokens, workdir_for(workdir, device), device, "--precision", precision, *batch_flags(device, "tiny")
+    )
     if device == "cpu" and precision == "fp16":  # refused by design, in one line, nothing written
         assert code == 2 and m is None
         assert "precision fp16 requested on the CPU" in capsys.readouterr().err
@@ -141,8 +160,22 @@ def test_fp16_takes_the_scaler_path_only_on_cuda(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_batch_finder_tries_within_the_budget(tokens, workdir, device):
     workdir_for(workdir, device)
-    code = main(["benchmark", "--find-batch-size", "--memory-budget", "1GiB", "--preset", "tiny", "--device", device,
-                 "--train-tokens", str(tokens["train"]), "--validation-tokens", str(tokens["validation"])])
+    code = main(
+        [
+            "benchmark",
+            "--find-batch-size",
+            "--memory-budget",
+            "1GiB",
+            "--preset",
+            "tiny",
+            "--device",
+            device,
+            "--train-tokens",
+            str(tokens["train"]),
+            "--validation-tokens",
+            str(tokens["validation"]),
+        ]
+    )
     assert code == 0
     r = json.loads((workdir / "metrics" / "batch_size.json").read_text())
     tries = [(r[f"try_{i}_batch_size"], r[f"try_{i}_fits"], r[f"try_{i}_peak_bytes"]) for i in range(r["tries"])]
@@ -157,11 +190,19 @@ def test_batch_finder_tries_within_the_budget(tokens, workdir, device):
 def test_memory_estimate_brackets_the_measured_peak(tokens, workdir, device, precision):
     if device == "cuda" and precision == "bf16" and not ampere_or_newer():
         pytest.skip("bf16 needs compute capability 8.0+")
-    code, m = benchmark(tokens, workdir_for(workdir, device), device, "--precision", precision,
-                        "--preset", "student", "--batch-size", "64")
+    code, m = benchmark(
+        tokens,
+        workdir_for(workdir, device),
+        device,
+        "--precision",
+        precision,
+        "--preset",
+        "student",
+        "--batch-size",
+        "64",
+    )
     assert code == 0
-    config = load_config(None, {"preset": "student", "device": device, "precision": precision,
-                                "train.batch_size": 64})
+    config = load_config(None, {"preset": "student", "device": device, "precision": precision, "train.batch_size": 64})
     plan = make_plan(config)
     estimate = plan_memory(plan)
     assert m["memory_estimate_total_bytes"] == estimate.total

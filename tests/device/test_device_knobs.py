@@ -28,8 +28,7 @@ def run_python(code: str, cwd, env_drop=("PYTORCH_ENABLE_MPS_FALLBACK",)) -> str
     import os
 
     env = {k: v for k, v in os.environ.items() if k not in env_drop}
-    result = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -39,8 +38,9 @@ def test_the_flag_sets_the_fallback_before_torch_is_imported(tmp_path):
     out = run_python(SET_BEFORE_TORCH.format(how="build_parser, config_from_args", call=call), tmp_path)
     assert out.strip() == "1"
     call = "config_from_args(build_parser().parse_args(['dry-run']))"
-    assert run_python(SET_BEFORE_TORCH.format(how="build_parser, config_from_args", call=call), tmp_path).strip() \
-        == "None"
+    assert (
+        run_python(SET_BEFORE_TORCH.format(how="build_parser, config_from_args", call=call), tmp_path).strip() == "None"
+    )
 
 
 def test_a_stage_sets_it_from_params_before_importing_its_function(tmp_path):
@@ -84,8 +84,11 @@ def test_the_train_step_marks_one_boundary_per_optimizer_step(tokens, tmp_path, 
 
     seen = []
     monkeypatch.setattr(trainer_module, "step_boundary", seen.append)
-    plan = make_plan(load_config(None, {"preset": "tiny", "device": "cpu", "train.threads": 1, "train.batch_size": 4,
-                                        "train.grad_accum": 3}))
+    plan = make_plan(
+        load_config(
+            None, {"preset": "tiny", "device": "cpu", "train.threads": 1, "train.batch_size": 4, "train.grad_accum": 3}
+        )
+    )
     apply_plan(plan)
     windows = Windows(load_tokens(tokens["train"]), plan.model.sequence_length, 64)
     trainer = trainer_module.Trainer(plan, windows, directory=tmp_path / "run")

@@ -14,8 +14,20 @@ from buildllm.errors import UserError
 def test_fingerprint_names_this_machine_and_its_id_is_stable(monkeypatch):
     monkeypatch.delenv(OVERRIDE, raising=False)
     record = fingerprint()
-    for key in ("cpu_model", "physical_cores", "logical_cores", "avx2", "avx512", "avx512_bf16", "amx",
-                "memory_total_gib", "torch_version", "cuda_version", "driver_version", "auto_device"):
+    for key in (
+        "cpu_model",
+        "physical_cores",
+        "logical_cores",
+        "avx2",
+        "avx512",
+        "avx512_bf16",
+        "amx",
+        "memory_total_gib",
+        "torch_version",
+        "cuda_version",
+        "driver_version",
+        "auto_device",
+    ):
         assert key in record, key
     assert record["logical_cores"] >= record["physical_cores"] >= 1 and record["memory_total_gib"] > 0
     assert fingerprint() == record  # nothing volatile: free memory, load and time are not in it

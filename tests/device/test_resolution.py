@@ -6,10 +6,10 @@ import torch
 
 from buildllm.device import precision as precision_mod
 from buildllm.device import resolve as runtime
-from buildllm.errors import DeviceUnavailable
-from buildllm.device.precision import resolve_precision
 from buildllm.device.device import Device
+from buildllm.device.precision import resolve_precision
 from buildllm.device.resolve import resolve_device
+from buildllm.errors import DeviceUnavailable
 
 
 @pytest.fixture
@@ -21,6 +21,7 @@ def fake_cuda(monkeypatch):
         monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: name)
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: capability)
+
     return install
 
 
@@ -87,7 +88,9 @@ def test_auto_precision_before_ampere_is_fp16_with_scaler(fake_cuda):
 
 def test_explicit_bf16_on_old_gpu_fails_with_advice(fake_cuda):
     fake_cuda(capability=(7, 0), name="Tesla V100")
-    with pytest.raises(DeviceUnavailable, match=r"Tesla V100 .*no bf16.*use --precision fp16 \(gradient scaling\) or fp32"):
+    with pytest.raises(
+        DeviceUnavailable, match=r"Tesla V100 .*no bf16.*use --precision fp16 \(gradient scaling\) or fp32"
+    ):
         resolve_precision("bf16", CUDA)
 
 
@@ -124,11 +127,18 @@ def test_matmul_settings_follow_tf32(monkeypatch, fake_cuda):
 
 # What a Device does for its kind: the right GPU of several, and nothing CUDA-only elsewhere.
 
+
 def test_cuda_device_synchronizes_and_measures_its_own_index(fake_cuda, monkeypatch):
     fake_cuda(count=2)
     seen = []
-    for name in ("synchronize", "reset_peak_memory_stats", "memory_allocated", "max_memory_allocated",
-                 "max_memory_reserved", "memory_reserved"):
+    for name in (
+        "synchronize",
+        "reset_peak_memory_stats",
+        "memory_allocated",
+        "max_memory_allocated",
+        "max_memory_reserved",
+        "memory_reserved",
+    ):
         monkeypatch.setattr(torch.cuda, name, lambda index=None, name=name: seen.append((name, index)) or 2**20)
     second = Device("cuda:1", "cuda:1", "cuda", "test")
     probe = second.peak_memory()
@@ -150,8 +160,12 @@ def test_oom_figures_come_from_the_devices_own_gpu(fake_cuda, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=None: asked.append(index) or Properties)
     figures = Device("cuda:1", "cuda:1", "cuda", "test").oom_figures()
-    assert figures == {"oom_allocated_bytes": 7, "oom_reserved_bytes": 7, "oom_peak_allocated_bytes": 7,
-                       "oom_device_total_bytes": 80 * 2**30}
+    assert figures == {
+        "oom_allocated_bytes": 7,
+        "oom_reserved_bytes": 7,
+        "oom_peak_allocated_bytes": 7,
+        "oom_device_total_bytes": 80 * 2**30,
+    }
     assert set(asked) == {1}
     assert MPS.oom_figures() == {}
     # The CPU's figures are the process's own: what it held and what was still free for it.

@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from conftest import ROOT, copy_project, run
 
 WALKTHROUGH = "docs/walkthrough.md"
@@ -57,8 +56,11 @@ def bound(project: Path) -> None:
 
 
 def files(project: Path) -> dict:
-    return {p.relative_to(project).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((project / "metrics").rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(project).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((project / "metrics").rglob("*"))
+        if p.is_file()
+    }
 
 
 def lines(result) -> list[str]:
@@ -161,7 +163,8 @@ GENERATED = {ROOT / "docs" / "measured.md"}
 # Documented before its branch is merged (issue 20 item 3); once the CLI has it, it is checked like the others.
 PENDING_COMMANDS = {"verify"}
 MACHINE_NAMES = re.compile(
-    r"\b(EPYC|Xeon|Ryzen|Threadripper|Core i[3579]|GeForce|Quadro|Tesla|RTX ?\d+|[ABHL]\d{2,3})\b")
+    r"\b(EPYC|Xeon|Ryzen|Threadripper|Core i[3579]|GeForce|Quadro|Tesla|RTX ?\d+|[ABHL]\d{2,3})\b"
+)
 HAND_TYPED_SPEED = re.compile(r"\d[\d,.]*\s*(tokens/s|steps/s|[TG]FLOP/s)|MFU( of)? \d[\d.]*\s*%")
 
 
@@ -172,7 +175,7 @@ def fenced(text: str, language: str = "bash") -> list[str]:
 def section(text: str, title: str) -> str:
     start = text.index(f"\n## {title}")
     end = text.find("\n## ", start + 1)
-    return text[start:end if end > 0 else None]
+    return text[start : end if end > 0 else None]
 
 
 def without_comment(line: str) -> str:

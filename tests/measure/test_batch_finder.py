@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from buildllm.measure.batch_finder import parse_bytes
 from buildllm.cli import main
 from buildllm.errors import ConfigError
+from buildllm.measure.batch_finder import parse_bytes
 
 
 def test_parse_bytes():
@@ -24,14 +24,33 @@ def test_parse_bytes():
 
 def finder(tokens, budget: str) -> list[str]:
     # Sequence 256 makes each example's logits 16 MiB, so batch sizes 1, 2, 4 differ clearly in memory.
-    return ["benchmark", "--find-batch-size", "--memory-budget", budget, "--preset", "tiny", "--device", "cpu",
-            "--threads", "1", "--sequence-length", "256", "--train-tokens", str(tokens["train"]),
-            "--validation-tokens", str(tokens["validation"]), "--validation-examples", "8"]
+    return [
+        "benchmark",
+        "--find-batch-size",
+        "--memory-budget",
+        budget,
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--sequence-length",
+        "256",
+        "--train-tokens",
+        str(tokens["train"]),
+        "--validation-tokens",
+        str(tokens["validation"]),
+        "--validation-examples",
+        "8",
+    ]
 
 
 def tries(result: dict) -> list[tuple[int, bool, int]]:
-    return [(result[f"try_{i}_batch_size"], result[f"try_{i}_fits"], result[f"try_{i}_peak_bytes"])
-            for i in range(result["tries"])]
+    return [
+        (result[f"try_{i}_batch_size"], result[f"try_{i}_fits"], result[f"try_{i}_peak_bytes"])
+        for i in range(result["tries"])
+    ]
 
 
 def test_finds_the_largest_batch_within_the_budget(tokens, workdir, capsys):

@@ -16,27 +16,77 @@ from buildllm.metrics import read_metrics
 from buildllm.train.trainer import Trainer
 
 # The course's "what to record" list: every benchmark must carry these.
-RECORDED = ("device", "precision", "tf32_enabled", "tensor_cores_enabled", "fused_adamw", "grad_scaler", "parameters",
-            "batch_size", "grad_accum", "sequence_length", "workers", "threads", "warmup_steps", "measured_steps",
-            "tokens_per_second", "steps_per_second", "throughput_cv", "peak_memory_bytes", "checkpoint_save_seconds",
-            "checkpoint_bytes", "time_to_first_step_seconds", "flops_per_token", "achieved_flops", "peak_flops",
-            "peak_flops_source", "peak_flops_before", "peak_flops_after", "mfu", "machine", "memory_estimate_low_bytes",
-            "memory_estimate_high_bytes", "processor", "gpu_name", "gpu_memory_bytes", "torch_version",
-            "cuda_available", "machine_id", "other_load_start", "other_load_end", "busy_machine")
+RECORDED = (
+    "device",
+    "precision",
+    "tf32_enabled",
+    "tensor_cores_enabled",
+    "fused_adamw",
+    "grad_scaler",
+    "parameters",
+    "batch_size",
+    "grad_accum",
+    "sequence_length",
+    "workers",
+    "threads",
+    "warmup_steps",
+    "measured_steps",
+    "tokens_per_second",
+    "steps_per_second",
+    "throughput_cv",
+    "peak_memory_bytes",
+    "checkpoint_save_seconds",
+    "checkpoint_bytes",
+    "time_to_first_step_seconds",
+    "flops_per_token",
+    "achieved_flops",
+    "peak_flops",
+    "peak_flops_source",
+    "peak_flops_before",
+    "peak_flops_after",
+    "mfu",
+    "machine",
+    "memory_estimate_low_bytes",
+    "memory_estimate_high_bytes",
+    "processor",
+    "gpu_name",
+    "gpu_memory_bytes",
+    "torch_version",
+    "cuda_available",
+    "machine_id",
+    "other_load_start",
+    "other_load_end",
+    "busy_machine",
+)
 
 
 @pytest.fixture
 def workdir(workdir):
     """A working directory whose params.yaml bounds the benchmark to a few steps."""
-    (workdir / "params.yaml").write_text(yaml.safe_dump(
-        {"benchmark": {"warmup_steps": 1, "measured_steps": 4, "intervals": 2}}))
+    (workdir / "params.yaml").write_text(
+        yaml.safe_dump({"benchmark": {"warmup_steps": 1, "measured_steps": 4, "intervals": 2}})
+    )
     return workdir
 
 
 def args(tokens, *extra: str) -> list[str]:
-    return ["--preset", "tiny", "--device", "cpu", "--train-tokens", str(tokens["train"]),
-            "--validation-tokens", str(tokens["validation"]), "--batch-size", "8", "--training-examples", "64",
-            "--validation-examples", "16", *extra]
+    return [
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--train-tokens",
+        str(tokens["train"]),
+        "--validation-tokens",
+        str(tokens["validation"]),
+        "--batch-size",
+        "8",
+        "--training-examples",
+        "64",
+        "--validation-examples",
+        "16",
+        *extra,
+    ]
 
 
 def read(workdir, stage: str) -> dict:
@@ -54,7 +104,8 @@ def test_benchmark_records_every_field_and_the_numbers_agree(tokens, workdir, ca
     assert (m["device"], m["precision"], m["threads"], m["grad_accum"], m["oom"]) == ("cpu", "fp32", 1, 2, False)
     assert m["warmup_steps"] == 1 and m["measured_steps"] == 4 and m["intervals"] == 2
     assert m["tokens_per_second"] == pytest.approx(
-        m["steps_per_second"] * m["batch_size"] * m["sequence_length"] * m["grad_accum"])
+        m["steps_per_second"] * m["batch_size"] * m["sequence_length"] * m["grad_accum"]
+    )
     assert m["achieved_flops"] == pytest.approx(m["flops_per_token"] * m["tokens_per_second"])
     assert 0 < m["mfu"] < 1 and m["peak_flops_source"] == "measured: 2048^3 fp32 matmuls"
     assert len(json.loads((workdir / "metrics" / "benchmark.json").read_text())["peak_flops_source"]) <= 30
@@ -112,15 +163,18 @@ def test_sweep_prints_one_row_per_combination(tokens, workdir, capsys):
     out = capsys.readouterr().out
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{") and '"preset"' in line]
     assert [(r["preset"], r["threads"]) for r in rows] == [("tiny", 1), ("tiny", 2), ("student", 1), ("student", 2)]
-    table = out[out.index("preset "):].splitlines()
+    table = out[out.index("preset ") :].splitlines()
     assert len(table) == 2 + 4  # header, rule, one line per combination
     sequence = {"tiny": 64, "student": 128}
     for r in rows:
         assert r["tokens_per_second"] == pytest.approx(r["steps_per_second"] * r["batch_size"] * sequence[r["preset"]])
     sweep = read(workdir, "sweep")
-    assert set(sweep) == {f"{p}_classic_{t}t_{k}" for p in ("tiny", "student") for t in (1, 2)
-                          for k in ("steps_per_second", "tokens_per_second", "data_share", "other_load",
-                                    "busy_machine")}
+    assert set(sweep) == {
+        f"{p}_classic_{t}t_{k}"
+        for p in ("tiny", "student")
+        for t in (1, 2)
+        for k in ("steps_per_second", "tokens_per_second", "data_share", "other_load", "busy_machine")
+    }
     assert all(r["other_load"] >= 0 and isinstance(r["busy_machine"], bool) for r in rows)
 
 

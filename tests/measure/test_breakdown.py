@@ -14,8 +14,19 @@ from buildllm.train.trainer import Trainer
 
 
 def trainer_for(tokens, tmp_path, **extra) -> Trainer:
-    plan = make_plan(load_config(None, {"preset": "tiny", "device": "cpu", "train.threads": 1, "train.batch_size": 8,
-                                        "train.grad_accum": 2, **extra}))
+    plan = make_plan(
+        load_config(
+            None,
+            {
+                "preset": "tiny",
+                "device": "cpu",
+                "train.threads": 1,
+                "train.batch_size": 8,
+                "train.grad_accum": 2,
+                **extra,
+            },
+        )
+    )
     apply_plan(plan)
     windows = Windows(load_tokens(tokens["train"]), plan.model.sequence_length, 64)
     return Trainer(plan, windows, directory=tmp_path / "run")
@@ -34,8 +45,12 @@ def test_the_parts_are_timed_on_the_trainers_own_step_and_the_trainer_is_left_as
 
     trainer.cursor.next = slow_data
     parts = breakdown.step_breakdown(trainer, 3)
-    assert trainer.step_count == 4 and set(parts) == {"step_data_seconds", "step_transfer_seconds",
-                                                      "step_compute_seconds", "step_optimizer_seconds"}
+    assert trainer.step_count == 4 and set(parts) == {
+        "step_data_seconds",
+        "step_transfer_seconds",
+        "step_compute_seconds",
+        "step_optimizer_seconds",
+    }
     assert parts["step_data_seconds"] >= 2 * 0.05  # two micro-batches per step, each waited for
     assert parts["step_optimizer_seconds"] > 0 and parts["step_compute_seconds"] > 0
     assert trainer.device is trainer.plan.device and trainer.cursor.next == slow_data
@@ -50,10 +65,34 @@ def test_overheads_spread_over_their_intervals():
 
 
 def test_a_workers_sweep_prints_the_table(tokens, workdir, capsys):
-    assert main(["benchmark", "--preset", "tiny", "--device", "cpu", "--threads", "1", "--batch-size", "8",
-                 "--training-examples", "64", "--validation-examples", "8", "--train-tokens", str(tokens["train"]),
-                 "--validation-tokens", str(tokens["validation"]), "--workers", "0", "1"]) == 0
+    assert (
+        main(
+            [
+                "benchmark",
+                "--preset",
+                "tiny",
+                "--device",
+                "cpu",
+                "--threads",
+                "1",
+                "--batch-size",
+                "8",
+                "--training-examples",
+                "64",
+                "--validation-examples",
+                "8",
+                "--train-tokens",
+                str(tokens["train"]),
+                "--validation-tokens",
+                str(tokens["validation"]),
+                "--workers",
+                "0",
+                "1",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    lines = out[out.index("preset "):].splitlines()
+    lines = out[out.index("preset ") :].splitlines()
     assert "workers" in lines[0] and "data wait" in lines[0]
     assert [line.split()[3] for line in lines[2:4]] == ["0", "1"]

@@ -34,15 +34,18 @@ def competitors(count: int):
             os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("others, used, available, share", [
-    (0.0, 2, 2, 0.0),      # idle machine
-    (0.5, 2, 2, 0.25),     # half a core taken from a run on both cores: at the threshold, not over it
-    (1.0, 2, 2, 0.5),
-    (3.0, 1, 4, 0.0),      # three other cores busy, one left for the run: no contention
-    (3.5, 1, 4, 0.5),
-    (8.0, 2, 4, 1.0),      # capped: every core the run needs is taken
-    (0.3, 0, 2, 0.0),      # an accelerator run still counts the one core that feeds it
-])
+@pytest.mark.parametrize(
+    "others, used, available, share",
+    [
+        (0.0, 2, 2, 0.0),  # idle machine
+        (0.5, 2, 2, 0.25),  # half a core taken from a run on both cores: at the threshold, not over it
+        (1.0, 2, 2, 0.5),
+        (3.0, 1, 4, 0.0),  # three other cores busy, one left for the run: no contention
+        (3.5, 1, 4, 0.5),
+        (8.0, 2, 4, 1.0),  # capped: every core the run needs is taken
+        (0.3, 0, 2, 0.0),  # an accelerator run still counts the one core that feeds it
+    ],
+)
 def test_contended_share_fills_idle_cores_first(others, used, available, share):
     assert contended_share(others, used, available) == pytest.approx(share)
     assert (contended_share(others, used, available) > BUSY_SHARE) == (share > BUSY_SHARE)
@@ -60,11 +63,28 @@ def test_busy_loops_on_every_core_are_noticed_at_start_and_end():
 
 
 def test_a_benchmark_on_a_busy_machine_says_so(tokens, workdir, capsys):
-    (workdir / "params.yaml").write_text(yaml.safe_dump(
-        {"benchmark": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1}}))
-    command = ["benchmark", "--preset", "tiny", "--device", "cpu", "--threads", "1", "--train-tokens",
-               str(tokens["train"]), "--validation-tokens", str(tokens["validation"]), "--batch-size", "8",
-               "--training-examples", "32", "--validation-examples", "8"]
+    (workdir / "params.yaml").write_text(
+        yaml.safe_dump({"benchmark": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1}})
+    )
+    command = [
+        "benchmark",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--train-tokens",
+        str(tokens["train"]),
+        "--validation-tokens",
+        str(tokens["validation"]),
+        "--batch-size",
+        "8",
+        "--training-examples",
+        "32",
+        "--validation-examples",
+        "8",
+    ]
     with competitors(len(our_cpus())):
         assert main(command) == 0
     m = read_metrics(workdir / "metrics" / "benchmark.json", with_notes=True)

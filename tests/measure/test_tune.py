@@ -19,32 +19,65 @@ def turns(order: list, now: list, costs: dict):
         def run():
             order.append(name)
             now[0] += costs[name]
+
         return run
+
     return {name: turn(name) for name in costs}
 
 
 def test_sides_take_turns_after_warming_up_and_no_round_starts_that_would_end_past_the_deadline():
     order, now = [], [0.0]
-    seconds = interleave(turns(order, now, {"a": 1.0, "b": 2.0}), warmup=1, rounds=100, soft_deadline=20.0,
-                         hard_deadline=30.0, min_rounds=3, clock=lambda: now[0])
+    seconds = interleave(
+        turns(order, now, {"a": 1.0, "b": 2.0}),
+        warmup=1,
+        rounds=100,
+        soft_deadline=20.0,
+        hard_deadline=30.0,
+        min_rounds=3,
+        clock=lambda: now[0],
+    )
     assert order[:2] == ["a", "b"] and order[2:] == ["a", "b"] * 5  # warm-up, then A B A B from t=3 s to t=18 s
     assert seconds == {"a": [1.0] * 5, "b": [2.0] * 5}
     figure = compare(seconds, "a")["b"]
     assert figure["ratio"] == 0.5 and figure["pairs"] == 5 and figure["low"] == figure["high"] == 0.5
     order, now = [], [0.0]
-    seconds = interleave(turns(order, now, {"a": 1.0, "b": 2.0}), warmup=1, rounds=100, soft_deadline=20.0,
-                         hard_deadline=10.0, min_rounds=3, clock=lambda: now[0])
+    seconds = interleave(
+        turns(order, now, {"a": 1.0, "b": 2.0}),
+        warmup=1,
+        rounds=100,
+        soft_deadline=20.0,
+        hard_deadline=10.0,
+        min_rounds=3,
+        clock=lambda: now[0],
+    )
     assert len(seconds["a"]) == 2  # the whole budget's end wins over the fewest rounds wanted
 
 
 def tune_args(tokens, *extra: str) -> list[str]:
-    return ["--preset", "tiny", "--device", "cpu", "--train-tokens", str(tokens["train"]),
-            "--validation-tokens", str(tokens["validation"]), "--tokenizer", str(tokens["tokenizer"]),
-            "--batch-size", "8", "--training-examples", "64", "--validation-examples", "16", *extra]
+    return [
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--train-tokens",
+        str(tokens["train"]),
+        "--validation-tokens",
+        str(tokens["validation"]),
+        "--tokenizer",
+        str(tokens["tokenizer"]),
+        "--batch-size",
+        "8",
+        "--training-examples",
+        "64",
+        "--validation-examples",
+        "16",
+        *extra,
+    ]
 
 
-def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_reads_it(workdir, tokens, capsys,
-                                                                                        monkeypatch):
+def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_reads_it(
+    workdir, tokens, capsys, monkeypatch
+):
     monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
     (workdir / "params.yaml").write_text(yaml.safe_dump({"tune": {"loss_steps": 4}}))
     assert main(["tune", *tune_args(tokens, "--seconds", "29")]) == 0
@@ -89,8 +122,11 @@ def test_tune_measures_compile_when_the_budget_allows_it(workdir, tokens, capsys
     compiled = record["compile"]
     # Measured (with its figures and pairs), or, on a machine too slow or busy to compile within
     # what was left, skipped with the reason.
-    assert ("speedup" in compiled and compiled["pairs"] >= 1 and compiled["compile_seconds"] > 0
-            # in the precision `auto` chose from the same record
-            and record["decisions"]["precision"].startswith(compiled["precision"] + ":")
-            ) or "tune.seconds" in compiled["skipped"]
+    assert (
+        "speedup" in compiled
+        and compiled["pairs"] >= 1
+        and compiled["compile_seconds"] > 0
+        # in the precision `auto` chose from the same record
+        and record["decisions"]["precision"].startswith(compiled["precision"] + ":")
+    ) or "tune.seconds" in compiled["skipped"]
     assert "threads" in record and record["loss_chunk"].get("candidates")

@@ -69,10 +69,12 @@ GPU = Device("cuda", "cuda:0", "cuda", "test: a CUDA device of a stated size")
 # chunk, chunks) it gives in fp32 and in bf16: the CPU's cache-sized chunks (iteration 1's
 # vocabulary and micro-batch); on a GPU, chunks that fill the budget (1/32 of 0.5 GiB: 16 MiB), the
 # floor of MIN_ROWS rows past the budget (1/32 of 128 MiB), and one chunk where every row fits.
-CHOSEN = {"cpu": (2048, 4096, CPU, None, {"fp32": (512, 4), "bf16": (512, 4)}),
-          "gpu budget": (12000, 256, GPU, GIB // 2, {"fp32": (8192, 2), "bf16": (5120, 3)}),
-          "gpu floor": (10000, 256, GPU, 128 * 2**20, {"fp32": (MIN_ROWS, 3), "bf16": (MIN_ROWS, 3)}),
-          "gpu one chunk": (10000, 256, GPU, 141 * GIB, {"fp32": (10000, 1), "bf16": (10000, 1)})}
+CHOSEN = {
+    "cpu": (2048, 4096, CPU, None, {"fp32": (512, 4), "bf16": (512, 4)}),
+    "gpu budget": (12000, 256, GPU, GIB // 2, {"fp32": (8192, 2), "bf16": (5120, 3)}),
+    "gpu floor": (10000, 256, GPU, 128 * 2**20, {"fp32": (MIN_ROWS, 3), "bf16": (MIN_ROWS, 3)}),
+    "gpu one chunk": (10000, 256, GPU, 141 * GIB, {"fp32": (10000, 1), "bf16": (10000, 1)}),
+}
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -2,15 +2,17 @@
 
 import pytest
 import yaml
-
 from conftest import copy_project, run, use_docs_corpus
 
 
 def lock_hashes(project) -> dict[str, str]:
     lock = yaml.safe_load((project / "dvc.lock").read_text())
     # The cached outputs; metrics/tokenize.json holds timings and is not compared.
-    return {out["path"]: out["md5"] for out in lock["stages"]["tokenize"]["outs"]
-            if out["path"] in ("tokenizer", "data/tokens")}
+    return {
+        out["path"]: out["md5"]
+        for out in lock["stages"]["tokenize"]["outs"]
+        if out["path"] in ("tokenizer", "data/tokens")
+    }
 
 
 @pytest.mark.slow

@@ -95,7 +95,8 @@ def test_closure_follows_imports_inside_functions(tmp_path):
 def is_config(node: ast.AST) -> bool:
     """`config` or `<anything>.config`: the names the package gives the Config object."""
     return (isinstance(node, ast.Name) and node.id == "config") or (
-        isinstance(node, ast.Attribute) and node.attr == "config")
+        isinstance(node, ast.Attribute) and node.attr == "config"
+    )
 
 
 def read_keys(paths: set[Path]) -> set[str]:
@@ -115,8 +116,12 @@ def read_keys(paths: set[Path]) -> set[str]:
                 if isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple):
                     pairs = list(zip(node.targets[0].elts, node.value.elts))
                 for target, value in pairs:
-                    if (isinstance(target, ast.Name) and isinstance(value, ast.Attribute)
-                            and value.attr in SECTIONS and is_config(value.value)):
+                    if (
+                        isinstance(target, ast.Name)
+                        and isinstance(value, ast.Attribute)
+                        and value.attr in SECTIONS
+                        and is_config(value.value)
+                    ):
                         aliases[target.id] = value.attr
         for node in ast.walk(tree):
             if not isinstance(node, ast.Attribute):
@@ -135,8 +140,12 @@ def read_keys(paths: set[Path]) -> set[str]:
                     continue  # an alias: its reads were counted above
                 elif isinstance(parent, ast.Tuple) and isinstance(parents.get(parent), ast.Assign):
                     continue
-                elif (isinstance(parent, ast.Call) and parent.args and parent.args[0] is node
-                      and getattr(parent.func, "id", "") == "replace"):
+                elif (
+                    isinstance(parent, ast.Call)
+                    and parent.args
+                    and parent.args[0] is node
+                    and getattr(parent.func, "id", "") == "replace"
+                ):
                     continue
                 else:
                     keys.add(node.attr)

@@ -9,7 +9,6 @@ import json
 
 import pytest
 import yaml
-
 from conftest import run, use_docs_corpus
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import yaml
-
 from conftest import run
 
 pytestmark = pytest.mark.slow
@@ -25,8 +24,10 @@ def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(project):
     # preflight ran before train, on this pipeline's own benchmark and estimate
     preflight = json.loads((project / "metrics" / "preflight.json").read_text())
     assert preflight["checks_failed"] == 0, out
-    assert all(preflight[key] == "pass" for key in ("device", "precision", "benchmark", "throughput", "estimate",
-                                                    "disk", "directory"))
+    assert all(
+        preflight[key] == "pass"
+        for key in ("device", "precision", "benchmark", "throughput", "estimate", "disk", "directory")
+    )
     assert "| free disk at the checkpoint directory | pass |" in out and out.index("| check |") < out.index("trained ")
     metrics = json.loads((project / "metrics" / "train.json").read_text())
     assert metrics["status"] == "completed" and metrics["profile"] == "gpt_first_cpu"
@@ -41,12 +42,29 @@ def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(project):
     assert (project / "plots" / "train_loss.png").read_bytes()[:4] == b"\x89PNG"
 
     plots = json.loads(run(["dvc", "plots", "show", "--json"], project).stdout)
-    assert {"Loss against step", "Loss against elapsed time", "Tokens per second against step",
-            "plots/train_loss.png"} <= set(plots["data"])
+    assert {
+        "Loss against step",
+        "Loss against elapsed time",
+        "Tokens per second against step",
+        "plots/train_loss.png",
+    } <= set(plots["data"])
     assert "train" not in run(["dvc", "status", "train"], project).stdout  # up to date, outs recorded
 
-    text = run([sys.executable, "-m", "buildllm", "generate", "--prompt", "The history of", "--max-new-tokens", "20",
-                "--device", "cpu"], project).stdout
+    text = run(
+        [
+            sys.executable,
+            "-m",
+            "buildllm",
+            "generate",
+            "--prompt",
+            "The history of",
+            "--max-new-tokens",
+            "20",
+            "--device",
+            "cpu",
+        ],
+        project,
+    ).stdout
     assert json.loads(text.splitlines()[0])["action"] == "generate"  # the startup line, then the text
     text = text.split("\n", 1)[1]
     assert text.startswith("The history of") and len(text.strip()) > len("The history of")

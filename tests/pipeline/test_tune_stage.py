@@ -9,15 +9,20 @@ import subprocess
 
 import pytest
 import yaml
-
 from conftest import run, run_env, use_docs_corpus
 
 OVERRIDE = "BUILDLLM_MACHINE_OVERRIDE"
 
 
 def repro(project, *targets: str, env: dict | None = None) -> str:
-    result = subprocess.run(["dvc", "repro", *targets], cwd=project, env={**run_env(), **(env or {})},
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        ["dvc", "repro", *targets],
+        cwd=project,
+        env={**run_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, f"dvc repro exited {result.returncode}\n{result.stdout}\n{result.stderr}"
     return result.stdout
 

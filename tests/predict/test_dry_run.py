@@ -4,13 +4,27 @@ import sys
 
 import pytest
 import torch
-
 from conftest import run
 
-ENV_FIELDS = {"torch_version", "cuda_available", "cuda_unavailable_reason", "resolved_device", "device_reason",
-              "processor", "physical_cores", "logical_cores", "torch_threads", "memory_total_bytes", "gpu_name",
-              "gpu_memory_bytes", "gpu_compute_capability", "bf16_supported", "mps_available", "dvc_version",
-              "tokenizers_version"}
+ENV_FIELDS = {
+    "torch_version",
+    "cuda_available",
+    "cuda_unavailable_reason",
+    "resolved_device",
+    "device_reason",
+    "processor",
+    "physical_cores",
+    "logical_cores",
+    "torch_threads",
+    "memory_total_bytes",
+    "gpu_name",
+    "gpu_memory_bytes",
+    "gpu_compute_capability",
+    "bf16_supported",
+    "mps_available",
+    "dvc_version",
+    "tokenizers_version",
+}
 
 
 def buildllm(*args, cwd):
@@ -36,15 +50,20 @@ def test_dry_run_iteration_3_counts_parameters_and_estimates_memory(tmp_path):
     stated = ("memory_estimate_total_bytes", "memory_estimate_low_bytes", "memory_estimate_high_bytes")
     parts = [v for k, v in metrics.items() if k.startswith("memory_estimate_") and k not in stated]
     assert metrics["memory_estimate_total_bytes"] == sum(parts)
-    assert metrics["memory_estimate_low_bytes"] < metrics["memory_estimate_total_bytes"] < metrics["memory_estimate_high_bytes"]
+    assert (
+        metrics["memory_estimate_low_bytes"]
+        < metrics["memory_estimate_total_bytes"]
+        < metrics["memory_estimate_high_bytes"]
+    )
     # fp32 weights + grads + AdamW moments alone are 16 bytes a parameter.
     assert metrics["memory_estimate_total_bytes"] > 16 * metrics["parameters"]
     assert all(isinstance(v, (int, float, str, bool)) for v in metrics.values())
 
 
 def test_train_dry_run_trains_nothing_and_makes_no_checkpoint_directory(tmp_path):
-    result = buildllm("train", "--dry-run", "--preset", "tiny", "--device", "cpu",
-                      "--checkpoint-directory", "ckpt", cwd=tmp_path)
+    result = buildllm(
+        "train", "--dry-run", "--preset", "tiny", "--device", "cpu", "--checkpoint-directory", "ckpt", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "ckpt").exists()
     assert json.loads((tmp_path / "metrics" / "dry_run.json").read_text())["profile"] == "tiny"

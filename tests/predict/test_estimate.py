@@ -6,31 +6,55 @@ from __future__ import annotations
 import json
 
 import pytest
+from train_fixtures import train_args
 
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.device.hardware import machine_name
+from buildllm.plan import facts, make_plan
 from buildllm.predict.estimate import RUN_TO_RUN, estimate, planned_examples
 from buildllm.units import duration as human_duration
-from buildllm.plan import facts, make_plan
-from train_fixtures import train_args
 
 
 def settings(tokens, **extra) -> dict:
-    return {"preset": "tiny", "device": "cpu", "train.threads": 1, "train.batch_size": 8, "train.grad_accum": 2,
-            "train.epochs": 3, "train.training_examples": 100, "train.validation_examples": 16,
-            "train.eval_interval": 4, "train.checkpoint_interval": 5, "train.keep_checkpoints": 2,
-            "train.train_tokens": str(tokens["train"]), "train.validation_tokens": str(tokens["validation"]), **extra}
+    return {
+        "preset": "tiny",
+        "device": "cpu",
+        "train.threads": 1,
+        "train.batch_size": 8,
+        "train.grad_accum": 2,
+        "train.epochs": 3,
+        "train.training_examples": 100,
+        "train.validation_examples": 16,
+        "train.eval_interval": 4,
+        "train.checkpoint_interval": 5,
+        "train.keep_checkpoints": 2,
+        "train.train_tokens": str(tokens["train"]),
+        "train.validation_tokens": str(tokens["validation"]),
+        **extra,
+    }
 
 
 def benchmark_record(config, **figures) -> dict:
     """What the benchmark writes: the plan's controls, this machine, and the measured figures."""
     plan = make_plan(config)
-    return {**facts(plan), "machine": machine_name(plan.device), "validation_examples":
-            planned_examples(plan, "validation"), "oom": False, "steps_per_second": 4.0, "tokens_per_second": 4096.0,
-            "interval_steps_per_second_min": 3.2, "interval_steps_per_second_max": 5.0,
-            "validation_seconds": 0.5, "checkpoint_save_seconds": 0.25, "checkpoint_bytes": 1_000_000,
-            "process_startup_seconds": 1.5, "time_to_first_step_seconds": 2.0, "plot_seconds": 0.5, **figures}
+    return {
+        **facts(plan),
+        "machine": machine_name(plan.device),
+        "validation_examples": planned_examples(plan, "validation"),
+        "oom": False,
+        "steps_per_second": 4.0,
+        "tokens_per_second": 4096.0,
+        "interval_steps_per_second_min": 3.2,
+        "interval_steps_per_second_max": 5.0,
+        "validation_seconds": 0.5,
+        "checkpoint_save_seconds": 0.25,
+        "checkpoint_bytes": 1_000_000,
+        "process_startup_seconds": 1.5,
+        "time_to_first_step_seconds": 2.0,
+        "plot_seconds": 0.5,
+        **figures,
+    }
 
 
 def test_the_projection_is_the_course_arithmetic(tokens, workdir):
@@ -66,16 +90,27 @@ def test_a_configured_startup_replaces_the_measured_one(tokens, workdir):
 
 def test_counts_match_what_a_real_training_run_does(tokens, workdir):
     # 320 examples in batches of 16: 20 steps; validation every 6, checkpoints every 8.
-    run = train_args(tokens, workdir / "run", "--eval-interval", "6", "--checkpoint-interval", "8",
-                     "--keep-checkpoints", "5")
+    run = train_args(
+        tokens, workdir / "run", "--eval-interval", "6", "--checkpoint-interval", "8", "--keep-checkpoints", "5"
+    )
     assert main(run) == 0
     trained = json.loads((workdir / "metrics" / "train.json").read_text())
-    validations = [row for row in (workdir / "metrics" / "train_log.csv").read_text().splitlines()[1:]
-                   if row.split(",")[3]]
-    overrides = {"preset": "tiny", "device": "cpu", "train.threads": 1, "train.batch_size": 16,
-                 "train.training_examples": 320, "train.validation_examples": 32, "train.eval_interval": 6,
-                 "train.checkpoint_interval": 8, "train.keep_checkpoints": 5,
-                 "train.train_tokens": str(tokens["train"]), "train.validation_tokens": str(tokens["validation"])}
+    validations = [
+        row for row in (workdir / "metrics" / "train_log.csv").read_text().splitlines()[1:] if row.split(",")[3]
+    ]
+    overrides = {
+        "preset": "tiny",
+        "device": "cpu",
+        "train.threads": 1,
+        "train.batch_size": 16,
+        "train.training_examples": 320,
+        "train.validation_examples": 32,
+        "train.eval_interval": 6,
+        "train.checkpoint_interval": 8,
+        "train.keep_checkpoints": 5,
+        "train.train_tokens": str(tokens["train"]),
+        "train.validation_tokens": str(tokens["validation"]),
+    }
     config = load_config(None, overrides)
     r = estimate(config, benchmark_record(config), write=False)
     assert r["planned_optimizer_steps"] == trained["optimizer_steps"] == 20
@@ -89,9 +124,25 @@ def write_benchmark(workdir, record: dict) -> None:
 
 
 def cli_args(tokens) -> list[str]:
-    return ["estimate", "--preset", "tiny", "--device", "cpu", "--threads", "1", "--batch-size", "8",
-            "--training-examples", "100", "--validation-examples", "16", "--train-tokens", str(tokens["train"]),
-            "--validation-tokens", str(tokens["validation"])]
+    return [
+        "estimate",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--batch-size",
+        "8",
+        "--training-examples",
+        "100",
+        "--validation-examples",
+        "16",
+        "--train-tokens",
+        str(tokens["train"]),
+        "--validation-tokens",
+        str(tokens["validation"]),
+    ]
 
 
 def test_cli_writes_flat_metrics_and_the_summary(tokens, workdir, capsys):
@@ -105,8 +156,7 @@ def test_cli_writes_flat_metrics_and_the_summary(tokens, workdir, capsys):
 
 
 def test_refuses_a_benchmark_with_other_controls_and_lists_them(tokens, workdir, capsys):
-    config = load_config(None, {**settings(tokens), "train.grad_accum": 1, "train.batch_size": 16,
-                                "precision": "bf16"})
+    config = load_config(None, {**settings(tokens), "train.grad_accum": 1, "train.batch_size": 16, "precision": "bf16"})
     write_benchmark(workdir, benchmark_record(config))
     assert main(cli_args(tokens)) == 2
     err = capsys.readouterr().err

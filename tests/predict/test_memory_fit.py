@@ -9,18 +9,34 @@ import json
 
 from buildllm.cli import main
 from buildllm.config import load_config
+from buildllm.memory.fit import estimate_at
 from buildllm.metrics import read_metrics
 from buildllm.plan import make_plan
-from buildllm.memory.fit import estimate_at
 
 # A batch no machine holds on preset tiny: its estimate is tens of terabytes.
 HUGE = 100_000_000
 
 
 def args(tokens, *extra: str) -> list[str]:
-    return ["--preset", "tiny", "--device", "cpu", "--threads", "1", "--train-tokens", str(tokens["train"]),
-            "--validation-tokens", str(tokens["validation"]), "--tokenizer", str(tokens["tokenizer"]),
-            "--training-examples", "64", "--validation-examples", "16", *extra]
+    return [
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--train-tokens",
+        str(tokens["train"]),
+        "--validation-tokens",
+        str(tokens["validation"]),
+        "--tokenizer",
+        str(tokens["tokenizer"]),
+        "--training-examples",
+        "64",
+        "--validation-examples",
+        "16",
+        *extra,
+    ]
 
 
 def refusal(capsys) -> tuple[str, str]:
@@ -75,15 +91,33 @@ def test_a_plan_that_fits_says_so_everywhere(tokens, workdir, capsys):
 
 def test_the_largest_batch_is_the_boundary_of_the_verdicts_rule(tokens):
     for extra in ({}, {"train.gradient_checkpointing": True, "train.grad_accum": 2}):
-        plan = make_plan(load_config(None, {"preset": "tiny", "device": "cpu", "train.batch_size": HUGE,
-                                            "train.train_tokens": str(tokens["train"]), **extra}))
+        plan = make_plan(
+            load_config(
+                None,
+                {
+                    "preset": "tiny",
+                    "device": "cpu",
+                    "train.batch_size": HUGE,
+                    "train.train_tokens": str(tokens["train"]),
+                    **extra,
+                },
+            )
+        )
         fit = plan.memory
         largest, usable = fit.largest_batch_size, fit.usable_bytes
         assert not fit.fits and 0 < largest < HUGE
 
-        def total(batch: int, plan=plan) -> int:
-            return estimate_at(plan.model, plan.parameters, batch, 4, plan.device, usable,
-                               plan.config.train.gradient_checkpointing, plan.config.train.grad_accum).total
+        def total(batch: int, plan=plan, usable=usable) -> int:
+            return estimate_at(
+                plan.model,
+                plan.parameters,
+                batch,
+                4,
+                plan.device,
+                usable,
+                plan.config.train.gradient_checkpointing,
+                plan.config.train.grad_accum,
+            ).total
 
         assert total(largest) <= usable < total(largest + 1)
         assert fit.estimate_bytes == total(HUGE) > usable

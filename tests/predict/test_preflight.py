@@ -17,27 +17,61 @@ from buildllm.config import load_config
 from buildllm.device import health
 from buildllm.errors import UserError
 from buildllm.measure.benchmark import benchmark
+from buildllm.metrics import write_metrics
 from buildllm.predict.estimate import estimate
 from buildllm.predict.preflight import preflight
-from buildllm.metrics import write_metrics
 from buildllm.train import checkpoint, storage
 
-SETTINGS = {"preset": "tiny", "device": "cpu", "train.threads": 1, "train.batch_size": 8,
-            "train.training_examples": 64, "train.validation_examples": 16, "benchmark.warmup_steps": 1,
-            "benchmark.measured_steps": 6, "benchmark.intervals": 3}
+SETTINGS = {
+    "preset": "tiny",
+    "device": "cpu",
+    "train.threads": 1,
+    "train.batch_size": 8,
+    "train.training_examples": 64,
+    "train.validation_examples": 16,
+    "benchmark.warmup_steps": 1,
+    "benchmark.measured_steps": 6,
+    "benchmark.intervals": 3,
+}
 
 
 def flags(tokens, directory) -> list[str]:
-    return ["preflight", "--preset", "tiny", "--device", "cpu", "--threads", "1", "--batch-size", "8",
-            "--training-examples", "64", "--validation-examples", "16", "--train-tokens", str(tokens["train"]),
-            "--validation-tokens", str(tokens["validation"]), "--tokenizer", str(tokens["tokenizer"]),
-            "--checkpoint-directory", str(directory)]
+    return [
+        "preflight",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--batch-size",
+        "8",
+        "--training-examples",
+        "64",
+        "--validation-examples",
+        "16",
+        "--train-tokens",
+        str(tokens["train"]),
+        "--validation-tokens",
+        str(tokens["validation"]),
+        "--tokenizer",
+        str(tokens["tokenizer"]),
+        "--checkpoint-directory",
+        str(directory),
+    ]
 
 
 def config_for(tokens, **extra):
-    return load_config(None, {**SETTINGS, "train.train_tokens": str(tokens["train"]),
-                              "train.validation_tokens": str(tokens["validation"]),
-                              "train.tokenizer": str(tokens["tokenizer"]), **extra})
+    return load_config(
+        None,
+        {
+            **SETTINGS,
+            "train.train_tokens": str(tokens["train"]),
+            "train.validation_tokens": str(tokens["validation"]),
+            "train.tokenizer": str(tokens["tokenizer"]),
+            **extra,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +101,21 @@ def test_the_table_of_a_benchmarked_plan(tokens, recorded, workdir, capsys):
     assert main(flags(tokens, workdir / "run")) == 0
     out = capsys.readouterr().out
     table = rows(out)
-    assert list(table) == ["device resolves as intended", "precision supported", "bounded benchmark ran and fitted",
-                           "batch size and throughput recorded", "estimated runtime and storage",
-                           "free disk at the checkpoint directory", "stable power", "stable cooling",
-                           "checkpoint directory unique"]
+    assert list(table) == [
+        "device resolves as intended",
+        "precision supported",
+        "bounded benchmark ran and fitted",
+        "batch size and throughput recorded",
+        "estimated runtime and storage",
+        "free disk at the checkpoint directory",
+        "stable power",
+        "stable cooling",
+        "checkpoint directory unique",
+    ]
     assert table["device resolves as intended"][:2] == ["pass", "cpu -> cpu"]
-    assert table["batch size and throughput recorded"][1].startswith(f"batch 8: {recorded['tokens_per_second']:,.0f} tok/s")
+    assert table["batch size and throughput recorded"][1].startswith(
+        f"batch 8: {recorded['tokens_per_second']:,.0f} tok/s"
+    )
     assert table["bounded benchmark ran and fitted"][1].startswith("6 steps, peak ")
     assert table["checkpoint directory unique"][:2] == ["pass", f"{workdir / 'run'}: new"]
     m = json.loads((workdir / "metrics" / "preflight.json").read_text())
@@ -124,9 +167,14 @@ def test_a_directory_in_use_or_holding_another_run_fails(tokens, recorded, workd
     with checkpoint.DirectoryLock(workdir / "run"):
         with pytest.raises(UserError, match="checkpoint directory unique"):
             preflight(config, write=False)
-        assert rows(capsys.readouterr().out)["checkpoint directory unique"][:2] == ["FAIL", f"in use by pid {os.getpid()}"]
+        assert rows(capsys.readouterr().out)["checkpoint directory unique"][:2] == [
+            "FAIL",
+            f"in use by pid {os.getpid()}",
+        ]
     checkpoint.save(workdir / "run", {"step": 4, "model": {}, "signature": {"batch_size": 16}}, keep=2)
     with pytest.raises(UserError):
         preflight(config, write=False)
-    assert rows(capsys.readouterr().out)["checkpoint directory unique"][1].startswith("holds another run: batch_size 16 -> 8")
+    assert rows(capsys.readouterr().out)["checkpoint directory unique"][1].startswith(
+        "holds another run: batch_size 16 -> 8"
+    )
     preflight(config, dvc=True, write=False)  # DVC's train stage starts its folder afresh

@@ -6,14 +6,17 @@ from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.profiles import available_profiles, load_profile
 
 
-@pytest.mark.parametrize("name, expected, tolerance", [
-    ("gpt_first_cpu", 1.3e6, 0.05),
-    ("gpt_42m", 42e6, 0.02),
-    ("gpt_100m", 98.5e6, 0.01),
-    ("tiny", 0.4e6, 0.15),
-    ("student", 2.6e6, 0.05),
-    ("small", 10e6, 0.07),
-])
+@pytest.mark.parametrize(
+    "name, expected, tolerance",
+    [
+        ("gpt_first_cpu", 1.3e6, 0.05),
+        ("gpt_42m", 42e6, 0.02),
+        ("gpt_100m", 98.5e6, 0.01),
+        ("tiny", 0.4e6, 0.15),
+        ("student", 2.6e6, 0.05),
+        ("small", 10e6, 0.07),
+    ],
+)
 def test_profile_parameter_counts(name, expected, tolerance):
     count = build_model(load_profile(name).model, "meta").num_parameters()
     assert abs(count - expected) / expected <= tolerance, count
@@ -45,11 +48,12 @@ def test_model_trains_one_step_and_kv_cache_matches_full_forward(architecture):
     assert all(p.grad is not None for p in model.parameters())
     model.eval()
     from buildllm.model.gpt import KVCache
+
     with torch.no_grad():
         full, _ = model(idx[:, :10], idx[:, :10], return_logits=True)
         cache = KVCache(config.n_layer)
         model(idx[:, :6], cache=cache)
-        stepped = [model(idx[:, i:i + 1], cache=cache)[0][:, -1] for i in range(6, 10)]
+        stepped = [model(idx[:, i : i + 1], cache=cache)[0][:, -1] for i in range(6, 10)]
     for offset, logit in enumerate(stepped):
         torch.testing.assert_close(logit, full[:, 6 + offset], rtol=1e-4, atol=1e-4)
 
@@ -77,7 +81,6 @@ def test_modern_architecture_with_an_odd_head_size_is_refused():
     from buildllm.errors import ConfigError
     from buildllm.plan import make_plan
 
-    config = load_config(None, {"device": "cpu", "model.architecture": "modern", "model.n_embd": 60,
-                                "model.n_head": 4})
+    config = load_config(None, {"device": "cpu", "model.architecture": "modern", "model.n_embd": 60, "model.n_head": 4})
     with pytest.raises(ConfigError, match="even head size"):
         make_plan(config)

@@ -20,13 +20,13 @@ import pytest
 import yaml
 
 from buildllm.cli import main
-from buildllm.report.compare import compare
-from buildllm.report.experiments import select
 from buildllm.config import defaults_dict
 from buildllm.errors import UserError
 from buildllm.measure.noise import interval_metrics, interval_rates, noise_warning
 from buildllm.report.chart import panels
+from buildllm.report.compare import compare
 from buildllm.report.document import Heading, Table, to_html, to_markdown
+from buildllm.report.experiments import select
 from buildllm.report.render import markdown, sections, write_report
 from buildllm.report.uncertainty import from_intervals, sign_interval, t975
 
@@ -41,28 +41,65 @@ def outside_the_checkout(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-def benchmark(device="cpu", precision="fp32", tokens_per_second=10000.0, batch_size=32, threads=2,
-              spread=(-0.06, -0.02, 0.02, 0.06), **extra):
+def benchmark(
+    device="cpu",
+    precision="fp32",
+    tokens_per_second=10000.0,
+    batch_size=32,
+    threads=2,
+    spread=(-0.06, -0.02, 0.02, 0.06),
+    **extra,
+):
     steps = tokens_per_second / (batch_size * 64)
     rates = [steps * (1 + d) for d in spread]  # the measured intervals, as the benchmark records them
-    return {"device": device, "precision": precision, "profile": "tiny", "architecture": "classic",
-            "parameters": 400000, "batch_size": batch_size, "grad_accum": 1, "sequence_length": 64,
-            "measured_steps": 20, "warmup_steps": 3, "threads": threads, "intervals": len(rates),
-            "tokens_per_second": tokens_per_second, "steps_per_second": steps,
-            **{f"interval_{i}_steps_per_second": r for i, r in enumerate(rates, start=1)},
-            "interval_steps_per_second_min": min(rates), "interval_steps_per_second_max": max(rates),
-            "throughput_cv": 0.05, "peak_memory_bytes": 123 * 2**20, "checkpoint_save_seconds": 0.25,
-            "checkpoint_bytes": 5 * 2**20, "time_to_first_step_seconds": 1.5, "mfu": 0.01,
-            "peak_flops": 2.0e11, "peak_flops_source": "measured: 2048^3 fp32 matmul",
-            "peak_memory_method": "cpu: peak RSS growth",
-            "processor": "Test CPU 9000", "gpu_name": "", "gpu_memory_bytes": 0, "memory_total_bytes": 16 * 2**30,
-            "torch_version": "2.13.0+cpu", "torch_cuda_version": "none (CPU-only build)", "python_version": "3.11.2",
-            **extra}
+    return {
+        "device": device,
+        "precision": precision,
+        "profile": "tiny",
+        "architecture": "classic",
+        "parameters": 400000,
+        "batch_size": batch_size,
+        "grad_accum": 1,
+        "sequence_length": 64,
+        "measured_steps": 20,
+        "warmup_steps": 3,
+        "threads": threads,
+        "intervals": len(rates),
+        "tokens_per_second": tokens_per_second,
+        "steps_per_second": steps,
+        **{f"interval_{i}_steps_per_second": r for i, r in enumerate(rates, start=1)},
+        "interval_steps_per_second_min": min(rates),
+        "interval_steps_per_second_max": max(rates),
+        "throughput_cv": 0.05,
+        "peak_memory_bytes": 123 * 2**20,
+        "checkpoint_save_seconds": 0.25,
+        "checkpoint_bytes": 5 * 2**20,
+        "time_to_first_step_seconds": 1.5,
+        "mfu": 0.01,
+        "peak_flops": 2.0e11,
+        "peak_flops_source": "measured: 2048^3 fp32 matmul",
+        "peak_memory_method": "cpu: peak RSS growth",
+        "processor": "Test CPU 9000",
+        "gpu_name": "",
+        "gpu_memory_bytes": 0,
+        "memory_total_bytes": 16 * 2**30,
+        "torch_version": "2.13.0+cpu",
+        "torch_cuda_version": "none (CPU-only build)",
+        "python_version": "3.11.2",
+        **extra,
+    }
 
 
 def estimate(seconds=3600.0, device="cpu", precision="fp32", batch_size=32):
-    return {"device": device, "precision": precision, "batch_size": batch_size, "planned_tokens": 1_000_000,
-            "estimated_seconds": seconds, "estimated_seconds_low": seconds * 0.9, "estimated_seconds_high": seconds * 1.2}
+    return {
+        "device": device,
+        "precision": precision,
+        "batch_size": batch_size,
+        "planned_tokens": 1_000_000,
+        "estimated_seconds": seconds,
+        "estimated_seconds_low": seconds * 0.9,
+        "estimated_seconds_high": seconds * 1.2,
+    }
 
 
 def params(**overrides):
@@ -78,20 +115,38 @@ def params(**overrides):
 
 
 def entry(rev, params_data, metrics, timestamp="2026-01-01T10:00:00", error=None, name=None):
-    return {"rev": rev, "name": name, "error": error, "experiments": None,
-            "data": {"rev": rev, "timestamp": timestamp, "params": {"params.yaml": {"data": params_data}},
-                     "metrics": {f"metrics/{stage}.json": {"data": data} for stage, data in metrics.items()},
-                     "deps": {"data/tokens": {"hash": "abc123.dir", "size": 10, "nfiles": 2},
-                              "buildllm/model.py": {"hash": "ffff", "size": 1, "nfiles": None}},
-                     "outs": {}, "meta": {}}}
+    return {
+        "rev": rev,
+        "name": name,
+        "error": error,
+        "experiments": None,
+        "data": {
+            "rev": rev,
+            "timestamp": timestamp,
+            "params": {"params.yaml": {"data": params_data}},
+            "metrics": {f"metrics/{stage}.json": {"data": data} for stage, data in metrics.items()},
+            "deps": {
+                "data/tokens": {"hash": "abc123.dir", "size": 10, "nfiles": 2},
+                "buildllm/model.py": {"hash": "ffff", "size": 1, "nfiles": None},
+            },
+            "outs": {},
+            "meta": {},
+        },
+    }
 
 
 def experiment(name, rev, overrides, metrics, minute, state=None, error=None):
-    group = {"name": name, "executor": None,
-             "revs": [entry(rev, params(**overrides), metrics, f"2026-01-01T10:{minute:02d}:00", error, name)]}
+    group = {
+        "name": name,
+        "executor": None,
+        "revs": [entry(rev, params(**overrides), metrics, f"2026-01-01T10:{minute:02d}:00", error, name)],
+    }
     if state:
-        group["executor"] = {"state": state, "name": "dvc-task",
-                             "local": {"log": f"/x/{name}.out", "returncode": 255 if state == "failed" else 0}}
+        group["executor"] = {
+            "state": state,
+            "name": "dvc-task",
+            "local": {"log": f"/x/{name}.out", "returncode": 255 if state == "failed" else 0},
+        }
     return group
 
 
@@ -102,21 +157,50 @@ def rows(*groups, workspace=None, baseline_metrics=None):
     return [workspace or entry("workspace", params(), {}, timestamp=None), baseline]
 
 
-FP32 = experiment("cpu-fp32", "1" * 40, {"device": "cpu", "precision": "fp32"},
-                  {"benchmark": benchmark(), "estimate": estimate(3600.0)}, 1)
-BF16 = experiment("cpu-bf16", "2" * 40, {"device": "cpu", "precision": "bf16"},
-                  {"benchmark": benchmark(precision="bf16", tokens_per_second=15000.0),
-                   "estimate": estimate(2400.0, precision="bf16")}, 2)
-BS8 = experiment("cpu-bs8", "3" * 40, {"device": "cpu", "precision": "bf16", "train.batch_size": 8},
-                 {"benchmark": benchmark(precision="bf16", batch_size=8, tokens_per_second=12000.0),
-                  "estimate": estimate(3000.0, precision="bf16", batch_size=8)}, 3)
-THREADS1 = experiment("cpu-t1", "4" * 40, {"device": "cpu", "precision": "fp32", "train.threads": 1},
-                      {"benchmark": benchmark(threads=1, tokens_per_second=6000.0),
-                       "estimate": estimate(6000.0)}, 4)
+FP32 = experiment(
+    "cpu-fp32",
+    "1" * 40,
+    {"device": "cpu", "precision": "fp32"},
+    {"benchmark": benchmark(), "estimate": estimate(3600.0)},
+    1,
+)
+BF16 = experiment(
+    "cpu-bf16",
+    "2" * 40,
+    {"device": "cpu", "precision": "bf16"},
+    {
+        "benchmark": benchmark(precision="bf16", tokens_per_second=15000.0),
+        "estimate": estimate(2400.0, precision="bf16"),
+    },
+    2,
+)
+BS8 = experiment(
+    "cpu-bs8",
+    "3" * 40,
+    {"device": "cpu", "precision": "bf16", "train.batch_size": 8},
+    {
+        "benchmark": benchmark(precision="bf16", batch_size=8, tokens_per_second=12000.0),
+        "estimate": estimate(3000.0, precision="bf16", batch_size=8),
+    },
+    3,
+)
+THREADS1 = experiment(
+    "cpu-t1",
+    "4" * 40,
+    {"device": "cpu", "precision": "fp32", "train.threads": 1},
+    {"benchmark": benchmark(threads=1, tokens_per_second=6000.0), "estimate": estimate(6000.0)},
+    4,
+)
 # A queued run that failed: exp show lists the metrics it started from, i.e. the baseline's/workspace's.
-FAILED = experiment("cuda-bf16", "5" * 40, {"device": "cuda", "precision": "bf16"},
-                    {"benchmark": benchmark(tokens_per_second=987654.0), "estimate": estimate(1.0)}, 5,
-                    state="failed", error={"msg": "Experiment run failed", "type": ""})
+FAILED = experiment(
+    "cuda-bf16",
+    "5" * 40,
+    {"device": "cuda", "precision": "bf16"},
+    {"benchmark": benchmark(tokens_per_second=987654.0), "estimate": estimate(1.0)},
+    5,
+    state="failed",
+    error={"msg": "Experiment run failed", "type": ""},
+)
 
 
 def test_equal_controls_give_speedups_from_the_metrics():
@@ -244,12 +328,16 @@ def test_metrics_a_run_carried_over_from_its_baseline_are_not_its_own(tmp_path):
     experiments = []
     for group in (FP32, BF16):
         group = copy.deepcopy(group)
-        group["revs"][0]["data"]["metrics"].update({"metrics/dry_run.json": {"data": dry}, "metrics/train.json": {"data": train}})
+        group["revs"][0]["data"]["metrics"].update(
+            {"metrics/dry_run.json": {"data": dry}, "metrics/train.json": {"data": train}}
+        )
         experiments.append(group)
     c = compare([], rows=rows(*experiments, baseline_metrics={"dry_run": dry, "train": train}))
     assert [e.name for e in c.experiments] == ["cpu-fp32", "cpu-bf16"] and c.equal_budget
     assert c.frame["train_tokens_per_second"].isna().all()
-    assert any(n.startswith("cpu-bf16: metrics/dry_run.json, metrics/train.json unchanged from its baseline") for n in c.notes)
+    assert any(
+        n.startswith("cpu-bf16: metrics/dry_run.json, metrics/train.json unchanged from its baseline") for n in c.notes
+    )
     assert c.experiments[1].command.endswith("-S precision=bf16 benchmark estimate")
     assert "4,321" not in Path(write_report(c, tmp_path / "r")[0]).read_text()
 
@@ -273,7 +361,10 @@ def test_an_experiment_of_another_commit_is_found_in_all_commits():
 
     chosen, _ = select(["cpu-fp32", "cpu-bs8"], rows(FP32), everything)
     assert [(e.name, e.baseline) for e in chosen] == [("cpu-fp32", BASE), ("cpu-bs8", "c" * 40)] and asked
-    assert chosen[1].command == "dvc exp run -n cpu-bs8 -S device=cpu -S precision=bf16 -S train.batch_size=8 benchmark estimate"
+    assert (
+        chosen[1].command
+        == "dvc exp run -n cpu-bs8 -S device=cpu -S precision=bf16 -S train.batch_size=8 benchmark estimate"
+    )
 
 
 def test_unknown_names_and_too_few_runs_are_one_line_errors():
@@ -291,8 +382,9 @@ def test_cli_outside_a_dvc_project_fails_with_one_line(tmp_path, monkeypatch, ca
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None,
-                    reason="needs headless Chromium (Debian: apt-get install -y chromium)")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="needs headless Chromium (Debian: apt-get install -y chromium)"
+)
 def test_html_renders_offline_in_chromium(tmp_path):
     c = compare(["cpu-fp32", "cpu-bs8"], rows=rows(FP32, BS8))
     html_path = write_report(c, tmp_path / "cmp")[3]
@@ -312,6 +404,7 @@ def test_html_renders_offline_in_chromium(tmp_path):
 
 # Speed-ups with their uncertainty (issue 10), controls polish, metrics folders (issue 14).
 
+
 def test_a_quiet_speedup_carries_its_interval_and_is_a_result(tmp_path):
     c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, BF16))
     s = c.speedups["cpu-bf16"]
@@ -319,16 +412,25 @@ def test_a_quiet_speedup_carries_its_interval_and_is_a_result(tmp_path):
     assert c.tone == "ok" and c.inconclusive("cpu-bf16") is None
     assert "cpu-bf16 vs cpu-fp32: 1.50× (95% interval" in c.verdict
     f = c.frame.set_index("experiment")
-    assert f.loc["cpu-bf16", "speedup_low"] == pytest.approx(s.low) and f.loc["cpu-bf16", "speedup_high"] == pytest.approx(s.high)
+    assert f.loc["cpu-bf16", "speedup_low"] == pytest.approx(s.low) and f.loc[
+        "cpu-bf16", "speedup_high"
+    ] == pytest.approx(s.high)
     md, _, _, page, _ = (Path(p) for p in write_report(c, tmp_path / "r"))
     assert f"1.50× (95% interval {s.low:.2f}–{s.high:.2f}×; result)" in md.read_text()
     assert "class='verdict ok'" in page.read_text()
 
 
 def test_an_interval_including_one_is_inconclusive_and_not_green(tmp_path):
-    close = experiment("cpu-bf16", "2" * 40, {"device": "cpu", "precision": "bf16"},
-                       {"benchmark": benchmark(precision="bf16", tokens_per_second=10300.0),
-                        "estimate": estimate(3500.0, precision="bf16")}, 2)
+    close = experiment(
+        "cpu-bf16",
+        "2" * 40,
+        {"device": "cpu", "precision": "bf16"},
+        {
+            "benchmark": benchmark(precision="bf16", tokens_per_second=10300.0),
+            "estimate": estimate(3500.0, precision="bf16"),
+        },
+        2,
+    )
     c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, close))
     assert c.speedups["cpu-bf16"].low < 1.0 < c.speedups["cpu-bf16"].high
     assert c.equal_budget and c.tone == "caution"
@@ -340,14 +442,24 @@ def test_an_interval_including_one_is_inconclusive_and_not_green(tmp_path):
 
 def test_a_noisy_run_makes_even_a_large_speedup_inconclusive(tmp_path):
     # Issue 10's busy machine: a 4.64x "speed-up" from runs whose intervals varied 31-44%.
-    noisy = experiment("cpu-bf16", "2" * 40, {"device": "cpu", "precision": "bf16"},
-                       {"benchmark": benchmark(precision="bf16", tokens_per_second=46400.0,
-                                               spread=(-0.01, 0.0, 0.0, 0.01), throughput_cv=0.44),
-                        "estimate": estimate(800.0, precision="bf16")}, 2)
+    noisy = experiment(
+        "cpu-bf16",
+        "2" * 40,
+        {"device": "cpu", "precision": "bf16"},
+        {
+            "benchmark": benchmark(
+                precision="bf16", tokens_per_second=46400.0, spread=(-0.01, 0.0, 0.0, 0.01), throughput_cv=0.44
+            ),
+            "estimate": estimate(800.0, precision="bf16"),
+        },
+        2,
+    )
     c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, noisy))
     assert c.speedups["cpu-bf16"].low > 1.0  # the intervals alone would call it a result
     assert c.tone == "caution" and c.noisy == [("cpu-bf16", 0.44)]
-    assert "inconclusive, 4.64×" in c.verdict and "varied 44% between intervals, over the 10% noise threshold" in c.verdict
+    assert (
+        "inconclusive, 4.64×" in c.verdict and "varied 44% between intervals, over the 10% noise threshold" in c.verdict
+    )
     md = Path(write_report(c, tmp_path / "r")[0]).read_text()
     assert "| throughput variation (CV) | 5.0% | 44.0% (noisy: over 10%) |" in md
     assert "inconclusive)" in md.split("## Results")[1]
@@ -381,13 +493,18 @@ def test_sign_interval_and_welch_interval():
     assert s.estimate == 1.0 and s.low < 1.0 < s.high
     old = {"tokens_per_second": 100.0, "intervals": 4, "throughput_cv": 0.05}  # before per-interval rates
     assert from_intervals(old, {**old, "tokens_per_second": 200.0}).low == pytest.approx(
-        2 * math.exp(-t975(6) * math.sqrt(2 * 0.05 ** 2 * 4 / 3 / 4)))
+        2 * math.exp(-t975(6) * math.sqrt(2 * 0.05**2 * 4 / 3 / 4))
+    )
 
 
 def test_the_noise_warning_names_the_threshold():
     assert noise_warning({"throughput_cv": 0.03}) is None
-    line = noise_warning({"throughput_cv": 0.445, "interval_1_steps_per_second": 2.0, "interval_2_steps_per_second": 5.0})
-    assert line.startswith("warning: noisy run: throughput varied 44%") and "2.00-5.00 steps/s" in line and "10%" in line
+    line = noise_warning(
+        {"throughput_cv": 0.445, "interval_1_steps_per_second": 2.0, "interval_2_steps_per_second": 5.0}
+    )
+    assert (
+        line.startswith("warning: noisy run: throughput varied 44%") and "2.00-5.00 steps/s" in line and "10%" in line
+    )
     assert interval_rates(interval_metrics([1.0, 2.0, 3.0])) == [1.0, 2.0, 3.0]
 
 
@@ -399,14 +516,23 @@ def write_folder(folder: Path, bench: dict, est: dict | None = None, params_data
     if params_data is not None:
         (folder / "params.yaml").write_text(yaml.safe_dump(params_data))
     if lock_hash:
-        (folder / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"tokenize": {
-            "outs": [{"path": "data/tokens", "hash": "md5", "md5": lock_hash}]}}}))
+        (folder / "dvc.lock").write_text(
+            yaml.safe_dump(
+                {
+                    "schema": "2.0",
+                    "stages": {"tokenize": {"outs": [{"path": "data/tokens", "hash": "md5", "md5": lock_hash}]}},
+                }
+            )
+        )
     return str(folder)
 
 
 def test_a_metrics_folder_from_another_machine_is_compared_with_the_same_checks(tmp_path):
-    h200 = write_folder(tmp_path / "benchmarks" / "h200", benchmark("cuda", "bf16", 400000.0, gpu_name="NVIDIA H200"),
-                        estimate(60.0, "cuda", "bf16"))
+    h200 = write_folder(
+        tmp_path / "benchmarks" / "h200",
+        benchmark("cuda", "bf16", 400000.0, gpu_name="NVIDIA H200"),
+        estimate(60.0, "cuda", "bf16"),
+    )
     c = compare(["cpu-fp32", h200], rows=rows(FP32))
     assert [e.source for e in c.experiments] == ["dvc", "folder"] and c.equal_budget
     assert c.speedups[h200].estimate == pytest.approx(40.0)
@@ -417,8 +543,12 @@ def test_a_metrics_folder_from_another_machine_is_compared_with_the_same_checks(
     assert "| data/tokens | data file | abc123.dir | not recorded | not checked (not recorded) |" in md
     assert f"source: metrics folder `{h200}`, measured on another machine" in md
     # Another batch size there is a difference, as for any experiment.
-    other = write_folder(tmp_path / "bs8", benchmark("cuda", "bf16", batch_size=8), params_data=params(**{
-        "device": "cuda", "precision": "bf16", "train.batch_size": 8}), lock_hash="fedcba987654.dir")
+    other = write_folder(
+        tmp_path / "bs8",
+        benchmark("cuda", "bf16", batch_size=8),
+        params_data=params(**{"device": "cuda", "precision": "bf16", "train.batch_size": 8}),
+        lock_hash="fedcba987654.dir",
+    )
     c = compare(["cpu-fp32", other], rows=rows(FP32))
     assert "batch_size 32 vs 8" in c.differences and "data file data/tokens abc123.dir vs fedcba987654" in c.differences
 
@@ -426,8 +556,11 @@ def test_a_metrics_folder_from_another_machine_is_compared_with_the_same_checks(
 def test_metrics_folders_alone_need_no_dvc(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # not a DVC project: `dvc exp show` would fail here
     write_folder(tmp_path / "cpu", benchmark(), params_data=params(device="cpu", precision="fp32"))
-    write_folder(tmp_path / "gpu", benchmark("cuda", "bf16", 300000.0, spread=(0.0, 0.0, 0.0, 0.0)),
-                     params_data=params(device="cuda", precision="bf16"))
+    write_folder(
+        tmp_path / "gpu",
+        benchmark("cuda", "bf16", 300000.0, spread=(0.0, 0.0, 0.0, 0.0)),
+        params_data=params(device="cuda", precision="bf16"),
+    )
     assert main(["compare", "cpu", "gpu", "--out", "reports/x"]) == 0
     out = capsys.readouterr().out
     assert "Equal-budget comparison" in out and "gpu vs cpu: 30.00× (95% interval" in out
@@ -457,14 +590,18 @@ def test_markdown_and_html_come_from_the_same_sections(tmp_path):
         for row in table.rows:
             assert "| " + " | ".join(str(v) for v in row) + " |" in md
             assert "".join(f">{html.escape(str(v))}</td>" for v in row[:1]) in page
-    assert "<code>dvc exp pull origin cpu-fp32 cpu-bs8</code>" in page and "`dvc exp pull origin cpu-fp32 cpu-bs8`" in md
+    assert (
+        "<code>dvc exp pull origin cpu-fp32 cpu-bs8</code>" in page and "`dvc exp pull origin cpu-fp32 cpu-bs8`" in md
+    )
 
 
 def test_one_run_s_metrics_file_alone_is_compared_too(tmp_path):
     runs = tmp_path / "h200" / "runs"
     runs.mkdir(parents=True)
     (runs / "iter1_bf16.json").write_text(json.dumps(benchmark("cuda", "bf16", 250000.0)))
-    (runs / "iter1_bf16.params.yaml").write_text(yaml.safe_dump({"device": "cuda", "precision": "bf16", "preset": "tiny"}))
+    (runs / "iter1_bf16.params.yaml").write_text(
+        yaml.safe_dump({"device": "cuda", "precision": "bf16", "preset": "tiny"})
+    )
     c = compare(["cpu-fp32", str(runs / "iter1_bf16.json")], rows=rows(FP32), allow_different=True)
     folder = c.experiments[1]
     assert folder.params_recorded and folder.params["device"] == "cuda" and "benchmark" in folder.metrics
@@ -487,7 +624,11 @@ def test_full_records_come_from_each_commit_and_the_workspace(tmp_path):
     assert full_record(rev, "benchmark")["tokens_per_second"] == 1111.0
     assert full_record("workspace", "benchmark")["tokens_per_second"] == 2222.0
     assert full_record(rev, "train") is None and full_record("0" * 40, "benchmark") is None
-    old = {"rev": rev, "name": "main", "data": {"metrics": {"metrics/benchmark.json": {"data": {"tokens_per_second": 5.0}}}}}
+    old = {
+        "rev": rev,
+        "name": "main",
+        "data": {"metrics": {"metrics/benchmark.json": {"data": {"tokens_per_second": 5.0}}}},
+    }
     baselines, _ = read_experiments([old])
     assert baselines[0].metrics["benchmark"] == {"tokens_per_second": 5.0}
     baselines, _ = read_experiments([{"rev": rev, "name": "main", "data": {}}])
@@ -495,18 +636,33 @@ def test_full_records_come_from_each_commit_and_the_workspace(tmp_path):
 
 
 def test_a_busy_machine_is_flagged_in_the_report_and_its_speedup_is_inconclusive(tmp_path):
-    busy = experiment("cpu-bf16", "2" * 40, {"device": "cpu", "precision": "bf16"},
-                      {"benchmark": benchmark(precision="bf16", tokens_per_second=15000.0, busy_machine=True,
-                                              other_load_start=1.62, other_load_end=1.9),
-                       "estimate": estimate(2400.0, precision="bf16")}, 2)
+    busy = experiment(
+        "cpu-bf16",
+        "2" * 40,
+        {"device": "cpu", "precision": "bf16"},
+        {
+            "benchmark": benchmark(
+                precision="bf16",
+                tokens_per_second=15000.0,
+                busy_machine=True,
+                other_load_start=1.62,
+                other_load_end=1.9,
+            ),
+            "estimate": estimate(2400.0, precision="bf16"),
+        },
+        2,
+    )
     quiet = copy.deepcopy(FP32)
     quiet["revs"][0]["data"]["metrics"]["metrics/benchmark.json"]["data"].update(
-        busy_machine=False, other_load_start=0.05, other_load_end=0.1)
+        busy_machine=False, other_load_start=0.05, other_load_end=0.1
+    )
     c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(quiet, busy))
     assert c.tone == "caution" and "cpu-bf16 measured on a busy machine" in c.inconclusive("cpu-bf16")
     assert any(n.startswith("cpu-bf16: measured on a busy machine: other processes used 1.62 cores") for n in c.notes)
     assert not any(n.startswith("cpu-fp32: measured on a busy machine") for n in c.notes)
     md = Path(write_report(c, tmp_path / "r")[0]).read_text()
-    assert ("| other processes' CPU load (start / end) | 0.05 / 0.10 cores | 1.62 / 1.90 cores (busy machine: "
-            "figures slowed) |") in md
+    assert (
+        "| other processes' CPU load (start / end) | 0.05 / 0.10 cores | 1.62 / 1.90 cores (busy machine: "
+        "figures slowed) |"
+    ) in md
     assert list(c.frame.set_index("experiment")["busy_machine"]) == [False, True]

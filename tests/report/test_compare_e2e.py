@@ -18,15 +18,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import copy_project, run
 
 pytestmark = pytest.mark.slow
 
 TARGETS = ["benchmark", "estimate"]
 # Bounded: the smallest preset, a few measured steps, few examples. Minutes in all on 2 cores.
-BASELINE = {"preset": "tiny", "benchmark.warmup_steps": 1, "benchmark.measured_steps": 4, "benchmark.intervals": 2,
-            "train.training_examples": 256, "train.validation_examples": 32}
+BASELINE = {
+    "preset": "tiny",
+    "benchmark.warmup_steps": 1,
+    "benchmark.measured_steps": 4,
+    "benchmark.intervals": 2,
+    "train.training_examples": 256,
+    "train.validation_examples": 32,
+}
 
 
 def buildllm(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:

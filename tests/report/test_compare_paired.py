@@ -10,20 +10,30 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_compare import benchmark, experiment, rows
 
 from buildllm.report.chart import panels
 from buildllm.report.compare import compare
 from buildllm.report.render import write_report
-from test_compare import benchmark, experiment, rows
 
 pytestmark = pytest.mark.slow
 
 
 def bounded(tokens, **more) -> dict:
-    return {"device": "cpu", "precision": "fp32", "train.threads": 1, "train.batch_size": 8,
-            "train.training_examples": 64, "train.validation_examples": 16, "benchmark.warmup_steps": 1,
-            "benchmark.measured_steps": 4, "benchmark.intervals": 2, "train.train_tokens": str(tokens["train"]),
-            "train.validation_tokens": str(tokens["validation"]), **more}
+    return {
+        "device": "cpu",
+        "precision": "fp32",
+        "train.threads": 1,
+        "train.batch_size": 8,
+        "train.training_examples": 64,
+        "train.validation_examples": 16,
+        "benchmark.warmup_steps": 1,
+        "benchmark.measured_steps": 4,
+        "benchmark.intervals": 2,
+        "train.train_tokens": str(tokens["train"]),
+        "train.validation_tokens": str(tokens["validation"]),
+        **more,
+    }
 
 
 def test_paired_reruns_interleave_fresh_processes_and_report_the_interval(tokens, workdir, tmp_path):
@@ -47,5 +57,6 @@ def test_paired_reruns_interleave_fresh_processes_and_report_the_interval(tokens
     assert "## Paired re-measurements" in md and "| 2 | tiny-b → tiny-a |" in md
     assert "speed-up vs tiny-a (paired)" in md and "--paired --rounds 2" in md
     title, values, _, (low, high) = panels(c.frame)[0]
-    assert title.startswith("Tokens/s, paired re-runs") and list(low) == [min(c.paired.tokens_per_second(n))
-                                                                         for n in ("tiny-a", "tiny-b")]
+    assert title.startswith("Tokens/s, paired re-runs") and list(low) == [
+        min(c.paired.tokens_per_second(n)) for n in ("tiny-a", "tiny-b")
+    ]

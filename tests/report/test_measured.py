@@ -48,30 +48,67 @@ def test_a_changed_figure_fails_the_check_until_regenerated(tmp_path, monkeypatc
 
 def machine_and_benchmark(metrics: Path, benchmark_machine: str) -> dict:
     """A workspace's metrics as the machine and benchmark stages write them (figures made up)."""
-    machine = {"machine_id": "test-cpu-0123abcd", "cpu_model": "Test CPU", "architecture": "x86_64",
-               "physical_cores": 2, "logical_cores": 4, "affinity_cores": 4, "quota_cores": 0.0, "avx2": True,
-               "avx512": False, "avx512_bf16": False, "amx": False, "cpu_capability": "AVX2",
-               "memory_total_gib": 8.0, "torch_version": "2.13.0+cpu", "cuda_version": "none", "gpu_count": 0,
-               "driver_version": "none", "auto_device": "cpu"}
+    machine = {
+        "machine_id": "test-cpu-0123abcd",
+        "cpu_model": "Test CPU",
+        "architecture": "x86_64",
+        "physical_cores": 2,
+        "logical_cores": 4,
+        "affinity_cores": 4,
+        "quota_cores": 0.0,
+        "avx2": True,
+        "avx512": False,
+        "avx512_bf16": False,
+        "amx": False,
+        "cpu_capability": "AVX2",
+        "memory_total_gib": 8.0,
+        "torch_version": "2.13.0+cpu",
+        "cuda_version": "none",
+        "gpu_count": 0,
+        "driver_version": "none",
+        "auto_device": "cpu",
+    }
     write_metrics(metrics / "machine.json", machine)
-    write_metrics(metrics / "benchmark.json", {
-        "machine_id": benchmark_machine, "profile": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 8,
-        "threads": 2, "tokens_per_second": 12345.6, "mfu": 0.123, "throughput_cv": 0.02,
-        "peak_memory_bytes": 50 * 2**20, "memory_estimate_total_bytes": 48 * 2**20, "other_load_start": 1.5,
-        "other_load_end": 1.25, "busy_machine": True})
+    write_metrics(
+        metrics / "benchmark.json",
+        {
+            "machine_id": benchmark_machine,
+            "profile": "tiny",
+            "device": "cpu",
+            "precision": "fp32",
+            "batch_size": 8,
+            "threads": 2,
+            "tokens_per_second": 12345.6,
+            "mfu": 0.123,
+            "throughput_cv": 0.02,
+            "peak_memory_bytes": 50 * 2**20,
+            "memory_estimate_total_bytes": 48 * 2**20,
+            "other_load_start": 1.5,
+            "other_load_end": 1.25,
+            "busy_machine": True,
+        },
+    )
     return machine
 
 
 def test_save_then_render_shows_the_machine_the_figures_and_the_note(tmp_path):
     machine = machine_and_benchmark(tmp_path / "metrics", "test-cpu-0123abcd")
-    folder = measured.save("tiny-bounded", "the machine was shared with other jobs", "dvc repro benchmark",
-                           metrics=tmp_path / "metrics", root=tmp_path / "benchmarks", today="2026-12-02")
+    folder = measured.save(
+        "tiny-bounded",
+        "the machine was shared with other jobs",
+        "dvc repro benchmark",
+        metrics=tmp_path / "metrics",
+        root=tmp_path / "benchmarks",
+        today="2026-12-02",
+    )
     assert folder == tmp_path / "benchmarks" / machine["machine_id"] / "tiny-bounded"
     assert {p.name for p in folder.iterdir()} == {"benchmark.json", "run.json"}
     text = measured.render(tmp_path / "benchmarks")
     assert "## Test CPU (`test-cpu-0123abcd`)" in text and "4 logical cores (2 physical, 4 usable), 8.0 GiB" in text
-    assert ("| tiny-bounded | 2026-12-02 | tiny | cpu fp32 | 8 | 2 | 12,346 | 12.3% | 2.0% | 50.0 MiB (estimate "
-            "48.0 MiB) | — | — | — | 1.50 / 1.25 cores **busy** |") in text
+    assert (
+        "| tiny-bounded | 2026-12-02 | tiny | cpu fp32 | 8 | 2 | 12,346 | 12.3% | 2.0% | 50.0 MiB (estimate "
+        "48.0 MiB) | — | — | — | 1.50 / 1.25 cores **busy** |"
+    ) in text
     assert "- **tiny-bounded**: `dvc repro benchmark`; the machine was shared with other jobs" in text
     assert measured.render(tmp_path / "benchmarks") == text  # the same files, the same document
 

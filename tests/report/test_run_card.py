@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from train_fixtures import make_token_files, train_args
 
 from buildllm.cli import main
 from buildllm.report.card_data import read_card
 from buildllm.report.curves import target_loss, time_to
 from buildllm.report.run_card import headline
-from train_fixtures import make_token_files, train_args
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,18 +79,33 @@ def test_a_run_without_its_other_stages_says_not_recorded_and_samples_its_checkp
     assert width >= 1200 and height > 1000
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None,
-                    reason="needs headless Chromium (Debian: apt-get install -y chromium)")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="needs headless Chromium (Debian: apt-get install -y chromium)"
+)
 def test_the_card_renders_offline_in_chromium(trained, tmp_path):
     shot = tmp_path / "shot.png"
-    check = [sys.executable, str(ROOT / "scripts" / "check_report_html.py"), str(trained / "plots" / "run_card.html"),
-             "--tables", "headline", "plan", "memory", "--screenshot", str(shot)]
+    check = [
+        sys.executable,
+        str(ROOT / "scripts" / "check_report_html.py"),
+        str(trained / "plots" / "run_card.html"),
+        "--tables",
+        "headline",
+        "plan",
+        "memory",
+        "--screenshot",
+        str(shot),
+    ]
     done = subprocess.run(check, capture_output=True, text=True, timeout=300)
     findings = json.loads(done.stdout)
     assert done.returncode == 0, findings["problems"]
     assert findings["images"] == findings["decoded"] == 4 and findings["fetched"] == []
-    for text in ("Run card: tiny on cpu (fp32)", "Where a step's time goes", "The plan: what was decided, and why",
-                 "not recorded", "A sample of its text"):
+    for text in (
+        "Run card: tiny on cpu (fp32)",
+        "Where a step's time goes",
+        "The plan: what was decided, and why",
+        "not recorded",
+        "A sample of its text",
+    ):
         assert text in findings["text"], text
     assert "headless Chromium, networking off" in findings["text"]  # the page says how its PNG was drawn
     width, height = png_size(shot)

@@ -17,15 +17,22 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import copy_project, run
 from test_run_card import png_size
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-BOUNDED = {"preset": "tiny", "benchmark.warmup_steps": 1, "benchmark.measured_steps": 4, "benchmark.intervals": 2,
-           "train.training_examples": 256, "train.validation_examples": 32, "train.log_interval": 2,
-           "train.eval_interval": 4, "train.checkpoint_interval": 8}
+BOUNDED = {
+    "preset": "tiny",
+    "benchmark.warmup_steps": 1,
+    "benchmark.measured_steps": 4,
+    "benchmark.intervals": 2,
+    "train.training_examples": 256,
+    "train.validation_examples": 32,
+    "train.log_interval": 2,
+    "train.eval_interval": 4,
+    "train.checkpoint_interval": 8,
+}
 EXPERIMENTS = {"cpu-fp32": "precision=fp32", "cpu-bf16": "precision=bf16"}
 PLOTS = ("Loss against step", "Loss against elapsed time", "Tokens per second against step")
 
@@ -55,15 +62,29 @@ def lab(tmp_path_factory) -> Path:
     return project
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None,
-                    reason="needs headless Chromium (Debian: apt-get install -y chromium)")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="needs headless Chromium (Debian: apt-get install -y chromium)"
+)
 def test_dvc_repro_leaves_a_run_card_that_renders_offline(lab, tmp_path):
     assert "report" not in run(["dvc", "status", "report"], lab).stdout  # its outputs recorded, up to date
     sample = json.loads((lab / "metrics" / "sample.json").read_text())
     shot = tmp_path / "shot.png"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_report_html.py"),
-                           str(lab / "plots" / "run_card.html"), "--tables", "headline", "plan", "memory",
-                           "--screenshot", str(shot)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "check_report_html.py"),
+            str(lab / "plots" / "run_card.html"),
+            "--tables",
+            "headline",
+            "plan",
+            "memory",
+            "--screenshot",
+            str(shot),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     findings = json.loads(done.stdout)
     assert done.returncode == 0, findings["problems"]
     assert findings["images"] == findings["decoded"] == 4 and findings["fetched"] == []

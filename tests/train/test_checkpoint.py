@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from train_fixtures import make_token_files, train_args
 
 from buildllm.device.rng import rng_state
-from buildllm.train import checkpoint
 from buildllm.errors import UserError
-from train_fixtures import make_token_files, train_args
+from buildllm.train import checkpoint
 
 SIGNATURE = {"batch_size": 16, "epochs": 1, "model.n_layer": 2}
 
@@ -27,8 +27,10 @@ def test_saves_are_whole_files_and_only_the_newest_are_kept(tmp_path):
     for step in (2, 4, 6, 8):
         seconds, size, path = checkpoint.save(tmp_path, state(step), keep=2)
         assert path.name == f"checkpoint_{step:08d}.pt" and size == path.stat().st_size and seconds >= 0
-    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == ["checkpoint_00000006.pt",
-                                                                       "checkpoint_00000008.pt"]
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == [
+        "checkpoint_00000006.pt",
+        "checkpoint_00000008.pt",
+    ]
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_00000006.pt", "checkpoint_00000008.pt"]  # no temp files
 
 
@@ -39,28 +41,38 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, capsys
     newest.write_bytes(newest.read_bytes()[:100])  # what a non-atomic writer killed mid-write would leave
     path, loaded = checkpoint.load_latest(tmp_path)
     assert path.name == "checkpoint_00000002.pt" and loaded["step"] == 2
-    assert capsys.readouterr().err == (f"warning: checkpoint_00000004.pt in {tmp_path} is damaged (truncated: 100 bytes, "
-                                       "the end of the file is missing); trying the one before it, "
-                                       "checkpoint_00000002.pt\n")
+    assert capsys.readouterr().err == (
+        f"warning: checkpoint_00000004.pt in {tmp_path} is damaged (truncated: 100 bytes, "
+        "the end of the file is missing); trying the one before it, "
+        "checkpoint_00000002.pt\n"
+    )
 
 
-@pytest.mark.parametrize("content, why", [
-    (b"", "empty: a save that never wrote anything"),
-    (bytes(range(256)) * 4, "not a checkpoint: its 1,024 bytes are not a PyTorch file"),
-])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"", "empty: a save that never wrote anything"),
+        (bytes(range(256)) * 4, "not a checkpoint: its 1,024 bytes are not a PyTorch file"),
+    ],
+)
 def test_a_damaged_file_is_named_as_such_without_torchs_advice(tmp_path, content, why):
     (tmp_path / "checkpoint_00000002.pt").write_bytes(content)
     with pytest.raises(checkpoint.DamagedCheckpoint) as caught:
         checkpoint.load(tmp_path / "checkpoint_00000002.pt")
-    assert str(caught.value) == (f"checkpoint {tmp_path / 'checkpoint_00000002.pt'} is damaged ({why}); use another "
-                                 "checkpoint or rerun into a fresh --checkpoint-directory")
+    assert str(caught.value) == (
+        f"checkpoint {tmp_path / 'checkpoint_00000002.pt'} is damaged ({why}); use another "
+        "checkpoint or rerun into a fresh --checkpoint-directory"
+    )
     assert "weights_only" not in str(caught.value)
 
 
 def test_a_file_of_other_objects_is_refused_without_loading_it_unsafely(tmp_path):
     torch.save({"step": 2, "model": SimpleNamespace(w=1)}, tmp_path / "checkpoint_00000002.pt")
-    with pytest.raises(checkpoint.DamagedCheckpoint, match=r"\(not a BuildLLM checkpoint: it holds objects other "
-                                                           r"than tensors and plain values\)"):
+    with pytest.raises(
+        checkpoint.DamagedCheckpoint,
+        match=r"\(not a BuildLLM checkpoint: it holds objects other "
+        r"than tensors and plain values\)",
+    ):
         checkpoint.load(tmp_path / "checkpoint_00000002.pt")
     assert checkpoint.load_latest(tmp_path) is None
 
@@ -87,12 +99,17 @@ def test_the_lock_refuses_a_second_process_while_the_first_lives(tmp_path, monke
     with checkpoint.DirectoryLock(tmp_path / "run"):
         with pytest.raises(UserError, match=f"in use by pid {os.getpid()}"):
             checkpoint.DirectoryLock(tmp_path / "run").acquire()
-        second = subprocess.run([sys.executable, "-m", "buildllm", *train_args(paths, tmp_path / "run")],
-                                capture_output=True, text=True, timeout=300)
+        second = subprocess.run(
+            [sys.executable, "-m", "buildllm", *train_args(paths, tmp_path / "run")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert second.returncode == 2
     assert second.stderr.strip().splitlines()[-1] == (
         f"error: checkpoint directory {tmp_path / 'run'} in use by pid {os.getpid()}; wait for that run to finish "
-        "or stop it, or use another --checkpoint-directory")
+        "or stop it, or use another --checkpoint-directory"
+    )
     assert not (tmp_path / "run" / checkpoint.LOCK).exists() and checkpoint.list_checkpoints(tmp_path / "run") == []
 
 
@@ -113,8 +130,13 @@ def test_the_same_state_saved_twice_gives_the_same_bytes(tmp_path):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.randn(8, 16)).sum().backward()
     optimizer.step()
-    full = {"step": 3, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng_state(), "signature": dict(SIGNATURE)}
+    full = {
+        "step": 3,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "rng": rng_state(),
+        "signature": dict(SIGNATURE),
+    }
     _, _, first = checkpoint.save(tmp_path / "a", full, keep=2)
     _, _, second = checkpoint.save(tmp_path / "b", full, keep=2)
     assert first.read_bytes() == second.read_bytes()

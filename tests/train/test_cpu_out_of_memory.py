@@ -20,15 +20,16 @@ HEADROOM = 900 * 2**20
 
 def footprint() -> int:
     """The address space a `buildllm train` process holds once it has imported everything it runs."""
-    code = ("import psutil, buildllm.train.trainer, buildllm.cli; "
-            "print(psutil.Process().memory_info().vms)")
-    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                              env=run_env()).stdout)
+    code = "import psutil, buildllm.train.trainer, buildllm.cli; print(psutil.Process().memory_info().vms)"
+    return int(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=run_env()).stdout
+    )
 
 
 def capped(limit: int):
     def preexec():
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
     return preexec
 
 
@@ -37,16 +38,36 @@ def capped(limit: int):
 def test_an_allocation_failure_on_the_cpu_is_one_line_with_the_advice(tokens, tmp_path):
     # Eight blocks at batch 1536 x 64 tokens: an estimated peak of several GiB.
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"model": {"n_layer": 8}}))
-    command = [sys.executable, "-m", "buildllm", *train_args(tokens, tmp_path / "run", "--batch-size", "1536",
-                                                              "--workers", "0", examples=1536)]
+    command = [
+        sys.executable,
+        "-m",
+        "buildllm",
+        *train_args(tokens, tmp_path / "run", "--batch-size", "1536", "--workers", "0", examples=1536),
+    ]
     limit = footprint() + HEADROOM
-    refused = subprocess.run(command, cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=600,
-                             preexec_fn=capped(limit), check=False)
+    refused = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=capped(limit),
+        check=False,
+    )
     # The won't-fit check sees the cap first (free memory is what the cap leaves) and refuses.
     assert refused.returncode == 2 and "left under this process's `ulimit -v` limit" in refused.stderr
     assert not (tmp_path / "run").exists()
-    forced = subprocess.run([*command, "--force-memory"], cwd=tmp_path, env=run_env(), capture_output=True,
-                            text=True, timeout=600, preexec_fn=capped(limit), check=False)
+    forced = subprocess.run(
+        [*command, "--force-memory"],
+        cwd=tmp_path,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=capped(limit),
+        check=False,
+    )
     errors = [line for line in forced.stderr.splitlines() if line.startswith("error:")]
     assert forced.returncode == 3, forced.stderr
     assert "Traceback" not in forced.stderr and len(errors) == 1, forced.stderr

@@ -17,13 +17,13 @@ import uuid
 
 import pytest
 import torch
+from train_fixtures import make_token_files, train_args
 
 from buildllm import disk
 from buildllm.atomic import atomic_write_text
 from buildllm.cli import main
 from buildllm.train import checkpoint
 from buildllm.train.trainer import Trainer
-from train_fixtures import make_token_files, train_args
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,11 @@ def small_disk(folder, megabytes: int):
     folder.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0 or not shutil.which("mount"):
         pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", f"buildllm-{uuid.uuid4().hex[:8]}",
-                              str(folder)], capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", f"buildllm-{uuid.uuid4().hex[:8]}", str(folder)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -60,8 +63,9 @@ def fill_at(monkeypatch, at_step: int, folder, leave: int) -> None:
     monkeypatch.setattr(Trainer, "step", step)
 
 
-def test_a_disk_that_fills_during_a_save_gives_one_line_and_keeps_earlier_checkpoints(paths, workdir, monkeypatch,
-                                                                                       capsys):
+def test_a_disk_that_fills_during_a_save_gives_one_line_and_keeps_earlier_checkpoints(
+    paths, workdir, monkeypatch, capsys
+):
     with small_disk(workdir / "small", 24) as small:
         run = small / "run"
         fill_at(monkeypatch, 5, small, leave=256 * 1024)
@@ -118,8 +122,11 @@ def test_a_run_its_disk_cannot_hold_is_refused_before_training(paths, workdir, c
         assert main(train_args(paths, small / "run")) == 2
         error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith(f"error: not enough disk space for this run: {small / 'run'} has ")
-    assert re.search(r"but the run needs about 1[5-7]\.\d MiB \([\d,]+ bytes\): 2 kept \+ 1 being written, "
-                     r"3 new × 5\.\d MiB, \+ [\d.]+ KiB of logs; free some space", error)
+    assert re.search(
+        r"but the run needs about 1[5-7]\.\d MiB \([\d,]+ bytes\): 2 kept \+ 1 being written, "
+        r"3 new × 5\.\d MiB, \+ [\d.]+ KiB of logs; free some space",
+        error,
+    )
     assert not (workdir / "metrics" / "train.json").exists()
 
 

@@ -23,8 +23,11 @@ def run(cmd: list[str], cwd) -> dict:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     with open(cwd / "metrics" / "train_log.csv") as handle:
         rows = list(csv.DictReader(handle))
-    return {"metrics": json.loads((cwd / "metrics" / "train.json").read_text()), "rows": rows,
-            "state": checkpoint.load(cwd / "run" / checkpoint.checkpoint_name(20))}
+    return {
+        "metrics": json.loads((cwd / "metrics" / "train.json").read_text()),
+        "rows": rows,
+        "state": checkpoint.load(cwd / "run" / checkpoint.checkpoint_name(20)),
+    }
 
 
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path):
@@ -34,8 +37,10 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     single = run([sys.executable, "-m", "buildllm", *train_args(paths, tmp_path / "one" / "run")], tmp_path / "one")
     # Per-process batch 8 x 2 processes = the single run's 16; each rank reads its half of every batch.
     args = train_args(paths, tmp_path / "two" / "run", "--batch-size", "8")
-    double = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                  "-m", "buildllm", *args], tmp_path / "two")
+    double = run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "buildllm", *args],
+        tmp_path / "two",
+    )
 
     one, two = single["metrics"], double["metrics"]
     assert (two["processes"], two["batch_size"], two["global_batch_size"]) == (2, 8, 16)
@@ -53,16 +58,31 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
         assert (double["state"]["model"][name] - weight).norm() <= 1e-3 * weight.norm() + 1e-6, name
     # Only rank 0 wrote: one set of checkpoints, no second lock or temp file.
     assert sorted(p.name for p in (tmp_path / "two" / "run").iterdir()) == [
-        checkpoint.checkpoint_name(18), checkpoint.checkpoint_name(20)]
+        checkpoint.checkpoint_name(18),
+        checkpoint.checkpoint_name(20),
+    ]
 
 
 def probe(paths, cwd, *extra: str, **env) -> tuple[subprocess.CompletedProcess, list[dict]]:
     """Two gloo ranks of 20 steps (batch 8 each), each rank's all_reduce calls noted (torchrun_probe.py)."""
     cwd.mkdir()
     args = train_args(paths, cwd / "run", "--batch-size", "8", "--checkpoint-interval", "0", *extra)
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             str(Path(__file__).with_name("torchrun_probe.py")), *args], cwd=cwd,
-                            capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(Path(__file__).with_name("torchrun_probe.py")),
+            *args,
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
+    )
     return result, [json.loads((cwd / f"probe_rank{r}.json").read_text()) for r in (0, 1)]
 
 
@@ -81,8 +101,16 @@ def test_ranks_exchange_losses_and_stop_flags_only_where_losses_are_read(tmp_pat
 
 def test_a_sigterm_on_one_rank_stops_both_at_the_next_read_with_one_checkpoint(tmp_path):
     paths = make_token_files(tmp_path / "tokens")
-    result, ranks = probe(paths, tmp_path / "stop", "--log-interval", "5", "--eval-interval", "10",
-                          PROBE_STOP_RANK="1", PROBE_STOP_AFTER="6")
+    result, ranks = probe(
+        paths,
+        tmp_path / "stop",
+        "--log-interval",
+        "5",
+        "--eval-interval",
+        "10",
+        PROBE_STOP_RANK="1",
+        PROBE_STOP_AFTER="6",
+    )
     assert result.returncode != 0
     assert "stopped at step 10 of 20" in result.stderr, result.stderr[-4000:]
     # Rank 1 asked after step 6; the ranks agreed where they next read losses (step 10), not later.

@@ -6,27 +6,38 @@ import json
 
 import pytest
 import torch
+from train_fixtures import make_token_files
 
-from buildllm.train import checkpoint
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
-from buildllm.train.generate import generate_ids, load_model
 from buildllm.model.gpt import GPTConfig, KVCache, build_model
 from buildllm.plan import apply_plan, make_plan
+from buildllm.train import checkpoint
+from buildllm.train.generate import generate_ids, load_model
 from buildllm.train.trainer import Trainer
-from train_fixtures import make_token_files
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("generate")
     paths = make_token_files(folder / "tokens")
-    plan = make_plan(load_config(None, {"preset": "tiny", "device": "cpu", "train.threads": 1, "train.batch_size": 16,
-                                        "train.training_examples": 480}))
+    plan = make_plan(
+        load_config(
+            None,
+            {
+                "preset": "tiny",
+                "device": "cpu",
+                "train.threads": 1,
+                "train.batch_size": 16,
+                "train.training_examples": 480,
+            },
+        )
+    )
     apply_plan(plan)
-    trainer = Trainer(plan, Windows(load_tokens(paths["train"]), 64, 480), tokenizer=paths["tokenizer"],
-                      directory=folder / "run")
+    trainer = Trainer(
+        plan, Windows(load_tokens(paths["train"]), 64, 480), tokenizer=paths["tokenizer"], directory=folder / "run"
+    )
     for _ in range(trainer.planned_steps):
         trainer.step()
     trainer.save_checkpoint()
@@ -36,13 +47,14 @@ def trained(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("architecture", ["classic", "modern"])
 def test_cached_logits_equal_a_full_recompute(architecture):
     torch.manual_seed(0)
-    model = build_model(GPTConfig(architecture=architecture, vocab_size=97, sequence_length=16, n_layer=2,
-                                  n_head=2, n_embd=32)).eval()
+    model = build_model(
+        GPTConfig(architecture=architecture, vocab_size=97, sequence_length=16, n_layer=2, n_head=2, n_embd=32)
+    ).eval()
     tokens = torch.randint(0, 97, (1, 16))
     cache = KVCache(2)
     with torch.no_grad():
         cached = [model(tokens[:, :5], cache=cache)[0][0, -1]]
-        cached += [model(tokens[:, t:t + 1], cache=cache)[0][0, -1] for t in range(5, 16)]
+        cached += [model(tokens[:, t : t + 1], cache=cache)[0][0, -1] for t in range(5, 16)]
         full = [model(tokens[:, :t])[0][0, -1] for t in range(5, 17)]
     for a, b in zip(cached, full):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
@@ -68,8 +80,24 @@ def test_sampling_follows_its_seed(trained):
 
 def test_the_command_prints_the_prompt_and_its_continuation(trained, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert main(["generate", "--checkpoint-directory", str(trained["directory"]), "--prompt", "The history of",
-                 "--max-new-tokens", "20", "--device", "cpu", "--seed", "7"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint-directory",
+                str(trained["directory"]),
+                "--prompt",
+                "The history of",
+                "--max-new-tokens",
+                "20",
+                "--device",
+                "cpu",
+                "--seed",
+                "7",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     startup, out = out.split("\n", 1)  # the startup JSON line first (tests/test_startup_line.py), then the text
     assert json.loads(startup)["action"] == "generate"
@@ -81,6 +109,18 @@ def test_the_command_explains_a_missing_checkpoint_or_tokenizer(trained, tmp_pat
     monkeypatch.chdir(tmp_path)
     assert main(["generate", "--checkpoint-directory", str(tmp_path / "none"), "--prompt", "x"]) == 2
     assert "no checkpoint in" in capsys.readouterr().err
-    assert main(["generate", "--checkpoint-directory", str(trained["directory"]), "--prompt", "x",
-                 "--tokenizer", str(tmp_path / "missing.json")]) == 2
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint-directory",
+                str(trained["directory"]),
+                "--prompt",
+                "x",
+                "--tokenizer",
+                str(tmp_path / "missing.json"),
+            ]
+        )
+        == 2
+    )
     assert "pass --tokenizer with the tokenizer's JSON file" in capsys.readouterr().err

@@ -10,15 +10,15 @@ import signal
 
 import pytest
 import torch
+from train_fixtures import make_token_files, same_tensors, train_args
 
-from buildllm.train import checkpoint
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
 from buildllm.plan import apply_plan, make_plan
+from buildllm.train import checkpoint
 from buildllm.train.schedule import make_schedule
 from buildllm.train.trainer import Trainer
-from train_fixtures import make_token_files, same_tensors, train_args
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,15 @@ def workdir(tmp_path, monkeypatch):
 
 
 def trainer_for(paths, **overrides) -> Trainer:
-    settings = {"preset": "tiny", "device": "cpu", "train.threads": 1, "train.batch_size": 16,
-                "train.training_examples": 320, "train.validation_examples": 32, **overrides}
+    settings = {
+        "preset": "tiny",
+        "device": "cpu",
+        "train.threads": 1,
+        "train.batch_size": 16,
+        "train.training_examples": 320,
+        "train.validation_examples": 32,
+        **overrides,
+    }
     plan = make_plan(load_config(None, settings))
     apply_plan(plan)
     windows = Windows(load_tokens(paths["train"]), plan.model.sequence_length, plan.config.train.training_examples)
@@ -97,8 +104,10 @@ def test_a_run_writes_metrics_log_png_and_keeps_the_last_checkpoints(paths, work
     assert m["validation_perplexity"] == pytest.approx(math.exp(m["final_validation_loss"]))
     assert m["checkpoints_saved"] == 10 and m["checkpoint_bytes"] > 0 and m["fused_adamw"] is True
     assert m["threads"] == 1 and m["device"] == "cpu" and m["precision"] == "fp32"
-    assert [p.name for p in checkpoint.list_checkpoints(workdir / "run")] == ["checkpoint_00000018.pt",
-                                                                             "checkpoint_00000020.pt"]
+    assert [p.name for p in checkpoint.list_checkpoints(workdir / "run")] == [
+        "checkpoint_00000018.pt",
+        "checkpoint_00000020.pt",
+    ]
     rows = (workdir / "metrics" / "train_log.csv").read_text().splitlines()
     assert rows[0] == "step,tokens_seen,train_loss,validation_loss,learning_rate,tokens_per_second,elapsed_seconds"
     assert [r.split(",")[0] for r in rows[1:]] == [str(s) for s in range(0, 21, 2)]
@@ -128,7 +137,7 @@ def test_elapsed_seconds_run_on_across_a_resume_and_the_json_log_keeps_numbers(p
     assert first[-1]["step"] == 20 and 0 < first[-1]["elapsed_seconds"] <= saved
     assert main(train_args(paths, workdir / "run", "--epochs", "2", "--force")) == 0
     rows = json.loads((workdir / "metrics" / "train_log.json").read_text())
-    assert rows[:len(first)] == first  # the first session's rows, as they were
+    assert rows[: len(first)] == first  # the first session's rows, as they were
     elapsed = [row["elapsed_seconds"] for row in rows]
     assert all(isinstance(e, float) for e in elapsed) and elapsed == sorted(elapsed)
     assert rows[len(first)]["step"] == 22 and rows[len(first)]["elapsed_seconds"] > saved
@@ -204,13 +213,17 @@ def test_after_a_stop_the_metrics_report_the_last_validation_with_its_step(paths
 def test_a_cap_on_validation_examples_is_printed_and_recorded(paths, workdir, capsys):
     available = Windows(load_tokens(paths["validation"]), 64).available
     assert main(train_args(paths, workdir / "capped", examples=32)) == 0  # --validation-examples 32
-    assert (f"note: train.validation_examples = 32 uses 32 of the {available:,} windows the token file holds"
-            in capsys.readouterr().err)
+    assert (
+        f"note: train.validation_examples = 32 uses 32 of the {available:,} windows the token file holds"
+        in capsys.readouterr().err
+    )
     assert metrics(workdir)["validation_examples"] == 32
     assert metrics(workdir)["validation_windows_available"] == available
     assert main(train_args(paths, workdir / "short", "--validation-examples", "100000", examples=32)) == 0
-    assert (f"asks for more windows than the token file's {available:,}; all {available:,} are used"
-            in capsys.readouterr().err)
+    assert (
+        f"asks for more windows than the token file's {available:,}; all {available:,} are used"
+        in capsys.readouterr().err
+    )
     assert metrics(workdir)["validation_examples"] == available
 
 
@@ -284,8 +297,9 @@ def test_a_tokenizer_for_another_vocabulary_is_refused(tmp_path, workdir, capsys
     assert not (workdir / "metrics" / "train.json").exists()
 
 
-def test_losses_are_read_once_per_log_interval_and_a_nan_between_reads_names_its_step(paths, workdir, monkeypatch,
-                                                                                       capsys):
+def test_losses_are_read_once_per_log_interval_and_a_nan_between_reads_names_its_step(
+    paths, workdir, monkeypatch, capsys
+):
     reads, original = [], Trainer.read_losses
 
     def read_losses(self, losses, *rest):
@@ -293,8 +307,14 @@ def test_losses_are_read_once_per_log_interval_and_a_nan_between_reads_names_its
         return original(self, losses, *rest)
 
     monkeypatch.setattr(Trainer, "read_losses", read_losses)
-    assert main(train_args(paths, workdir / "clean", "--log-interval", "5", "--checkpoint-interval", "0",
-                           "--eval-interval", "0")) == 0
+    assert (
+        main(
+            train_args(
+                paths, workdir / "clean", "--log-interval", "5", "--checkpoint-interval", "0", "--eval-interval", "0"
+            )
+        )
+        == 0
+    )
     assert reads == [5, 5, 5, 5]  # no host-device sync on the steps between log rows
 
     def corrupt(trainer):

@@ -10,12 +10,12 @@ import signal
 
 import pytest
 import yaml
+from train_fixtures import train_args
 
 from buildllm.cli import main, run_stage
 from buildllm.device.device import Device
 from buildllm.train.loop import train
 from buildllm.train.trainer import Trainer
-from train_fixtures import train_args
 
 
 def test_validation_time_is_not_step_time_in_the_eta(tokens, workdir, monkeypatch, capsys):
@@ -69,10 +69,24 @@ def test_a_stop_on_the_command_line_says_rerun_the_command(tokens, workdir, stop
 
 def test_a_stop_under_dvc_says_continue_with_buildllm_train(tokens, workdir, stop_at_step_3, capsys):
     # The stage reads params.yaml alone: the same bounded run as train_args.
-    (workdir / "params.yaml").write_text(yaml.safe_dump({"preset": "tiny", "device": "cpu", "train": {
-        "threads": 1, "train_tokens": str(tokens["train"]), "validation_tokens": str(tokens["validation"]),
-        "tokenizer": str(tokens["tokenizer"]), "training_examples": 320, "validation_examples": 32,
-        "batch_size": 16, "checkpoint_directory": str(workdir / "run")}}))
+    (workdir / "params.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "preset": "tiny",
+                "device": "cpu",
+                "train": {
+                    "threads": 1,
+                    "train_tokens": str(tokens["train"]),
+                    "validation_tokens": str(tokens["validation"]),
+                    "tokenizer": str(tokens["tokenizer"]),
+                    "training_examples": 320,
+                    "validation_examples": 32,
+                    "batch_size": 16,
+                    "checkpoint_directory": str(workdir / "run"),
+                },
+            }
+        )
+    )
     assert run_stage(functools.partial(train, under_dvc=True)) == 130
     err = capsys.readouterr().err
     assert "stopped at step 3 of 20" in err and "run the same command again" not in err
@@ -95,7 +109,9 @@ def test_the_summary_and_metrics_carry_the_unigram_level(tokens, workdir, capsys
     # Below a uniform guess (the text's words are not equally frequent), and the same as a direct count.
     assert level < math.log(metrics["vocab_size"])
     train_tokens, validation_tokens = load_tokens(tokens["train"]), load_tokens(tokens["validation"])
-    assert level == pytest.approx(unigram_loss(Windows(train_tokens, 64, 320), Windows(validation_tokens, 64, 32), 4096))
-    counts = torch.bincount(train_tokens[:320 * 64 + 1].long(), minlength=4096).double() + 1
-    targets = validation_tokens[1:32 * 64 + 1].long()
+    assert level == pytest.approx(
+        unigram_loss(Windows(train_tokens, 64, 320), Windows(validation_tokens, 64, 32), 4096)
+    )
+    counts = torch.bincount(train_tokens[: 320 * 64 + 1].long(), minlength=4096).double() + 1
+    targets = validation_tokens[1 : 32 * 64 + 1].long()
     assert level == pytest.approx(-(counts / counts.sum()).log()[targets].mean().item())

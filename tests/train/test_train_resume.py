@@ -12,9 +12,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from train_fixtures import make_token_files, same_tensors, train_args
 
 from buildllm.train import checkpoint
-from train_fixtures import make_token_files, same_tensors, train_args
 
 pytestmark = pytest.mark.slow
 STEPS = 40  # 640 examples in batches of 16
@@ -30,8 +30,9 @@ def command(paths, directory: Path, *extra: str) -> list[str]:
 
 
 def finish(paths, directory: Path, *extra: str) -> subprocess.CompletedProcess:
-    result = subprocess.run(command(paths, directory, *extra), cwd=directory.parent, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        command(paths, directory, *extra), cwd=directory.parent, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -67,8 +68,9 @@ def straight(paths, tmp_path_factory) -> dict:
 def test_kill_at_a_random_step_then_resume_is_bitwise_equal(paths, straight, tmp_path):
     directory = tmp_path / "run"
     kill_after = random.Random().randrange(2, STEPS - 4, 2)  # a different step every run, as a crash would be
-    process = subprocess.Popen(command(paths, directory), cwd=tmp_path, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command(paths, directory), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     landed = wait_for(lambda: (directory / checkpoint.checkpoint_name(kill_after)).exists(), process)
     process.kill()
     process.wait()
@@ -85,8 +87,12 @@ def temp_files(directory: Path) -> list[str]:
 
 def kill_inside_a_save(paths, directory: Path) -> bool:
     """Freeze the process when a save's temp file appears; if the rename has not happened yet, kill it."""
-    process = subprocess.Popen(command(paths, directory, "--checkpoint-interval", "1"), cwd=directory.parent,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command(paths, directory, "--checkpoint-interval", "1"),
+        cwd=directory.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     watched = psutil.Process(process.pid)
     try:
         while wait_for(lambda: temp_files(directory), process):

@@ -7,17 +7,24 @@ from __future__ import annotations
 import json
 
 import pytest
-from train_fixtures import read
-from train_fixtures import train_args
+from train_fixtures import read, train_args
 
 from buildllm.cli import main
 
 
 def test_a_training_run_records_where_it_fell_against_an_estimate_of_its_plan(tokens, workdir, capsys):
     # An estimate of this very plan (20 steps of tiny, batch 16) whose range no real run can meet.
-    plan = {"profile": "tiny", "device": "cpu", "precision": "fp32", "batch_size": 16, "grad_accum": 1,
-            "planned_optimizer_steps": 20, "estimated_seconds": 0.002, "estimated_seconds_low": 0.001,
-            "estimated_seconds_high": 0.003}
+    plan = {
+        "profile": "tiny",
+        "device": "cpu",
+        "precision": "fp32",
+        "batch_size": 16,
+        "grad_accum": 1,
+        "planned_optimizer_steps": 20,
+        "estimated_seconds": 0.002,
+        "estimated_seconds_low": 0.001,
+        "estimated_seconds_high": 0.003,
+    }
     (workdir / "metrics").mkdir()
     (workdir / "metrics" / "estimate.json").write_text(json.dumps(plan))
     assert main(train_args(tokens, workdir / "run")) == 0

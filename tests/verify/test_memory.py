@@ -20,14 +20,20 @@ def test_held_out_shapes_are_never_fitted_shapes_and_cover_each_kind():
     plain = memory.Shape("x", 1)
     for shape in memory.HELD_OUT:
         varied = (shape.architecture, shape.grad_accum, shape.checkpointing, shape.sequence_length) != (
-            plain.architecture, plain.grad_accum, plain.checkpointing, plain.sequence_length)
+            plain.architecture,
+            plain.grad_accum,
+            plain.checkpointing,
+            plain.sequence_length,
+        )
         assert varied or (shape.profile, shape.batch_size) not in fitted, shape
     assert not {s.label for s in memory.FITTED} & {s.label for s in memory.HELD_OUT}
-    kinds = {"modern": any(s.architecture == "modern" for s in memory.HELD_OUT),
-             "accumulation": any(s.grad_accum > 1 for s in memory.HELD_OUT),
-             "checkpointing": any(s.checkpointing for s in memory.HELD_OUT),
-             "sequence length": any(s.sequence_length for s in memory.HELD_OUT),
-             "odd batch": any(s.batch_size % 2 for s in memory.HELD_OUT)}
+    kinds = {
+        "modern": any(s.architecture == "modern" for s in memory.HELD_OUT),
+        "accumulation": any(s.grad_accum > 1 for s in memory.HELD_OUT),
+        "checkpointing": any(s.checkpointing for s in memory.HELD_OUT),
+        "sequence length": any(s.sequence_length for s in memory.HELD_OUT),
+        "odd batch": any(s.batch_size % 2 for s in memory.HELD_OUT),
+    }
     assert all(kinds.values()), kinds
     # Each held-out shape in fp32 and in bf16 (but the three committed with issue 21, each in one precision).
     paired = [s for s in memory.HELD_OUT if s not in memory.HELD_OUT_COMMITTED]
@@ -61,8 +67,22 @@ def test_the_bounded_check_measures_both_sets_and_its_exit_code_follows_the_reco
 def test_a_stated_range_the_peak_cannot_meet_is_a_miss_and_exits_1(check_params, workdir, monkeypatch, capsys):
     # A range ending at a hundredth of the estimate: any real peak lies above it.
     monkeypatch.setitem(memory_estimate.SPREAD, "cpu", (0.0, -0.99))
-    code = main(["verify", "memory", "--params", str(check_params), "--profiles", "tiny", "--sets", "held_out",
-                 "--repeats", "1", "--out", str(workdir / "out" / "memory.json")])
+    code = main(
+        [
+            "verify",
+            "memory",
+            "--params",
+            str(check_params),
+            "--profiles",
+            "tiny",
+            "--sets",
+            "held_out",
+            "--repeats",
+            "1",
+            "--out",
+            str(workdir / "out" / "memory.json"),
+        ]
+    )
     record = read(workdir / "out" / "memory.json")
     assert code == 1
     assert record["verdict"] == "miss" and record["held_out_tiny_fp32_b37_inside"] is False

@@ -1,0 +1,163 @@
+"""How a knob is declared and checked: knob() says everything about a config field once (its
+checks, its command-line flag and help, whether reports and resumes care about it), and build()
+turns a mapping (params.yaml plus overrides) into the frozen dataclasses, checking every value
+against its declaration. The knobs themselves are declared in buildllm/config.py.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import field, fields, is_dataclass
+from typing import Any
+
+from buildllm.errors import ConfigError
+
+TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+# Which commands offer a knob's flag: those that run or plan a model by default; a knob that only
+# matters to a training run (its checkpoints, logging, resume) is offered where a run is planned.
+MODEL_COMMANDS = ("dry-run", "train", "benchmark", "estimate", "preflight", "fits", "tune")
+PLANNING_COMMANDS = ("dry-run", "train", "estimate", "preflight")
+TRAIN_COMMANDS = ("train", "preflight")
+
+
+def knob(
+    default: Any,
+    *,
+    choices: tuple | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    help: str = "",
+    flag: str | None = None,
+    metavar: str | None = None,
+    control: bool = False,
+    resume: bool = False,
+    commands: tuple[str, ...] = MODEL_COMMANDS,
+) -> Any:
+    """A config field with everything said about it once: its checks (the declaration is the
+    validation), its command-line flag and help (the CLI is generated from these), whether a report
+    always shows it as a key control, whether a resume must find it unchanged, and which commands
+    offer its flag."""
+    meta = {
+        "choices": choices,
+        "minimum": minimum,
+        "maximum": maximum,
+        "help": help,
+        "flag": flag,
+        "metavar": metavar,
+        "control": control,
+        "resume": resume,
+        "commands": commands,
+    }
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def leaf_knobs(cls: type, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Every leaf knob of `cls` as (dotted key, dataclass field, type hint), in declaration order."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in fields(cls):
+        if is_dataclass(hints[f.name]):
+            out += leaf_knobs(hints[f.name], prefix + f.name + ".")
+        else:
+            out.append((prefix + f.name, f, hints[f.name]))
+    return out
+
+
+def base_type(hint: Any) -> Any:
+    """int for Optional[int]: the type a value must have when it is given."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) and args else hint
+
+
+def set_dotted(data: dict, dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{dotted}: {part} is not a section")
+    node[leaf] = value
+
+
+def build(cls: type, data: Mapping, prefix: str = "") -> Any:
+    """The dataclass `cls` from a mapping, every value checked against its declaration."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix.rstrip('.') or 'params'} must be a section (a mapping), got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        where = prefix.rstrip(".") or "top level"
+        raise ConfigError(f"unknown key {prefix}{unknown[0]} in {where}; allowed keys: {', '.join(known)}")
+    values = {}
+    for name, f in known.items():
+        key = prefix + name
+        if name not in data:
+            continue
+        if is_dataclass(hints[name]):
+            values[name] = build(hints[name], data[name] or {}, prefix=key + ".")
+        else:
+            values[name] = check(key, data[name], hints[name], f.metadata)
+    return cls(**values)
+
+
+def check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
+    base = base_type(hint)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{key} must not be empty; give {TYPE_NAMES.get(base, base)}")
+    choices = meta.get("choices")
+    if base is str and choices is not None and not isinstance(value, str):
+        if isinstance(value, bool) and str(value).lower() in choices:
+            value = str(value).lower()  # YAML's true/false for a knob whose choices spell them
+        else:
+            raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, choices))}")
+    value = coerce(key, value, base)
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, choices))}")
+    low, high = meta.get("minimum"), meta.get("maximum")
+    if low is not None and value < low:
+        raise ConfigError(f"{key}={value!r} is too small; it must be at least {low}")
+    if high is not None and value > high:
+        raise ConfigError(f"{key}={value!r} is too large; it must be at most {high}")
+    return value
+
+
+def coerce(key: str, value: Any, base: Any) -> Any:
+    def wrong() -> ConfigError:
+        return ConfigError(f"{key}={value!r} has the wrong type; it must be {TYPE_NAMES.get(base, base)}")
+
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        raise wrong()
+    if base is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise wrong()
+    if base is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
+            try:
+                return float(value)
+            except ValueError:
+                raise wrong() from None
+        raise wrong()
+    if base is str:
+        if isinstance(value, str):
+            return value
+        raise wrong()
+    if base is list:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise ConfigError(f"{key}={value!r} must be a list of strings")
+    raise TypeError(f"config field {key} has an unsupported type {base}")  # a bug here, not user input
