@@ -92,8 +92,10 @@ def test_dvc_repro_leaves_a_run_card_that_renders_offline(lab, tmp_path):
     precision = json.loads((lab / "metrics" / "train.json").read_text())["precision"]  # the last experiment's
     assert f"Run card: tiny on cpu ({precision})" in text and "headless Chromium, networking off" in text
     assert sample["text"].split()[-1] in text and f"checkpoint step {sample['checkpoint_step']}" in text
-    # A full pipeline recorded every stage the card reads but the machine fingerprint (not a stage yet).
-    assert "% of a " in text and "GFLOP/s peak (measured" in text and "metrics/machine.json is absent" in text
+    # A full pipeline recorded every stage the card reads, the machine stage's fingerprint among them.
+    machine = json.loads((lab / "metrics" / "machine.json").read_text())
+    assert "% of a " in text and "GFLOP/s peak (measured" in text and "metrics/machine.json is absent" not in text
+    assert machine["machine_id"] in text
     for shown in (shot, lab / "plots" / "run_card.png"):  # the test's screenshot and the stage's own PNG
         width, height = png_size(shown)
         assert width == 1280 and height >= 1500 and shown.stat().st_size > 100_000
