@@ -2,7 +2,7 @@
 
 The stages' full records (metrics/<stage>.json), their notes (the `_reason` texts), the training log
 (metrics/train_log.json, or the CSV of runs made before it), the machine's fingerprint
-(metrics/machine.json) and the generated sample (metrics/sample.json). An experiment's files are
+(metrics/machine.json) and the generated sample (metrics/sample_notes.json). An experiment's files are
 read from its commit through git, as `buildllm compare` reads them (buildllm/report/experiments.py);
 a file an experiment carries unchanged from its baseline (its stage did not run) is its baseline's,
 not the experiment's, and is set aside with that reason. A metrics folder from another machine
@@ -33,7 +33,7 @@ class CardData:
     records: dict  # stage -> its metrics (absent stages are absent)
     notes: dict  # stage -> its notes (reasons, full labels)
     rows: list  # the training log's rows, numbers as numbers (None: no value)
-    sample: dict | None  # metrics/sample.json
+    sample: dict | None  # metrics/sample_notes.json
     absent: dict = field(default_factory=dict)  # what is not shown as this run's, and why
 
     def get(self, stage: str, key: str):

@@ -212,7 +212,7 @@ def memory_table(d: CardData) -> Table:
 def sample_blocks(d: CardData) -> list:
     s = d.sample or {}
     if not s.get("text"):
-        why = s.get("missing_reason") or "metrics/sample.json is absent"
+        why = s.get("missing_reason") or "metrics/sample_notes.json is absent"
         return [Heading(2, "A sample of its text"), Paragraph(f"{NOT_RECORDED}: {why}.")]
     how = (
         f"From checkpoint step {s.get('checkpoint_step')}, prompt “{s.get('prompt')}”, {s.get('new_tokens')} new "

@@ -3,7 +3,7 @@
 Fixed settings, so two runs' samples differ only by their weights: the prompt "The", 60 new
 tokens sampled at temperature 0.8 among the 50 likeliest, the run's seed, on the CPU (a few
 dozen single-token steps with the KV cache: cheap on any machine, and the same draws on every
-device, buildllm/train/generate.py). Written to metrics/sample.json with the checkpoint's step.
+device, buildllm/train/generate.py). Written to metrics/sample_notes.json with the checkpoint's step.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from buildllm.atomic import atomic_write_text
 from buildllm.config import Config
 from buildllm.errors import UserError
 
-SAMPLE_PATH = Path("metrics/sample.json")
+SAMPLE_PATH = Path("metrics/sample_notes.json")
 PROMPT, NEW_TOKENS, TEMPERATURE, TOP_K = "The", 60, 0.8, 50
 
 

@@ -70,7 +70,7 @@ def test_a_run_without_its_other_stages_says_not_recorded_and_samples_its_checkp
     side = "below" if loss < unigram else "above"  # 20 steps of a tiny model: either, the card must say which
     assert figures["status"] == "completed"
     assert f"{abs(unigram - loss):.3f} nats {side} the unigram level" in figures["loss"]
-    sample = json.loads((trained / "metrics" / "sample.json").read_text())
+    sample = json.loads((trained / "metrics" / "sample_notes.json").read_text())
     assert sample["checkpoint_step"] == 20 and sample["text"].startswith("The") and len(sample["text"]) > 10
     page = (trained / "plots" / "run_card.html").read_text()
     assert html.escape(sample["text"].split()[-1]) in page and "metrics/machine.json is absent" in page

@@ -67,7 +67,7 @@ def lab(tmp_path_factory) -> Path:
 )
 def test_dvc_repro_leaves_a_run_card_that_renders_offline(lab, tmp_path):
     assert "report" not in run(["dvc", "status", "report"], lab).stdout  # its outputs recorded, up to date
-    sample = json.loads((lab / "metrics" / "sample.json").read_text())
+    sample = json.loads((lab / "metrics" / "sample_notes.json").read_text())
     shot = tmp_path / "shot.png"
     done = subprocess.run(
         [
@@ -131,6 +131,6 @@ def test_compare_overlays_the_curves_and_times_a_loss_both_reach(lab):
 def test_the_card_of_a_named_experiment_is_read_from_its_commit(lab):
     run([sys.executable, "-m", "buildllm", "report", "--experiment", "cpu-bf16"], lab)
     page = (lab / "reports" / "run_card_cpu-bf16.html").read_text()
-    committed = json.loads(run(["git", "show", f"{exp_ref(lab, 'cpu-bf16')}:metrics/sample.json"], lab).stdout)
+    committed = json.loads(run(["git", "show", f"{exp_ref(lab, 'cpu-bf16')}:metrics/sample_notes.json"], lab).stdout)
     assert "Run card: tiny on cpu (bf16), experiment cpu-bf16" in page
     assert html.escape(committed["text"].split()[-1]) in page
