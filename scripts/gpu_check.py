@@ -104,9 +104,7 @@ VERIFY = {
 
 def verify_command(what: str, device: str, json_path: Path) -> list[str]:
     flags = [*VERIFY[what][device], "--device", device]
-    if cli_offers(["verify", "--help"], what):
-        return [PY, "-m", "buildllm.cli", "verify", what, *flags, "--out", str(json_path)]
-    return [PY, str(ROOT / "scripts" / f"{what}_truth.py"), *flags, "--json", str(json_path)]
+    return [PY, "-m", "buildllm.cli", "verify", what, *flags, "--out", str(json_path)]
 
 
 # ---- Where the check asks for the plain (unfused) loss; the fused-loss work names the flag. Until

@@ -52,6 +52,7 @@ MIN_ROUNDS, MAX_ROUNDS = 6, 40
 MIN_COMPILE_SECONDS = 30.0  # a cold compile at iteration 1 took about 40 s on 2 cores: less cannot finish
 TURN_SECONDS = 0.3  # a turn runs enough steps to last about this long (a single step is noisier)
 LOSS_CHECK_BATCHES = 4  # validation batches each side's loss is measured on
+NO_TIME = "no time left in tune.seconds"
 
 
 class Budget:
@@ -66,6 +67,23 @@ class Budget:
     def share(self, name: str) -> float:
         """The deadline of a part starting now: its share of the whole budget, within the budget."""
         return min(self.end, self.clock() + SHARES[name] * self.seconds)
+
+    def take_turns(self, name: str, turns: dict, clock, skipped: list, said: str) -> dict | None:
+        """Each side's seconds, round by round (the first side is the reference), within part `name`'s
+        share; None, and said in `skipped` as `said`, when not even one round fitted."""
+        seconds = interleave(
+            turns,
+            warmup=1,
+            rounds=MAX_ROUNDS,
+            soft_deadline=self.share(name),
+            hard_deadline=self.end,
+            min_rounds=MIN_ROUNDS,
+            clock=clock,
+        )
+        if not seconds[next(iter(turns))]:
+            skipped.append(f"{said}: {NO_TIME}")
+            return None
+        return seconds
 
 
 def steps_per_turn(step, clock) -> int:
@@ -91,7 +109,7 @@ def measure_precision(
         trainers[name] = Trainer(plan, train, validation, directory=scratch)
         trainers[name].step()  # the first step allocates; untimed
     if len(trainers) < len(plans) or budget.left() <= 0:
-        why = "no time left in tune.seconds after building and warming up the trainers"
+        why = f"{NO_TIME} after building and warming up the trainers"
         skipped.append(f"precision: {why}")
         return {"reference": "fp32", "skipped": why, "loss_check": {"done": False, "skipped": why}}, trainers
     k = steps_per_turn(trainers["fp32"].step, device.timed)
@@ -111,7 +129,7 @@ def measure_precision(
     )
     figures: dict = {"reference": "fp32", "steps_per_turn": k, **compare(seconds, "fp32")}
     if not seconds["fp32"]:
-        figures["skipped"] = "no time left in tune.seconds after building the trainers"
+        figures["skipped"] = f"{NO_TIME} after building the trainers"
         skipped.append(f"precision: {figures['skipped']}")
     elif len(seconds["fp32"]) < rounds:
         skipped.append(f"precision: {len(seconds['fp32'])} of {rounds} rounds, to stay within tune.seconds")
@@ -135,7 +153,7 @@ def measure_precision(
         else:
             check["done"] = True
     else:
-        check["skipped"] = "no time left in tune.seconds for the validation passes"
+        check["skipped"] = f"{NO_TIME} for the validation passes"
     if "skipped" in check:
         skipped.append(f"loss check: {check['skipped']}")
     figures["loss_check"] = check
@@ -155,8 +173,8 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
     if not counts:
         return {"default": default, "skipped": "no other thread count on this machine"}
     if budget.left() <= 0:
-        skipped.append("threads: no time left in tune.seconds")
-        return {"default": default, "skipped": "no time left in tune.seconds"}
+        skipped.append(f"threads: {NO_TIME}")
+        return {"default": default, "skipped": NO_TIME}
     k = steps_per_turn(trainer.step, trainer.device.timed)
 
     def turn(n: int):
@@ -168,20 +186,13 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
         return run
 
     try:
-        seconds = interleave(
-            {str(n): turn(n) for n in [default, *counts]},
-            warmup=1,
-            rounds=MAX_ROUNDS,
-            soft_deadline=budget.share("threads"),
-            hard_deadline=budget.end,
-            min_rounds=MIN_ROUNDS,
-            clock=trainer.device.timed,
+        seconds = budget.take_turns(
+            "threads", {str(n): turn(n) for n in [default, *counts]}, trainer.device.timed, skipped, "threads"
         )
     finally:
         torch.set_num_threads(trainer.plan.threads)
-    if not seconds[str(default)]:
-        skipped.append("threads: no time left in tune.seconds")
-        return {"default": default, "skipped": "no time left in tune.seconds"}
+    if seconds is None:
+        return {"default": default, "skipped": NO_TIME}
     return {"default": default, "steps_per_turn": k, "candidates": compare(seconds, str(default))}
 
 
@@ -214,18 +225,11 @@ def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
 
         return run
 
-    seconds = interleave(
-        {str(r): turn(r) for r in [default_rows, *options]},
-        warmup=1,
-        rounds=MAX_ROUNDS,
-        soft_deadline=budget.share("loss_chunk"),
-        hard_deadline=budget.end,
-        min_rounds=MIN_ROUNDS,
-        clock=device.timed,
+    seconds = budget.take_turns(
+        "loss_chunk", {str(r): turn(r) for r in [default_rows, *options]}, device.timed, skipped, "loss chunk"
     )
-    if not seconds[str(default_rows)]:
-        skipped.append("loss chunk: no time left in tune.seconds")
-        return {"default_rows": default_rows, "skipped": "no time left in tune.seconds"}
+    if seconds is None:
+        return {"default_rows": default_rows, "skipped": NO_TIME}
     return {
         "default_rows": default_rows,
         "rows": rows,
@@ -252,18 +256,11 @@ def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
 
         return run
 
-    seconds = interleave(
-        {"dispatch": turn(None), "math": turn(SDPBackend.MATH)},
-        warmup=1,
-        rounds=MAX_ROUNDS,
-        soft_deadline=budget.share("attention"),
-        hard_deadline=budget.end,
-        min_rounds=MIN_ROUNDS,
-        clock=device.timed,
+    seconds = budget.take_turns(
+        "attention", {"dispatch": turn(None), "math": turn(SDPBackend.MATH)}, device.timed, skipped, "attention"
     )
-    if not seconds["dispatch"]:
-        skipped.append("attention: no time left in tune.seconds")
-        return {"skipped": "no time left in tune.seconds"}
+    if seconds is None:
+        return {"skipped": NO_TIME}
     return {
         "reference": "dispatch",
         "decides": "nothing: torch's dispatch picks the kernel",
