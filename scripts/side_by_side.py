@@ -136,57 +136,24 @@ def optional_flags(args) -> list[str]:
     return flags + (["--compile"] if args.compile else [])
 
 
-def run_turns(args) -> tuple[float, float, float]:
-    command = [
-        sys.executable,
-        __file__,
-        args.reference,
-        "--child",
-        "turns",
-        "--profile",
-        args.profile,
-        "--threads",
-        str(args.threads),
-        "--warmup",
-        str(args.warmup),
-        "--steps",
-        str(args.steps),
-        "--intervals",
-        str(args.intervals),
-        "--precision",
-        args.precision,
-    ] + optional_flags(args)
+def in_fresh_process(args, side: str) -> dict:
+    """This script again in a fresh process, as `--child side`; its last line of output, parsed."""
+    command = [sys.executable, __file__, args.reference, "--child", side, "--profile", args.profile]
+    command += ["--threads", str(args.threads), "--warmup", str(args.warmup), "--steps", str(args.steps)]
+    command += ["--intervals", str(args.intervals), "--precision", args.precision, *optional_flags(args)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
-        raise SystemExit(f"turns failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"{side} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_turns(args) -> tuple[float, float, float]:
+    result = in_fresh_process(args, "turns")
     return result["ours"], result["reference"], result["ratio"]
 
 
 def run_child(args, side: str) -> float:
-    command = [
-        sys.executable,
-        __file__,
-        args.reference,
-        "--child",
-        side,
-        "--profile",
-        args.profile,
-        "--threads",
-        str(args.threads),
-        "--warmup",
-        str(args.warmup),
-        "--steps",
-        str(args.steps),
-        "--intervals",
-        str(args.intervals),
-        "--precision",
-        args.precision,
-    ] + optional_flags(args)
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"{side} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_second"]
+    return in_fresh_process(args, side)["tokens_per_second"]
 
 
 def main() -> None:
