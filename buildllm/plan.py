@@ -84,8 +84,11 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
             f"{model.n_embd} / n_head {model.n_head} = {model.head_dim}; change model.n_head or model.n_embd"
         )
     device = resolve_device(config.device)
-    defaults = profile.runtime(device.runtime_defaults)
     decisions = {"device": f"{device.device}: {device.reason}"}
+    # Probed once, on the device: the trainer builds AdamW from this answer.
+    fused, fused_reason = optimizer.fused_adamw_support(device.device)
+    decisions["fused_adamw"] = fused_reason
+    defaults = profile.runtime(device.runtime_defaults)
 
     def pick(name: str, explicit, default):
         if explicit is not None:
@@ -96,22 +99,8 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
 
     t = config.train
     batch_size = pick("batch_size", t.batch_size, defaults.batch_size)
-    # This machine's tune figures for this profile, device, shape and batch (or why there are none).
-    record, why_not = tuned.lookup(
-        this_machine(), profile.name, device.device, batch_size, tuned.shape_label(model, t.gradient_checkpointing)
-    )
-    precision = resolve_precision(
-        config.precision, device, defaults.precision, lambda default: tuned.precision_choice(record, why_not, default)
-    )
-    decisions["precision"] = precision.reason
     workers = pick("workers", t.workers, defaults.workers)
     learning_rate = pick("learning_rate", t.learning_rate, defaults.learning_rate)
-    if t.threads is not None:
-        threads, decisions["threads"] = t.threads, f"requested: {t.threads}"
-    elif device.threads_apply:
-        threads, decisions["threads"] = tuned.threads_choice(record, why_not, DEFAULT_THREADS)
-    else:
-        threads, decisions["threads"] = DEFAULT_THREADS, f"{DEFAULT_THREADS}: torch's default for this machine"
     # torchrun says how many processes share the run; each takes batch_size of every global batch.
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     examples = training_examples if training_examples is not None else count_training_examples(config, model)
@@ -120,11 +109,25 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         if examples is None
         else planned_steps(batches_per_epoch(examples, batch_size * processes), t.epochs, t.grad_accum)
     )
+    # This machine's tune figures for this profile, device, shape and batch (or why there are none),
+    # read in one place; the rules below decide from them.
+    record, why_not = tuned.lookup(
+        this_machine(), profile.name, device.device, batch_size, tuned.shape_label(model, t.gradient_checkpointing)
+    )
+    if t.threads is not None:
+        threads, decisions["threads"] = t.threads, f"requested: {t.threads}"
+    elif device.threads_apply:
+        threads, decisions["threads"] = tuned.threads_choice(record, why_not, DEFAULT_THREADS)
+    else:
+        threads, decisions["threads"] = DEFAULT_THREADS, f"{DEFAULT_THREADS}: torch's default for this machine"
     # Compile figures measured here apply to the shape, batch and precision they were taken at only.
-    compiled = decide_compile(t.compile, steps, precision.precision, *tuned.compile_figures(record, why_not))
+    compile_figures = tuned.compile_figures(record, why_not)
+    precision = resolve_precision(
+        config.precision, device, defaults.precision, lambda default: tuned.precision_choice(record, why_not, default)
+    )
+    decisions["precision"] = precision.reason
+    compiled = decide_compile(t.compile, steps, precision.precision, *compile_figures)
     decisions["compile"] = compiled.reason
-    fused, fused_reason = optimizer.fused_adamw_support(device.device)
-    decisions["fused_adamw"] = fused_reason
     rows = batch_size * model.sequence_length
     loss = decide_loss(model.vocab_size, rows, precision.activation_bytes, device)
     measured_rows, measured_why = tuned.chunk_choice(record, why_not, loss.chunk_rows)

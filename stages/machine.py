@@ -3,6 +3,6 @@
 import sys
 
 from buildllm.cli import run_stage
-from buildllm.device.machine import write_machine
+from buildllm.measure.machine import write_machine
 
 sys.exit(run_stage(write_machine))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 import torch.utils.data
@@ -19,9 +18,8 @@ import torch.utils.data
 from buildllm.config import Config
 from buildllm.errors import UserError
 from buildllm.paths import token_paths
+from buildllm.shape import GPTConfig
 
-if TYPE_CHECKING:
-    from buildllm.model.gpt import GPTConfig
 
 INTEGER_DTYPES = (torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64)
 
@@ -99,16 +97,25 @@ def split_windows(config: Config, model: GPTConfig, split: str) -> Windows:
     """The examples of one split ("train" or "validation") of the config's token files, in the
     model's sequence length, limited to the config's number of examples for that split."""
     train_path, validation_path = token_paths(config, model.vocab_size)
-    path, limit, what = {
-        "train": (train_path, config.train.training_examples, "training token file"),
-        "validation": (validation_path, config.train.validation_examples, "validation token file"),
+    path = train_path if split == "train" else validation_path
+    return split_from(path, config, model, split)
+
+
+def split_from(path: Path, config: Config, model: GPTConfig, split: str) -> Windows:
+    limit, what = {
+        "train": (config.train.training_examples, "training token file"),
+        "validation": (config.train.validation_examples, "validation token file"),
     }[split]
     return Windows(load_tokens(path, model.vocab_size, what), model.sequence_length, limit)
 
 
 def load_windows(config: Config, model: GPTConfig) -> tuple[Windows, Windows]:
     """Training and validation examples: what train, benchmark, the batch finder and the sweep read."""
-    return split_windows(config, model, "train"), split_windows(config, model, "validation")
+    return windows_from(config, model, *token_paths(config, model.vocab_size))
+
+
+def windows_from(config: Config, model: GPTConfig, train_path: Path, validation_path: Path) -> tuple[Windows, Windows]:
+    return split_from(train_path, config, model, "train"), split_from(validation_path, config, model, "validation")
 
 
 def windows_or_random(config: Config, model: GPTConfig, batch_size: int) -> tuple[Windows, Windows, str]:

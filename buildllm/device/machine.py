@@ -25,7 +25,6 @@ import platform
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import psutil
 
@@ -33,7 +32,6 @@ from buildllm.device.device import processor_name
 from buildllm.errors import UserError
 
 OVERRIDE = "BUILDLLM_MACHINE_OVERRIDE"
-MACHINE_FILE = Path("metrics") / "machine.json"  # paths.metrics_path("machine"), without paths' config reads
 # /proc/cpuinfo flag -> fingerprint key: the instruction sets oneDNN and torch pick kernels by.
 ISA_FLAGS = {
     "avx2": "avx2",
@@ -169,16 +167,3 @@ def machine_record() -> dict:
         for key, value in record.items()
     }
     return {"machine_id": machine_id(record), **short}
-
-
-def write_machine(config=None) -> dict:
-    """The `machine` DVC stage: metrics/machine.json, byte-identical on the same machine."""
-    from buildllm.metrics import write_metrics
-
-    record = machine_record()
-    write_metrics(MACHINE_FILE, record)
-    print(
-        f"machine {record['machine_id']}: {record['cpu_model']}, {record['logical_cores']} logical cores, "
-        f"{record['memory_total_gib']} GiB, auto device {record['auto_device']}"
-    )
-    return record

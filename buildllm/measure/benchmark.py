@@ -71,10 +71,10 @@ def measure(
     try:
         start = plan.device.timed()
         trainer = Trainer(plan, train, validation, directory=scratch)
-        trainer.step()
-        first_step = plan.device.timed()
-        for _ in range(bench.warmup_steps - 1):
+        for done in range(1, bench.warmup_steps + 1):
             trainer.step()
+            if done == 1:  # start-up and the first step, which allocates (and compiles)
+                first_step = plan.device.timed()
         warmed = plan.device.timed()
         per_interval = [
             bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
@@ -168,8 +168,8 @@ def measure(
 def benchmark(config: Config, write: bool = True) -> dict:
     plan = make_plan(config)
     refuse_unless_fits(plan)  # nothing is loaded, built or written for a plan that cannot fit
-    apply_plan(plan)
     train, validation = load_windows(config, plan.model)
+    apply_plan(plan)
     bench = config.benchmark
     announce(
         "benchmark",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_bytes_per_row
-from buildllm.model.gpt import GPTConfig
+from buildllm.shape import GPTConfig
 
 FP32 = 4
 MiB = 2**20

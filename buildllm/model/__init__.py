@@ -1,1 +1,1 @@
-"""The model: the GPT itself, its shape (shape.py, torch-free), the fused loss, and its FLOPs."""
+"""The model: the GPT itself, the fused loss, and its FLOPs (its shape, torch-free: buildllm/shape.py)."""

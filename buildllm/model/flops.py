@@ -15,7 +15,7 @@ import statistics
 
 import torch.nn as nn
 
-from buildllm.model.gpt import GPTConfig
+from buildllm.shape import GPTConfig
 
 
 def matmul_parameters(model: nn.Module) -> int:

@@ -14,8 +14,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from buildllm.device.rng import seed_all
 from buildllm.model.fused_loss import linear_cross_entropy
-from buildllm.model.shape import GPTConfig
+from buildllm.shape import GPTConfig
 
 
 def norm_layer(config: GPTConfig) -> nn.Module:
@@ -196,7 +197,11 @@ class GPT(nn.Module):
         return logits, loss
 
 
-def build_model(config: GPTConfig, device: str | torch.device = "cpu") -> GPT:
-    """Build on `device`; device="meta" counts parameters and plans memory without allocating."""
+def build_model(config: GPTConfig, device: str | torch.device = "cpu", seed: int | None = None) -> GPT:
+    """Build on `device`; device="meta" counts parameters and plans memory without allocating. A
+    seed seeds every generator first (device/rng.py): the same initial weights in every process and
+    run, and the same random draws after them."""
+    if seed is not None:
+        seed_all(seed)
     with torch.device(device):
         return GPT(config)

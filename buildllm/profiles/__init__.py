@@ -14,7 +14,7 @@ from importlib import resources
 
 import yaml
 
-from buildllm.model.shape import GPTConfig
+from buildllm.shape import GPTConfig
 
 
 @dataclass(frozen=True)

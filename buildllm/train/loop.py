@@ -15,13 +15,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from buildllm.config import Config
-from buildllm.data.tokenization import load_tokenizer
-from buildllm.data.windows import load_windows
+from buildllm.data.run_data import load_run_data
 from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
 from buildllm.disk import DiskFull
 from buildllm.errors import TrainingFailed, UserError
 from buildllm.memory.fit import refuse_unless_fits
-from buildllm.paths import tokenizer_path
 from buildllm.plan import announce, apply_plan, make_plan
 from buildllm.train import checkpoint, distributed, storage
 from buildllm.train.run_log import RunLog
@@ -35,15 +33,13 @@ def train(config: Config, under_dvc: bool = False) -> dict:
     metrics written to metrics/train.json."""
     plan = make_plan(config)
     refuse_unless_fits(plan)  # before a process group, a checkpoint folder or a tensor exists
+    # Missing or unfit data files stop the run here, in one line, before any process group exists.
+    train_windows, validation_windows, tokenizer = load_run_data(config, plan.model)
     world, device = distributed.start(plan.device)
     plan = replace(plan, device=device)
     together = False
     try:
         apply_plan(plan)
-        train_windows, validation_windows = load_windows(config, plan.model)
-        tokenizer = tokenizer_path(config, plan.model.vocab_size)
-        if tokenizer.exists() or config.train.tokenizer:
-            load_tokenizer(tokenizer, plan.model.vocab_size)  # refuses a tokenizer made for another vocabulary
         directory = Path(config.train.checkpoint_directory)
         built = False
         try:

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from buildllm.config import config_to_dict, knobs, value_at
 from buildllm.data.windows import Windows, batches_per_epoch, loader, optimizer_steps, sequential_batches
 from buildllm.device.precision import autocast, grad_scaler
-from buildllm.device.rng import rng_state, seed_all, set_rng_state
+from buildllm.device.rng import rng_state, set_rng_state
 from buildllm.device.xla import step_boundary
 from buildllm.errors import TrainingFailed, UserError
 from buildllm.model.gpt import build_model
@@ -133,20 +133,8 @@ class Trainer:
         self.schedule = make_schedule(
             plan.learning_rate, self.planned_steps, cfg.warmup_steps, cfg.min_learning_rate_ratio
         )
-        # The same initial weights and random draws whoever builds the trainer, and in every process.
-        seed_all(plan.config.seed)
-        self.model = build_model(plan.model, self.device.device)
-        self.model.gradient_checkpointing = cfg.gradient_checkpointing
-        self.model.loss_chunk_rows = plan.loss.chunk_rows
-        self.optimizer = build_optimizer(self.model, plan.learning_rate, cfg.weight_decay, plan.fused_adamw)
-        self.scaler = grad_scaler(plan.precision, self.device)
-        self.ddp = None
-        if self.world.distributed:
-            self.ddp = DistributedDataParallel(self.model, device_ids=self.device.ddp_device_ids)
-        module = self.ddp or self.model
-        # The compiled wrapper is used for steps only; checkpoints come from the raw module.
-        self.forward = torch.compile(module) if plan.compile.enabled else module
         self.signature = run_signature(plan, self.world.size, len(train_windows))
+        self.scaler = grad_scaler(plan.precision, self.device)
         self.tokens_per_step = plan.tokens_per_step * self.world.size
         self.step_count, self.tokens_seen, self.train_seconds = 0, 0, 0.0
         self.learning_rate = self.schedule.rate(0)
@@ -166,6 +154,17 @@ class Trainer:
             "tokenizer": self.tokenizer,
         }
         self.log = RunLog(self.world, plan.tokens_per_step, {**facts(plan), **self.sizes})
+        # The same initial weights and random draws whoever builds the trainer, and in every process.
+        self.model = build_model(plan.model, self.device.device, seed=plan.config.seed)
+        self.model.gradient_checkpointing = cfg.gradient_checkpointing
+        self.model.loss_chunk_rows = plan.loss.chunk_rows
+        self.optimizer = build_optimizer(self.model, plan.learning_rate, cfg.weight_decay, plan.fused_adamw)
+        self.ddp = None
+        if self.world.distributed:
+            self.ddp = DistributedDataParallel(self.model, device_ids=self.device.ddp_device_ids)
+        module = self.ddp or self.model
+        # The compiled wrapper is used for steps only; checkpoints come from the raw module.
+        self.forward = torch.compile(module) if plan.compile.enabled else module
 
     def step(self) -> torch.Tensor:
         """One optimizer step; returns the mean loss of this process's micro-batches as a detached 0-d

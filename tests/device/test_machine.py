@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from buildllm.device.machine import MACHINE_FILE, OVERRIDE, fingerprint, machine_id, write_machine
+from buildllm.device.machine import OVERRIDE, fingerprint, machine_id
 from buildllm.errors import UserError
+from buildllm.measure.machine import MACHINE_FILE, write_machine
 
 
 def test_fingerprint_names_this_machine_and_its_id_is_stable(monkeypatch):
