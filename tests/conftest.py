@@ -75,9 +75,55 @@ def use_docs_corpus(project: Path) -> None:
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
+def set_params(project: Path, values: dict) -> None:
+    """Write dotted-key values (e.g. "train.training_examples") into the project copy's params.yaml."""
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    for dotted, value in values.items():
+        *parents, leaf = dotted.split(".")
+        node = params
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def clone_project(source: Path, dest: Path) -> Path:
+    """A copy of a reproduced project copy, with its git history, DVC cache and outputs: tests that
+    start from one shared pipeline run each work on their own copy, so none can spoil another's."""
+    shutil.copytree(source, dest, symlinks=True)
+    return dest
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return copy_project(tmp_path / "project")
+
+
+# The whole bounded pipeline (tiny preset, a few steps and examples), reproduced once per session.
+BOUNDED = {
+    "preset": "tiny",
+    "benchmark.warmup_steps": 1,
+    "benchmark.measured_steps": 4,
+    "benchmark.intervals": 2,
+    "train.training_examples": 256,
+    "train.validation_examples": 32,
+    "train.log_interval": 2,
+    "train.eval_interval": 4,
+    "train.checkpoint_interval": 8,
+}
+
+
+@pytest.fixture(scope="session")
+def bounded_run(tmp_path_factory) -> Path:
+    """A project copy with BOUNDED params after a full `dvc repro`, committed: the baseline that the
+    run-card and compare experiments start from (each on its own clone_project of it). Running the
+    same pipeline with the same params once instead of once per module saves minutes on 2 cores."""
+    project = copy_project(tmp_path_factory.mktemp("bounded") / "project")
+    set_params(project, BOUNDED)
+    run(["dvc", "repro"], project)
+    run(["git", "add", "-A"], project)
+    run(["git", "commit", "-qm", "baseline: the bounded pipeline, run"], project)
+    return project
 
 
 @pytest.fixture(scope="session")
@@ -117,3 +163,15 @@ def check_params(tokens, workdir) -> Path:
     path = workdir / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory) -> tuple[Path, str]:
+    """A project copy on the defaults (iteration 1, the real default corpus) with the train stage's
+    own bound of 500 examples (the default trains 8000), after `dvc repro train`, and that command's
+    stdout. The train-pipeline test checks the run; the dry-run test starts its stage from it, each on
+    its own clone_project, so neither runs corpus, tokenize and tune for the same params again."""
+    project = copy_project(tmp_path_factory.mktemp("default") / "project")
+    set_params(project, {"train.training_examples": 500})
+    out = run(["dvc", "repro", "train"], project).stdout
+    return project, out

@@ -9,18 +9,16 @@ import math
 import sys
 
 import pytest
-import yaml
-from conftest import run
+from conftest import clone_project, run
 
 pytestmark = pytest.mark.slow
 
 
-def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(project):
-    # The test's own bound (the default trains 8000 examples): 500 examples, 31 steps.
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params["train"]["training_examples"] = 500
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    out = run(["dvc", "repro", "train"], project).stdout
+def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(default_run, tmp_path):
+    # `dvc repro train` with the test's own bound (the default trains 8000 examples): 500 examples,
+    # 31 steps (conftest's default_run, shared with the dry-run test; this test edits its own clone).
+    source, out = default_run
+    project = clone_project(source, tmp_path / "project")
     # preflight ran before train, on this pipeline's own benchmark and estimate
     preflight = json.loads((project / "metrics" / "preflight.json").read_text())
     assert preflight["checks_failed"] == 0, out

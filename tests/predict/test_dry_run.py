@@ -4,7 +4,7 @@ import sys
 
 import pytest
 import torch
-from conftest import run
+from conftest import clone_project, run
 
 ENV_FIELDS = {
     "torch_version",
@@ -79,7 +79,10 @@ def test_missing_device_is_one_line_and_writes_nothing(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the failure on a machine without CUDA")
-def test_dvc_repro_and_experiments(project):
+def test_dvc_repro_and_experiments(default_run, tmp_path):
+    # From the defaults' pipeline, run once per session (conftest's default_run), on its own clone: its
+    # corpus, tokens and tune record are this stage's inputs, so only dry_run (and machine) run here.
+    project = clone_project(default_run[0], tmp_path / "project")
     run(["dvc", "repro", "dry_run"], project)
     baseline = json.loads((project / "metrics" / "dry_run.json").read_text())
     assert baseline["device"] == "cpu" and baseline["profile"] == "gpt_first_cpu"

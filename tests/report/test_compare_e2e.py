@@ -1,8 +1,10 @@
 """End to end: real DVC experiments in a throw-away repo, compared by `buildllm compare`.
 
-One module-scoped project (the "laptop") runs the bounded pipeline once, then four experiments:
-two directly (fp32 and bf16 autocast on the CPU), two through `dvc exp run --queue` + `dvc queue
-start` (a different batch size, and a cuda run that fails on this CUDA-less machine). A second
+One module-scoped project (the "laptop") starts from the bounded pipeline, reproduced once with
+`dvc repro` (the session's `bounded_run`, shared with the run-card tests), then runs four
+experiments: two directly (fp32 and bf16 autocast on the CPU), two through `dvc exp run --queue` +
+`dvc queue start` (a different batch size, and a cuda run that fails on this CUDA-less machine).
+DVC's own `dvc metrics diff` of the two direct runs is checked here too (it needs the same runs). A second
 clone (the "GPU box") gets the runs through a bare git remote and a directory DVC remote, the
 route docs/across-machines.md gives for comparing a laptop's run with a GPU machine's.
 """
@@ -17,21 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import copy_project, run
+from conftest import BOUNDED, clone_project, run
 
 pytestmark = pytest.mark.slow
 
 TARGETS = ["benchmark", "estimate"]
-# Bounded: the smallest preset, a few measured steps, few examples. Minutes in all on 2 cores.
-BASELINE = {
-    "preset": "tiny",
-    "benchmark.warmup_steps": 1,
-    "benchmark.measured_steps": 4,
-    "benchmark.intervals": 2,
-    "train.training_examples": 256,
-    "train.validation_examples": 32,
-}
 
 
 def buildllm(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -61,23 +53,13 @@ def wait_for_queue(repo: Path, timeout: float = 900) -> str:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory) -> dict:
+def lab(bounded_run, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("compare")
-    laptop = copy_project(root / "laptop")
-    params = yaml.safe_load((laptop / "params.yaml").read_text())
-    for dotted, value in BASELINE.items():
-        *parents, leaf = dotted.split(".")
-        node = params
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
-    (laptop / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    # The baseline: the bounded pipeline, run (token files in the cache, where queued runs check them
+    # out from; a dry run's metrics that the experiments below carry over unchanged).
+    laptop = clone_project(bounded_run, root / "laptop")
     run(["dvc", "remote", "add", "-d", "store", str(root / "dvc-store")], laptop)
-    # Token files in the cache (queued runs check them out from there), and a dry run's metrics that
-    # the experiments below carry over unchanged, as they would a full `dvc repro`'s.
-    run(["dvc", "repro", "tokenize", "dry_run"], laptop)
-    run(["git", "add", "-A"], laptop)
-    run(["git", "commit", "-qm", "baseline: bounded params, tokens"], laptop)
+    run(["git", "commit", "-qam", "a DVC remote"], laptop)
     exp_run(laptop, "cpu-fp32", "device=cpu", "precision=fp32")
     exp_run(laptop, "cpu-bf16", "device=cpu", "precision=bf16")
     # Queued runs see only what git tracks (and DVC's cache): the params go in with -S.
@@ -123,7 +105,9 @@ def test_two_real_runs_make_all_four_files_with_the_metrics(lab):
     assert "| precision | resolved | fp32 | bf16 | variable |" in md
     assert f"{fp32:,.0f}" in md and f"{bf16:,.0f}" in md
     assert "git checkout " in md and "dvc exp run -n cpu-bf16 -S device=cpu -S precision=bf16 benchmark estimate" in md
-    assert "cpu-bf16: metrics/dry_run.json unchanged from its baseline" in md
+    # The baseline ran the whole pipeline; these runs ran benchmark and estimate only: the dry run's and
+    # the training's records are their baseline's, said so, not reported as theirs.
+    assert "cpu-bf16: metrics/dry_run.json, metrics/train.json unchanged from its baseline" in md
 
 
 def test_a_different_batch_size_is_flagged(lab):
@@ -172,3 +156,35 @@ def test_round_trip_through_git_and_dvc_remotes(lab):
     for name in ("cpu-fp32", "cpu-bf16"):
         for column in ("rev", "tokens_per_second", "estimated_seconds", "processor", "command"):
             assert here[name][column] == there[name][column], (name, column)
+
+
+def test_repro_then_experiments_diff_speed_and_memory(lab):
+    """`dvc repro` measured the baseline; DVC's own diff of the two direct runs shows the speed and
+    memory deltas between fp32 and bf16 on the CPU (its summaries, and a full record when named)."""
+    laptop = lab["laptop"]
+    benchmark = json.loads(run(["git", "show", "HEAD:metrics/benchmark.json"], laptop).stdout)
+    estimate = json.loads(run(["git", "show", "HEAD:metrics/estimate.json"], laptop).stdout)
+    assert benchmark["profile"] == "tiny" and benchmark["oom"] is False and benchmark["tokens_per_second"] > 0
+    # tiny's CPU batch of 32 (the batch-size test above reads it too)
+    assert estimate["planned_optimizer_steps"] == BOUNDED["train.training_examples"] // 32
+    assert estimate["estimated_seconds"] > 0
+    diff = json.loads(run(["dvc", "metrics", "diff", "cpu-fp32", "cpu-bf16", "--json"], laptop).stdout)
+    changes = diff["metrics/summary/benchmark.json"]
+    for key in ("tokens_per_s", "peak_mib"):
+        assert isinstance(changes[key]["diff"], (int, float)), (key, changes.get(key))
+        assert changes[key]["old"] > 0 and changes[key]["new"] > 0
+    assert "metrics/summary/estimate.json" in diff
+    full = json.loads(
+        run(
+            ["dvc", "metrics", "diff", "cpu-fp32", "cpu-bf16", "--targets", "metrics/benchmark.json", "--json"], laptop
+        ).stdout
+    )["metrics/benchmark.json"]
+    for key in ("tokens_per_second", "steps_per_second", "peak_memory_bytes"):
+        assert isinstance(full[key]["diff"], (int, float)), (key, full.get(key))
+    # Each experiment really ran in its precision: its commit holds its full record (a stage output).
+    shown = json.loads(run(["dvc", "exp", "show", "--json"], laptop).stdout)
+    revs = [rev for baseline in shown for exp in baseline.get("experiments") or [] for rev in exp["revs"]]
+    for precision in ("fp32", "bf16"):
+        rev = next(rev for rev in revs if rev.get("name") == f"cpu-{precision}")
+        record = json.loads(run(["git", "show", f"{rev['rev']}:metrics/benchmark.json"], laptop).stdout)
+        assert record["precision"] == precision

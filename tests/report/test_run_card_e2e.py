@@ -1,7 +1,8 @@
 """End to end with real DVC in a throw-away repo: `dvc repro` leaves a run card that renders offline,
 and two experiments' training logs overlay in `dvc plots diff` and in `buildllm compare`.
 
-One module-scoped project runs the whole bounded pipeline (tiny preset, a few steps), then two
+One module-scoped project starts from the whole bounded pipeline (tiny preset, a few steps: the
+session's `bounded_run`, reproduced once and shared with the compare tests), then runs two
 experiments of the same controls that differ in precision (this machine has no second device; a
 CPU run and a CUDA run compare the same way).
 """
@@ -16,23 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import copy_project, run
+from conftest import clone_project, run
 from test_run_card import png_size
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-BOUNDED = {
-    "preset": "tiny",
-    "benchmark.warmup_steps": 1,
-    "benchmark.measured_steps": 4,
-    "benchmark.intervals": 2,
-    "train.training_examples": 256,
-    "train.validation_examples": 32,
-    "train.log_interval": 2,
-    "train.eval_interval": 4,
-    "train.checkpoint_interval": 8,
-}
 EXPERIMENTS = {"cpu-fp32": "precision=fp32", "cpu-bf16": "precision=bf16"}
 PLOTS = ("Loss against step", "Loss against elapsed time", "Tokens per second against step")
 
@@ -44,19 +33,8 @@ def exp_ref(repo: Path, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory) -> Path:
-    project = copy_project(tmp_path_factory.mktemp("card") / "project")
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    for dotted, value in BOUNDED.items():
-        *parents, leaf = dotted.split(".")
-        node = params
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    run(["dvc", "repro"], project)
-    run(["git", "add", "-A"], project)
-    run(["git", "commit", "-qm", "baseline: the bounded pipeline, run"], project)
+def lab(bounded_run, tmp_path_factory) -> Path:
+    project = clone_project(bounded_run, tmp_path_factory.mktemp("card") / "project")
     for name, setting in EXPERIMENTS.items():
         run(["dvc", "exp", "run", "-n", name, "-S", "device=cpu", "-S", setting], project)
     return project
