@@ -41,7 +41,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,10 @@ from pathlib import Path
 
 import torch
 from lab import PROFILES, cpu_plan, random_token_trainer, random_tokens
+
+from buildllm.device.machine import fingerprint
+from buildllm.model.flops import flops_per_token, matmul_parameters
+from buildllm.model.gpt import build_model
 
 # `--profile all`: the profiles whose CPU run is practical (iteration2 and iteration3 are GPU profiles).
 CPU_PROFILES = ("iteration1", "tiny", "student", "small")
@@ -294,38 +297,14 @@ def table(rows: list[Comparison]) -> str:
 
 
 def cpu_info() -> dict:
-    """The CPU's model name (lscpu's, else /proc/cpuinfo's) and whether it has the bf16 instructions."""
-    model, flags = "", set()
-    try:
-        listed = subprocess.run(
-            ["lscpu"], capture_output=True, text=True, timeout=10, env={**os.environ, "LC_ALL": "C"}
-        ).stdout
-        model = next(
-            (line.split(":", 1)[1].strip() for line in listed.splitlines() if line.startswith("Model name:")), ""
-        )
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if not model and line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            if not flags and line.startswith(("flags", "Features")):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return {
-        "model": model or platform.processor() or platform.machine(),
-        "amx_bf16": "amx_bf16" in flags,
-        "avx512_bf16": "avx512_bf16" in flags,
-    }
+    """The CPU as the machine stage fingerprints it (device/machine.py): its model and bf16 instructions."""
+    record = fingerprint()
+    return {"model": record["cpu_model"], "amx_bf16": record["amx_bf16"], "avx512_bf16": record["avx512_bf16"]}
 
 
 def rough_seconds(plan, work: tuple[int, int, int], threads: int) -> float:
     """A rough wall time of one fresh process of `plan`: its steps' FLOPs at the rough fp32 rate, plus start-up."""
-    m = plan.model
-    per_token = (
-        6 * (12 * m.n_layer * m.n_embd**2 + m.n_embd * m.vocab_size) + 12 * m.n_layer * m.sequence_length * m.n_embd
-    )
+    per_token = flops_per_token(plan.model, matmul_parameters(build_model(plan.model, "meta")))
     warmup, steps, intervals = work
     step = plan.tokens_per_step * per_token / (ROUGH_FLOPS_PER_CORE * threads)
     return ROUGH_STARTUP_SECONDS + (warmup + steps * intervals) * step
@@ -475,13 +454,11 @@ def main() -> None:
         parser.error("--pairs must be at least 1")
     explicit = (args.warmup, args.steps, args.intervals)
     works = {p: tuple(e if e is not None else d for e, d in zip(explicit, WORK[p])) for p in profiles}
-    plans = {(p, q): our_plan(args, p, q) for p in profiles for q in precisions}
+    # Each profile's plan, for its batch and shape (the same at either precision).
+    plans = {p: our_plan(args, p, precisions[0]) for p in profiles}
     per_round = 1 if args.turns else len(round_order(precisions, 0))
     estimate = sum(
-        args.pairs
-        * per_round
-        * rough_seconds(plans[p, precisions[0]], works[p], args.threads)
-        * (2 if args.turns else 1)
+        args.pairs * per_round * rough_seconds(plans[p], works[p], args.threads) * (2 if args.turns else 1)
         for p in profiles
     )
     start = {
@@ -491,9 +468,7 @@ def main() -> None:
         "pairs": args.pairs,
         "threads": args.threads,
         "work": {p: dict(zip(("warmup", "steps", "intervals"), works[p])) for p in profiles},
-        "batch": {
-            p: [plans[p, precisions[0]].batch_size, plans[p, precisions[0]].model.sequence_length] for p in profiles
-        },
+        "batch": {p: [plans[p].batch_size, plans[p].model.sequence_length] for p in profiles},
         "turns": args.turns,
         "compile": args.compile,
         "reference": str(args.reference),
@@ -512,7 +487,7 @@ def main() -> None:
     began = time.perf_counter()
     rows, measurements = [], []
     for profile in profiles:
-        measured = measure_profile(args, profile, precisions, works[profile], plans[profile, precisions[0]])
+        measured = measure_profile(args, profile, precisions, works[profile], plans[profile])
         rows += measured[0]
         measurements += measured[1]
     elapsed = time.perf_counter() - began
