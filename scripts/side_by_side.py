@@ -12,7 +12,9 @@ zero_grad).
 
 What runs: `--profile` takes one or more names, or `all` (the CPU profiles iteration1, tiny, student
 and small; the GPU profiles iteration2 and iteration3 only when named). `--precision` is fp32, bf16
-or both; by default fp32 when one profile is named (as before) and both for `all` or several.
+or both; by default fp32 when one profile is named (as before) and both for `all` or several. On a
+CPU without a bf16 matmul path (buildllm/device/cpu_bf16.py) bf16 is refused, and `both` measures fp32
+alone and says why.
 
 How pairs are formed. Every measurement is a fresh process: it warms up, times --intervals equal
 intervals of --steps steps and reports the median interval's tokens/s. With one precision a profile
@@ -51,6 +53,7 @@ from pathlib import Path
 import torch
 from lab import PROFILES, cpu_plan, random_token_trainer, random_tokens
 
+from buildllm.device import cpu_bf16
 from buildllm.device.machine import fingerprint
 from buildllm.model.flops import flops_per_token, matmul_parameters
 from buildllm.model.gpt import build_model
@@ -445,6 +448,11 @@ def main() -> None:
     several = "all" in args.profile or len(profiles) > 1
     precision = args.precision or ("both" if several else "fp32")
     precisions = ["fp32", "bf16"] if precision == "both" else [precision]
+    if "bf16" in precisions and (refused := cpu_bf16.refuse_without_bf16_path()):
+        if precision == "bf16":
+            parser.error(refused)
+        precisions = ["fp32"]
+        print(f"fp32 only: {cpu_bf16.NO_BF16_PATH}", flush=True)
     if args.turns and (len(profiles) > 1 or len(precisions) > 1):
         parser.error(
             "--turns measures one profile at one precision: name one --profile and --precision fp32 or bf16 "

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from buildllm.device import cpu_bf16
+
 ROOT = Path(__file__).resolve().parents[1]
 # Tests live in one folder per package; their shared helpers (this file, train_fixtures) live here.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -175,3 +177,18 @@ def default_run(tmp_path_factory) -> tuple[Path, str]:
     set_params(project, {"train.training_examples": 500})
     out = run(["dvc", "repro", "train"], project).stdout
     return project, out
+
+
+# bf16 on the CPU runs only where the CPU has a bf16 matmul path (buildllm/device/cpu_bf16.py); on
+# others it is refused, and a bf16 run there would take a generic kernel tens of times slower.
+needs_cpu_bf16 = pytest.mark.skipif(
+    not cpu_bf16.native_bf16(),
+    reason="this CPU has no bf16 matmul path: bf16 is refused here (tests/device/test_resolution.py checks that)",
+)
+
+
+@pytest.fixture
+def cpu_with_bf16(monkeypatch):
+    """Plan and decision logic as on a CPU with a bf16 matmul path, whatever this CPU is (a bf16
+    matmul that runs here takes this CPU's own kernel)."""
+    monkeypatch.setattr(cpu_bf16, "native_bf16", lambda: True)

@@ -3,7 +3,8 @@
 auto on CUDA: bf16 where the GPU has it (Ampere and newer), else fp16 with gradient scaling.
 auto on CPU: fp32, unless `buildllm tune` measured bf16 autocast conclusively faster on this machine
 with the same validation loss (buildllm/tuned.py; the plan passes its rule in). bf16 is also allowed
-when asked for explicitly.
+when asked for explicitly, on a CPU that has a bf16 matmul path (device/cpu_bf16.py); elsewhere it is
+refused, as bf16 is on a GPU without it.
 auto on MPS: fp32. MPS autocast covers fewer ops and its bf16 needs macOS 14+, and for the small
 models of this course the measured gain is small; ask for fp16 explicitly to try it.
 An explicit precision the device lacks fails with advice instead of silently falling back.
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from buildllm.device import cpu_bf16
 from buildllm.device.device import Device
 from buildllm.errors import DeviceUnavailable
 
@@ -87,10 +89,28 @@ def _auto_rule(device: Device) -> tuple[str, str]:
 def tunable_precisions(device: Device) -> list[str]:
     """fp32 first (the reference `buildllm tune` measures against), then the low precisions this
     device trains in: bf16 autocast on the CPU and XLA, bf16 (Ampere and newer) and fp16 with
-    gradient scaling on CUDA, fp16 on MPS."""
+    gradient scaling on CUDA, fp16 on MPS. A CPU without a bf16 matmul path has fp32 only."""
     if device.kind == "cuda":
         return ["fp32", *(["bf16"] if cuda_has_bf16(device) else []), "fp16"]
-    return {"cpu": ["fp32", "bf16"], "mps": ["fp32", "fp16"], "xla": ["fp32", "bf16"]}.get(device.kind, ["fp32"])
+    if device.kind == "cpu":
+        return ["fp32", "bf16"] if cpu_bf16.native_bf16() else ["fp32"]
+    return {"mps": ["fp32", "fp16"], "xla": ["fp32", "bf16"]}.get(device.kind, ["fp32"])
+
+
+def fp32_only_reason(device: Device) -> str:
+    """Why fp32 is the only precision `tunable_precisions` gives for this device."""
+    if device.kind == "cpu" and not cpu_bf16.native_bf16():
+        return cpu_bf16.NO_BF16_PATH
+    return f"{device.kind} trains in fp32 only"
+
+
+def trains_in(precision: str, device: Device) -> bool:
+    """Whether an explicit `precision` on this device would be planned rather than refused."""
+    try:
+        _refuse_unsupported(precision, device)
+    except DeviceUnavailable:
+        return False
+    return True
 
 
 def _refuse_unsupported(precision: str, device: Device) -> None:
@@ -106,6 +126,8 @@ def _refuse_unsupported(precision: str, device: Device) -> None:
             "precision fp16 requested on the CPU, which has no fast fp16 training path (fp16 needs a GPU with "
             "gradient scaling); use --precision bf16 (autocast) or fp32 on the CPU"
         )
+    if device.kind == "cpu" and precision == "bf16" and (why := cpu_bf16.refuse_without_bf16_path()):
+        raise DeviceUnavailable(why)
 
 
 def _decision(requested: str, precision: str, device: Device, origin: str) -> PrecisionDecision:

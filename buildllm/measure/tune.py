@@ -3,7 +3,8 @@
 For the planned profile, shape and batch, each on the device the run would use, in turns (A B A B,
 each side warmed up first; measure/pairs.py), with the median ratio, its interval and the number
 of pairs:
-  1. precision: fp32 against bf16 autocast (and fp16 with gradient scaling on GPUs), the Trainer's
+  1. precision: fp32 against bf16 autocast (and fp16 with gradient scaling on GPUs; nothing where fp32
+     is all the device trains in, as on a CPU without a bf16 matmul path), the Trainer's
      own step from the same seed on the same tokens; after `tune.loss_steps` steps each, their
      validation losses (the CPU switches to bf16 only if it is conclusively faster *and* its loss
      is within `tune.loss_tolerance` of fp32's);
@@ -37,7 +38,7 @@ from buildllm.compile_choice import decide_compile
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import Windows, windows_or_random
 from buildllm.device.device import processor_name
-from buildllm.device.precision import resolve_precision, tunable_precisions
+from buildllm.device.precision import fp32_only_reason, resolve_precision, tunable_precisions
 from buildllm.loss_choice import decide_loss
 from buildllm.measure.pairs import compare, interleave
 from buildllm.measure.tune_compile import measure_compile
@@ -108,6 +109,9 @@ def measure_precision(
             break
         trainers[name] = Trainer(plan, train, validation, directory=scratch)
         trainers[name].step()  # the first step allocates; untimed
+    if len(plans) == 1:  # nothing to compare: the fp32 trainer is still built, for the threads part
+        why = f"no precision but fp32 trains here: {fp32_only_reason(device)}"
+        return {"reference": "fp32", "skipped": why, "loss_check": {"done": False, "skipped": why}}, trainers
     if len(trainers) < len(plans) or budget.left() <= 0:
         why = f"{NO_TIME} after building and warming up the trainers"
         skipped.append(f"precision: {why}")

@@ -181,11 +181,16 @@ def chosen_shapes(args) -> dict[str, list[Shape]]:
         names = args.profiles or list(dict.fromkeys(s.profile for s in fitted))
         fitted = [Shape(name, batch) for name in names for batch in args.batch_sizes]
     sets["fitted"] = [replace(s, precision=precision) for precision in args.precision for s in fitted]
-    from buildllm.device.resolve import resolve_device  # torch, only when a check runs
+    from buildllm.device.precision import trains_in  # torch, only when a check runs
+    from buildllm.device.resolve import resolve_device
 
-    fp16 = resolve_device(args.device).fp16_training
+    device = resolve_device(args.device)
+    # Shapes in a precision the device does not train in are left out, as the plan would refuse them.
+    refused = {"fp16"} if not device.fp16_training else set()
+    if not trains_in("bf16", device):
+        refused.add("bf16")
     return {
-        name: [s for s in shapes if s.profile in keep and (fp16 or s.precision != "fp16")]
+        name: [s for s in shapes if s.profile in keep and s.precision not in refused]
         for name, shapes in sets.items()
         if name in args.sets
     }

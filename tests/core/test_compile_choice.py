@@ -72,12 +72,13 @@ def test_the_flag_takes_a_value_or_stands_alone_for_true():
     assert load_config(None, {"train.compile": True}).train.compile == "true"  # YAML's true
 
 
-def test_bf16_advice_only_on_a_cpu_with_native_bf16_and_points_to_tune(tmp_path, monkeypatch):
+def test_bf16_advice_on_the_cpu_points_to_tune_or_says_bf16_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no metrics/tune.json here
     plan = make_plan(load_config(None, {"preset": "student", "device": "cpu"}))
     advice = precision_advice(plan, native=True)
-    assert "natively" in advice and "buildllm tune" in advice and "fp32 stays" in advice
+    assert "oneDNN" in advice and "buildllm tune" in advice and "fp32 stays" in advice
     assert "not measured on this machine" in advice  # the plan's reason, quoted
-    assert precision_advice(plan, native=False) == ""
+    without = precision_advice(plan, native=False)
+    assert "no bf16 matmul path" in without and "bf16 is refused" in without
     cuda = SimpleNamespace(device=SimpleNamespace(kind="cuda"))
     assert precision_advice(cuda, native=True) == ""

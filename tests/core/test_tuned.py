@@ -17,7 +17,8 @@ SETTINGS = {"device": "cpu", "preset": "tiny"}
 
 
 @pytest.fixture(autouse=True)
-def here(tmp_path, monkeypatch):
+def here(tmp_path, monkeypatch, cpu_with_bf16):
+    """The records are a CPU's with a bf16 matmul path: where tune measures bf16 at all."""
     monkeypatch.chdir(tmp_path)  # metrics/tune.json is relative: each test writes its own
     monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
     return tmp_path

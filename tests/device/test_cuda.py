@@ -18,6 +18,7 @@ import yaml
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
+from buildllm.device import cpu_bf16
 from buildllm.device.peak_flops import table_peak
 from buildllm.memory.estimate import plan_memory
 from buildllm.plan import apply_plan, make_plan
@@ -90,6 +91,10 @@ def test_benchmark_records_the_device_and_its_peak(tokens, workdir, device, prec
     if device == "cpu" and precision == "fp16":  # refused by design, in one line, nothing written
         assert code == 2 and m is None
         assert "precision fp16 requested on the CPU" in capsys.readouterr().err
+        return
+    if device == "cpu" and precision == "bf16" and not cpu_bf16.native_bf16():  # refused on this CPU, as fp16
+        assert code == 2 and m is None
+        assert "no bf16 matmul path" in capsys.readouterr().err
         return
     assert code == 0, capsys.readouterr().err
     assert m["precision"] == precision and m["batch_size"] == gpu_batch("tiny")

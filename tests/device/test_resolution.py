@@ -4,10 +4,12 @@ monkeypatched (this machine has neither)."""
 import pytest
 import torch
 
+from buildllm.cli import main
+from buildllm.device import cpu_bf16
 from buildllm.device import precision as precision_mod
 from buildllm.device import resolve as runtime
 from buildllm.device.device import Device
-from buildllm.device.precision import resolve_precision
+from buildllm.device.precision import resolve_precision, tunable_precisions
 from buildllm.device.resolve import resolve_device
 from buildllm.errors import DeviceUnavailable
 
@@ -94,12 +96,32 @@ def test_explicit_bf16_on_old_gpu_fails_with_advice(fake_cuda):
         resolve_precision("bf16", CUDA)
 
 
-def test_cpu_precisions():
+def test_cpu_precisions(cpu_with_bf16):
     assert resolve_precision("auto", CPU).precision == "fp32"
     bf16 = resolve_precision("bf16", CPU)
     assert bf16.precision == "bf16" and bf16.autocast_dtype == torch.bfloat16 and "autocast" in bf16.reason
+    assert tunable_precisions(CPU) == ["fp32", "bf16"]
     with pytest.raises(DeviceUnavailable, match="fp16 requested on the CPU.*--precision bf16"):
         resolve_precision("fp16", CPU)
+
+
+def test_bf16_is_refused_on_a_cpu_without_a_bf16_matmul_path(monkeypatch):
+    monkeypatch.setattr(cpu_bf16, "native_bf16", lambda: False)
+    with pytest.raises(DeviceUnavailable, match="no bf16 matmul path.*use --precision fp32") as refused:
+        resolve_precision("bf16", CPU)
+    assert "\n" not in str(refused.value)
+    assert resolve_precision("auto", CPU).precision == "fp32" and tunable_precisions(CPU) == ["fp32"]
+
+
+def test_this_cpu_refuses_bf16_exactly_when_it_has_no_bf16_matmul_path(workdir, capsys):
+    """On this machine, for real: the command line plans bf16, or refuses it in one line and writes nothing."""
+    code = main(["dry-run", "--preset", "tiny", "--device", "cpu", "--precision", "bf16"])
+    err = capsys.readouterr().err
+    if cpu_bf16.native_bf16():
+        assert code == 0, err
+    else:
+        assert code == 2 and err.count("\n") == 1 and "no bf16 matmul path" in err
+        assert not (workdir / "metrics" / "dry_run.json").exists()
 
 
 def test_profile_default_applies_only_to_auto(fake_cuda):

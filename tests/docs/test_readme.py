@@ -27,9 +27,14 @@ import torch
 import yaml
 from conftest import ROOT, copy_project, run
 
+from buildllm.device import cpu_bf16
+
 WALKTHROUGH = "docs/walkthrough.md"
 MARKER = "<!-- walkthrough -->"
 REFUSAL = "CUDA is not available"
+# bf16 on a CPU without a bf16 matmul path is refused the same way (buildllm/device/cpu_bf16.py).
+CPU_BF16_REFUSED = not cpu_bf16.native_bf16()
+CPU_BF16_REFUSAL = "no bf16 matmul path"
 WIDTH = 160
 
 
@@ -68,12 +73,15 @@ def lines(result) -> list[str]:
 
 
 def wait_for_queue(project: Path, result) -> None:
-    """`dvc queue status`: "wait until none is Queued or Running"; none may have failed."""
+    """`dvc queue status`: "wait until none is Queued or Running"; none may have failed (but a CPU bf16
+    run on a CPU that refuses bf16)."""
     deadline = time.monotonic() + 600
     while re.search(r"\b(Queued|Running)\b", result.stdout) and time.monotonic() < deadline:
         time.sleep(3)
         result = run(["dvc", "queue", "status"], project)
-    assert not re.search(r"\b(Queued|Running|Failed)\b", result.stdout), result.stdout
+    assert not re.search(r"\b(Queued|Running)\b", result.stdout), result.stdout
+    failed = [line for line in result.stdout.splitlines() if re.search(r"\bFailed\b", line)]
+    assert all(CPU_BF16_REFUSED and "bf16" in line for line in failed), result.stdout
 
 
 def check(command: str, result, project: Path) -> None:
@@ -140,7 +148,15 @@ def test_the_walkthrough_runs_as_written(tmp_path):
         before = files(project)
         result = run(["bash", "-c", command], project, check=False, timeout=600)
         out = result.stdout + result.stderr
-        if "cuda" in command and not cuda:
+        if CPU_BF16_REFUSED and "cpu-bf16" in command and not command.startswith("dvc exp run"):
+            # The refused run below left no cpu-bf16 to diff or compare: a one-line error, no traceback.
+            assert result.returncode != 0 and "cpu-bf16" in out and "Traceback" not in out, f"{command}\n{out}"
+        elif CPU_BF16_REFUSED and "--temp" in command and "device=cpu" in command and "precision=bf16" in command:
+            assert result.returncode != 0, f"{command}\n{out}"
+            refusals = [line for line in lines(result) if CPU_BF16_REFUSAL in line]
+            assert len(refusals) == 1 and refusals[0].startswith("error: precision bf16 requested"), f"{command}\n{out}"
+            assert files(project) == before, command
+        elif "cuda" in command and not cuda:
             # The stated one-line refusal, once, and the workspace as it was.
             assert result.returncode != 0, f"{command}\n{out}"
             refusals = [line for line in lines(result) if REFUSAL in line]

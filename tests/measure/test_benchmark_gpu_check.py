@@ -18,7 +18,7 @@ import time
 import pytest
 import standin
 import torch
-from conftest import ROOT, run_env
+from conftest import ROOT, needs_cpu_bf16, run_env
 from train_fixtures import make_token_files
 
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
@@ -146,6 +146,7 @@ def carried_tree(tmp_path):
 
 
 @pytest.mark.slow
+@needs_cpu_bf16  # the stand-in runs the GPU's bf16 steps on this CPU
 def test_the_staged_check_runs_on_a_cpu_stand_in_of_the_gpu_machine_inside_its_budget(tmp_path):
     project = carried_tree(tmp_path)
     out = tmp_path / "out"

@@ -155,7 +155,7 @@ def test_cli_writes_flat_metrics_and_the_summary(tokens, workdir, capsys):
     assert saved["planned_optimizer_steps"] == 12 and saved["device"] == "cpu"
 
 
-def test_refuses_a_benchmark_with_other_controls_and_lists_them(tokens, workdir, capsys):
+def test_refuses_a_benchmark_with_other_controls_and_lists_them(tokens, workdir, capsys, cpu_with_bf16):
     config = load_config(None, {**settings(tokens), "train.grad_accum": 1, "train.batch_size": 16, "precision": "bf16"})
     write_benchmark(workdir, benchmark_record(config))
     assert main(cli_args(tokens)) == 2

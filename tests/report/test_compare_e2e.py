@@ -2,8 +2,10 @@
 
 One module-scoped project (the "laptop") starts from the bounded pipeline, reproduced once with
 `dvc repro` (the session's `bounded_run`, shared with the run-card tests), then runs four
-experiments: two directly (fp32 and bf16 autocast on the CPU), two through `dvc exp run --queue` +
-`dvc queue start` (a different batch size, and a cuda run that fails on this CUDA-less machine).
+experiments: two directly (fp32 and bf16 autocast on the CPU; bf16 only on a CPU with a bf16 matmul
+path, elsewhere refused), two through `dvc exp run --queue` + `dvc queue start` (a different batch
+size, and a cuda run that fails on this CUDA-less machine). Where bf16 is refused, the tests that
+need two runs compare fp32 with the batch-size run, and those about bf16 itself skip.
 DVC's own `dvc metrics diff` of the two direct runs is checked here too (it needs the same runs). A second
 clone (the "GPU box") gets the runs through a bare git remote and a directory DVC remote, the
 route docs/across-machines.md gives for comparing a laptop's run with a GPU machine's.
@@ -19,11 +21,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BOUNDED, clone_project, run
+from conftest import BOUNDED, clone_project, needs_cpu_bf16, run
+
+from buildllm.device import cpu_bf16
 
 pytestmark = pytest.mark.slow
 
 TARGETS = ["benchmark", "estimate"]
+BF16 = cpu_bf16.native_bf16()
+# The second run the cross-machine tests compare with cpu-fp32.
+SECOND = "cpu-bf16" if BF16 else "cpu-bs8"
 
 
 def buildllm(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -61,7 +68,8 @@ def lab(bounded_run, tmp_path_factory) -> dict:
     run(["dvc", "remote", "add", "-d", "store", str(root / "dvc-store")], laptop)
     run(["git", "commit", "-qam", "a DVC remote"], laptop)
     exp_run(laptop, "cpu-fp32", "device=cpu", "precision=fp32")
-    exp_run(laptop, "cpu-bf16", "device=cpu", "precision=bf16")
+    if BF16:
+        exp_run(laptop, "cpu-bf16", "device=cpu", "precision=bf16")
     # Queued runs see only what git tracks (and DVC's cache): the params go in with -S.
     exp_run(laptop, "cpu-bs8", "device=cpu", "precision=fp32", "train.batch_size=8", queue=True)
     exp_run(laptop, "cuda-bf16", "device=cuda", "precision=bf16", queue=True)
@@ -80,6 +88,7 @@ def test_queue_runs_the_matrix_and_records_the_failure(lab):
     assert "Failed" in status and "Success" in status
 
 
+@needs_cpu_bf16
 def test_two_real_runs_make_all_four_files_with_the_metrics(lab):
     laptop = lab["laptop"]
     done = buildllm(laptop, "compare", "cpu-fp32", "cpu-bf16", "--out", "reports/device_comparison")
@@ -127,7 +136,7 @@ def test_the_failed_run_is_excluded(lab):
     done = buildllm(laptop, "compare", "--out", "reports/all")  # the workspace and every experiment
     assert "excluded cuda-bf16: the run failed" in done.stdout
     table = read_csv(laptop / "reports" / "all.csv")
-    assert "cuda-bf16" not in table and {"cpu-fp32", "cpu-bf16", "cpu-bs8"} <= set(table)
+    assert "cuda-bf16" not in table and {"cpu-fp32", SECOND, "cpu-bs8"} <= set(table)
     assert "Excluded **cuda-bf16**" in (laptop / "reports" / "all.md").read_text()
     alone = buildllm(laptop, "compare", "cpu-fp32", "cuda-bf16", "--out", "reports/none", check=False)
     assert alone.returncode == 2 and alone.stderr.startswith("error: nothing to compare")
@@ -140,27 +149,28 @@ def test_round_trip_through_git_and_dvc_remotes(lab):
     run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], root)
     run(["git", "remote", "add", "origin", str(origin)], laptop)
     run(["git", "push", "-q", "origin", "main"], laptop)
-    run(["dvc", "exp", "push", "origin", "cpu-fp32", "cpu-bf16"], laptop)  # refs to git, outputs to the DVC remote
+    run(["dvc", "exp", "push", "origin", "cpu-fp32", SECOND], laptop)  # refs to git, outputs to the DVC remote
     assert any(p.is_file() for p in (root / "dvc-store").rglob("*")), "dvc exp push sent nothing to the DVC remote"
     gpu_box = root / "gpu-box"
     run(["git", "clone", "-q", str(origin), str(gpu_box)], root)
     run(["dvc", "pull", "corpus", "tokenize"], gpu_box)  # the laptop's corpus and token files, from the DVC remote
     assert list((gpu_box / "data" / "tokens").rglob("train_tokens.pt"))
     assert "up to date" in run(["dvc", "status", "tokenize"], gpu_box).stdout  # nothing to re-tokenize there
-    run(["dvc", "exp", "pull", "origin", "cpu-fp32", "cpu-bf16"], gpu_box)
-    done = buildllm(gpu_box, "compare", "cpu-fp32", "cpu-bf16", "--out", "reports/device_comparison")
-    assert "Equal-budget comparison" in done.stdout
-    buildllm(laptop, "compare", "cpu-fp32", "cpu-bf16", "--out", "reports/laptop")
+    run(["dvc", "exp", "pull", "origin", "cpu-fp32", SECOND], gpu_box)
+    done = buildllm(gpu_box, "compare", "cpu-fp32", SECOND, "--out", "reports/device_comparison")
+    assert ("Equal-budget comparison" if BF16 else "Not an equal-budget comparison: batch_size") in done.stdout
+    buildllm(laptop, "compare", "cpu-fp32", SECOND, "--out", "reports/laptop")
     here = read_csv(gpu_box / "reports" / "device_comparison.csv")
     there = read_csv(laptop / "reports" / "laptop.csv")
-    for name in ("cpu-fp32", "cpu-bf16"):
+    for name in ("cpu-fp32", SECOND):
         for column in ("rev", "tokens_per_second", "estimated_seconds", "processor", "command"):
             assert here[name][column] == there[name][column], (name, column)
 
 
 def test_repro_then_experiments_diff_speed_and_memory(lab):
-    """`dvc repro` measured the baseline; DVC's own diff of the two direct runs shows the speed and
-    memory deltas between fp32 and bf16 on the CPU (its summaries, and a full record when named)."""
+    """`dvc repro` measured the baseline; DVC's own diff of two runs shows the speed and memory deltas
+    between fp32 and bf16 on the CPU, or fp32 at two batch sizes where bf16 is refused (its summaries,
+    and a full record when named)."""
     laptop = lab["laptop"]
     benchmark = json.loads(run(["git", "show", "HEAD:metrics/benchmark.json"], laptop).stdout)
     estimate = json.loads(run(["git", "show", "HEAD:metrics/estimate.json"], laptop).stdout)
@@ -168,7 +178,7 @@ def test_repro_then_experiments_diff_speed_and_memory(lab):
     # tiny's CPU batch of 32 (the batch-size test above reads it too)
     assert estimate["planned_optimizer_steps"] == BOUNDED["train.training_examples"] // 32
     assert estimate["estimated_seconds"] > 0
-    diff = json.loads(run(["dvc", "metrics", "diff", "cpu-fp32", "cpu-bf16", "--json"], laptop).stdout)
+    diff = json.loads(run(["dvc", "metrics", "diff", "cpu-fp32", SECOND, "--json"], laptop).stdout)
     changes = diff["metrics/summary/benchmark.json"]
     for key in ("tokens_per_s", "peak_mib"):
         assert isinstance(changes[key]["diff"], (int, float)), (key, changes.get(key))
@@ -176,15 +186,16 @@ def test_repro_then_experiments_diff_speed_and_memory(lab):
     assert "metrics/summary/estimate.json" in diff
     full = json.loads(
         run(
-            ["dvc", "metrics", "diff", "cpu-fp32", "cpu-bf16", "--targets", "metrics/benchmark.json", "--json"], laptop
+            ["dvc", "metrics", "diff", "cpu-fp32", SECOND, "--targets", "metrics/benchmark.json", "--json"], laptop
         ).stdout
     )["metrics/benchmark.json"]
     for key in ("tokens_per_second", "steps_per_second", "peak_memory_bytes"):
         assert isinstance(full[key]["diff"], (int, float)), (key, full.get(key))
-    # Each experiment really ran in its precision: its commit holds its full record (a stage output).
+    # Each experiment really ran with its settings: its commit holds its full record (a stage output).
     shown = json.loads(run(["dvc", "exp", "show", "--json"], laptop).stdout)
     revs = [rev for baseline in shown for exp in baseline.get("experiments") or [] for rev in exp["revs"]]
-    for precision in ("fp32", "bf16"):
-        rev = next(rev for rev in revs if rev.get("name") == f"cpu-{precision}")
+    ran = {"cpu-fp32": ("fp32", 32), SECOND: ("bf16", 32) if BF16 else ("fp32", 8)}
+    for name, (precision, batch) in ran.items():
+        rev = next(rev for rev in revs if rev.get("name") == name)
         record = json.loads(run(["git", "show", f"{rev['rev']}:metrics/benchmark.json"], laptop).stdout)
-        assert record["precision"] == precision
+        assert (record["precision"], record["batch_size"]) == (precision, batch)

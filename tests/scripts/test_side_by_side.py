@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from buildllm.device import cpu_bf16
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 REFERENCE = """
@@ -113,7 +115,7 @@ def summary(out: str) -> dict[tuple[str, str, str], list[str]]:
 
 
 def test_both_precisions_interleave_neighbouring_pairs_and_a_missed_target_exits_1(
-    script, monkeypatch, reference, tmp_path, capsys
+    script, monkeypatch, reference, tmp_path, capsys, cpu_with_bf16
 ):
     out_file = tmp_path / "out" / "result.json"
     flags = ("--profile", "tiny", "small", "--pairs", "2", "--json-out", str(out_file))
@@ -156,13 +158,27 @@ def test_one_profile_keeps_fp32_ours_then_reference_and_target_overrides(script,
     assert summary(capsys.readouterr().out)[("tiny", "fp32", "ours/nanoGPT")][-2:] == ["1000.00", "MISSED"]
 
 
-def test_all_is_the_cpu_profiles_at_both_precisions_and_turns_takes_one(script, monkeypatch, reference, capsys):
+def test_all_is_the_cpu_profiles_at_both_precisions_and_turns_takes_one(
+    script, monkeypatch, reference, capsys, cpu_with_bf16
+):
     assert run_main(script, monkeypatch, reference, "--profile", "all", "--pairs", "1") == 1  # small's 1.5
     rows = summary(capsys.readouterr().out)
     assert [key[0] for key in rows][::3] == ["iteration1", "tiny", "student", "small"]
     assert len(rows) == 12 and rows[("iteration1", "bf16", "bf16/fp32 (ours)")][-2:] == ["1.20", "met"]
     assert run_main(script, monkeypatch, reference, "--profile", "tiny", "--precision", "both", "--turns") == 2
     assert "--turns measures one profile at one precision" in capsys.readouterr().err
+
+
+def test_a_cpu_without_a_bf16_path_measures_fp32_alone_and_refuses_bf16(script, monkeypatch, reference, capsys):
+    monkeypatch.setattr(cpu_bf16, "native_bf16", lambda: False)
+    assert run_main(script, monkeypatch, reference, "--profile", "tiny", "student", "--pairs", "1") == 0
+    out = capsys.readouterr().out
+    assert "fp32 only: this CPU has no bf16 matmul path" in out
+    assert {precision for *_, precision, _ in script.calls} == {"fp32"} and len(script.calls) == 4
+    assert list(summary(out)) == [("tiny", "fp32", "ours/nanoGPT"), ("student", "fp32", "ours/nanoGPT")]
+    script.calls.clear()
+    assert run_main(script, monkeypatch, reference, "--profile", "tiny", "--precision", "bf16") == 2
+    assert "no bf16 matmul path" in capsys.readouterr().err and not script.calls
 
 
 @pytest.mark.slow

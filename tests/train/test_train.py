@@ -265,7 +265,8 @@ def test_gradient_checkpointing_recomputes_the_same_step(paths):
         assert float(plain.step()) == pytest.approx(float(recomputed.step()), rel=1e-5)
 
 
-def test_bf16_autocast_on_the_cpu_trains(paths):
+def test_bf16_autocast_on_the_cpu_trains(paths, cpu_with_bf16):
+    # The Trainer's bf16 mechanics; on a CPU without a bf16 matmul path its matmuls take the slow kernel.
     trainer = trainer_for(paths, precision="bf16")
     assert trainer.plan.precision.autocast_dtype == torch.bfloat16 and not trainer.scaler.is_enabled()
     losses = [float(trainer.step()) for _ in range(6)]
