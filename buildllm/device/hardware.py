@@ -16,6 +16,7 @@ import psutil
 import torch
 
 from buildllm import __version__
+from buildllm.device import cpu_bf16
 from buildllm.device.device import Device, processor_name
 from buildllm.device.machine import fingerprint, machine_id
 from buildllm.device.resolve import mps_available, resolve_device, why_no_cuda, xla_available
@@ -76,10 +77,10 @@ def environment(device: Device) -> dict:
             bf16_supported=(props.major, props.minor) >= (8, 0),
         )
     else:
-        # Any CPU runs bf16 autocast; it is only fast with native bf16 instructions (AVX512-BF16, AMX).
-        info["bf16_supported"] = True
+        # bf16 trains on a CPU with a bf16 matmul path only; elsewhere it is refused (device/cpu_bf16.py).
+        info["bf16_supported"] = cpu_bf16.native_bf16()
     info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-    info["cpu_bf16_native"] = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    info["cpu_bf16_native"] = cpu_bf16.native_bf16()
     info.update(
         resolved_device=device.device,
         device_reason=device.reason,
@@ -109,8 +110,8 @@ def print_environment(requested_device: str = "auto", as_json: bool = False) -> 
         f"Apple MPS available: {'yes' if info['mps_available'] else 'no'}; torch_xla: "
         f"{'yes' if info['xla_available'] else 'no'}",
         f"Processor: {info['processor']}; {info['physical_cores']} physical / {info['logical_cores']} logical cores; "
-        f"torch uses {info['torch_threads']} threads; vector ISA {info['cpu_capability']}, native bf16 "
-        f"{'yes' if info['cpu_bf16_native'] else 'no (bf16 autocast runs, slowly)'}",
+        f"torch uses {info['torch_threads']} threads; vector ISA {info['cpu_capability']}, bf16 matmul path "
+        f"{'yes' if info['cpu_bf16_native'] else 'no (bf16 is refused on this CPU)'}",
         f"Memory: {info['memory_total_bytes'] / gib:.1f} GiB total, "
         f"{info['memory_available_bytes'] / gib:.1f} GiB available",
         f"Resolved device: {info['resolved_device']} ({info['device_reason']})",
