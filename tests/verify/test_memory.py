@@ -3,6 +3,7 @@ miss (a stated range the measurement cannot meet) exits 1."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import pytest
@@ -45,6 +46,20 @@ def test_the_bounded_sets_are_drawn_from_the_full_ones_and_stay_apart():
     assert set(memory.BOUNDED["fitted"]) <= set(memory.FITTED)
     assert set(memory.BOUNDED["held_out"]) <= set(memory.HELD_OUT)
     assert memory.BOUNDED["fitted"] and memory.BOUNDED["held_out"]
+
+
+@pytest.mark.parametrize("bf16_path", [True, False])
+def test_the_full_set_leaves_out_only_the_precisions_the_device_refuses(bf16_path, monkeypatch):
+    from buildllm.device import cpu_bf16
+
+    monkeypatch.setattr(cpu_bf16, "native_bf16", lambda: bf16_path)
+    parser = argparse.ArgumentParser()
+    memory.add_arguments(parser)
+    chosen = memory.chosen_shapes(parser.parse_args(["--full", "--precision", "fp32", "bf16", "fp16"]))
+    precisions = {s.precision for shapes in chosen.values() for s in shapes}
+    assert precisions == ({"fp32", "bf16"} if bf16_path else {"fp32"})  # fp16: no CPU trains in it
+    held_out = [s for s in memory.HELD_OUT if bf16_path or s.precision == "fp32"]
+    assert chosen["held_out"] == held_out
 
 
 @linux_only
