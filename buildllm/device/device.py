@@ -164,11 +164,6 @@ class Device:
         return self.kind in ("mps", "xla")
 
     @property
-    def fp16_training(self) -> bool:
-        """fp16 training has a fast path (and needs gradient scaling) on accelerators; the CPU has none."""
-        return self.kind != "cpu"
-
-    @property
     def caching_allocator(self) -> bool:
         """CUDA's caching allocator reserves more than it hands out: its reserved peak is worth showing."""
         return self.kind == "cuda"

@@ -185,10 +185,9 @@ def chosen_shapes(args) -> dict[str, list[Shape]]:
     from buildllm.device.resolve import resolve_device
 
     device = resolve_device(args.device)
-    # Shapes in a precision the device does not train in are left out, as the plan would refuse them.
-    refused = {"fp16"} if not device.fp16_training else set()
-    if not trains_in("bf16", device):
-        refused.add("bf16")
+    # Shapes in a precision the plan would refuse on this device (fp16 on the CPU, bf16 where the CPU or
+    # GPU has none) are left out.
+    refused = {p for p in ("fp16", "bf16") if not trains_in(p, device)}
     return {
         name: [s for s in shapes if s.profile in keep and s.precision not in refused]
         for name, shapes in sets.items()
