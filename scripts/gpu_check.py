@@ -12,7 +12,8 @@ these files, each complete after every step (a kill keeps everything finished be
     env.json        `buildllm env --json`
     pytest.log      the CUDA tests' output
 
-Statuses: ok; refused (an expected refusal, named by its message: fp16 on the CPU); skipped (did
+Statuses: ok; refused (an expected refusal, named by its message: fp16 on the CPU, and bf16 on a CPU
+without a bf16 matmul path); skipped (did
 not fit the time left, or what it needs is missing); miss (a crash, a config error, a NaN, a
 failed test, a truth check's miss, a step that overran the time left). Any miss: exit 1.
 
@@ -24,6 +25,7 @@ where the files go.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -134,7 +136,7 @@ MODELS = {
     "it3": (["--iteration", "3"], 16384),
     "tiny": (["--preset", "tiny"], 4096),
 }
-REFUSALS = {"fp16_on_cpu": "precision fp16 requested on the CPU"}
+REFUSALS = {"fp16_on_cpu": "precision fp16 requested on the CPU", "bf16_on_cpu": "no bf16 matmul path"}
 
 
 @dataclass
@@ -176,9 +178,16 @@ def tokens(vocab: int) -> list[str]:
     ]
 
 
+@functools.cache
+def cpu_refuses_bf16() -> bool:
+    """The stand-in on a CPU without a bf16 matmul path, where the plan refuses bf16 (buildllm/device/cpu_bf16.py)."""
+    return not cli_offers(["env", "--device", "cpu", "--json"], '"cpu_bf16_native": true')
+
+
 def steps(device: str) -> list[Step]:
     cpu = device == "cpu"
     big = "tiny" if cpu else "it3"
+    bf16_refusal = "bf16_on_cpu" if cpu and cpu_refuses_bf16() else None
     out: list[Step] = [
         Step("env", 0, 10, [PY, "-m", "buildllm", "env", "--device", device, "--json"], kind="env"),
         # The CUDA tests only; the stand-in runs the same file's quick CPU bodies.
@@ -204,7 +213,7 @@ def steps(device: str) -> list[Step]:
     for model in ["tiny"] if cpu else ["it1", "it2", "it3"]:
         for precision in ("bf16", "fp16", "fp32"):
             flags, vocab = MODELS[model]
-            refusal = "fp16_on_cpu" if cpu and precision == "fp16" else None
+            refusal = {"fp16": "fp16_on_cpu" if cpu else None, "bf16": bf16_refusal}.get(precision)
             out.append(
                 Step(
                     f"bench_{model}_{precision}",
@@ -223,6 +232,7 @@ def steps(device: str) -> list[Step]:
             60 if cpu else 45,
             ["benchmark", *flags, "--precision", "bf16", "--find-batch-size", *tokens(vocab)],
             kind="finder",
+            refusal=bf16_refusal,
         )
     )
 
@@ -248,6 +258,7 @@ def steps(device: str) -> list[Step]:
                 ["benchmark", *flags_m, "--precision", "bf16", *PLAIN_LOSS, *tokens(vocab_m)],
                 kind="benchmark",
                 needs_flag=PLAIN_LOSS[:1],
+                refusal=bf16_refusal,
             )
         )
     out.append(Step("verify_memory", 2, 40, lambda results: "memory", kind="verify"))
