@@ -111,7 +111,8 @@ def measure_precision(
         trainers[name].step()  # the first step allocates; untimed
     if len(plans) == 1:  # nothing to compare: the fp32 trainer is still built, for the threads part
         why = f"no precision but fp32 trains here: {fp32_only_reason(device)}"
-        return {"reference": "fp32", "skipped": why, "loss_check": {"done": False, "skipped": why}}, trainers
+        check = {"done": False, "skipped": why, "tokens": tokens}
+        return {"reference": "fp32", "skipped": why, "loss_check": check}, trainers
     if len(trainers) < len(plans) or budget.left() <= 0:
         why = f"{NO_TIME} after building and warming up the trainers"
         skipped.append(f"precision: {why}")

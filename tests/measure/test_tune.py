@@ -93,6 +93,7 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
         assert check["tolerance"] == 0.05 and check["fp32"] > 0 and check["bf16"] > 0 and check["steps"] >= 2
     else:  # nothing to compare fp32 with: said, and auto's reason quotes it
         assert "bf16" not in record["precision"] and "no bf16 matmul path" in record["precision"]["skipped"]
+        assert record["precision"]["loss_check"]["tokens"] == "real"
         assert "bf16 not measured (no precision but fp32 trains" in record["decisions"]["precision"]
     assert set(record["decisions"]) >= {"precision", "threads", "compile", "loss_chunk"}
     # Under the 30 s a compilation needs: skipped, and said on the console and in the record.

@@ -57,7 +57,7 @@ def test_two_precisions_take_turns_and_the_table_gives_each_group_both_and_their
             assert float(cells[4]) == pytest.approx(bf16 / fp32, rel=0.05), (label, cells)
     assert sum(float(c[0]) for k, c in rows.items() if k != "total") == pytest.approx(total["fp32"], abs=0.1 * 11)
     # Autocast casts the weights and activations to bf16: a cost fp32 does not have.
-    assert float(rows["casts (_to_copy)"][2]) > 5 * float(rows["casts (_to_copy)"][0])
+    assert float(rows["casts (_to_copy)"][2]) > float(rows["casts (_to_copy)"][0])
     assert out.count("top 3 operators") == 2
 
 
