@@ -452,7 +452,6 @@ def main() -> None:
         if precision == "bf16":
             parser.error(refused)
         precisions = ["fp32"]
-        print(f"fp32 only: {cpu_bf16.NO_BF16_PATH}", flush=True)
     if args.turns and (len(profiles) > 1 or len(precisions) > 1):
         parser.error(
             "--turns measures one profile at one precision: name one --profile and --precision fp32 or bf16 "
@@ -486,6 +485,8 @@ def main() -> None:
         "rough_estimate_seconds": round(estimate),
     }
     print(json.dumps(start), flush=True)
+    if precision == "both" and precisions == ["fp32"]:
+        print(f"fp32 only: {cpu_bf16.NO_BF16_PATH}", flush=True)
     print(
         f"rough estimate: about {duration(estimate)} for {start['processes']} fresh processes (each step's FLOPs "
         f"at ~{ROUGH_FLOPS_PER_CORE / 1e9:.0f} GFLOP/s per core, a 2-core AMD EPYC's fp32 speed, plus "

@@ -27,9 +27,9 @@ NO_BF16_PATH = (
 )
 
 
-def refuse_without_bf16_path(native: bool | None = None) -> str:
+def refuse_without_bf16_path() -> str:
     """Why an explicit bf16 on this CPU is refused, or "" where it may run."""
-    if native_bf16() if native is None else native:
+    if native_bf16():
         return ""
     return (
         f"precision bf16 requested, but {NO_BF16_PATH}; use --precision fp32 (or auto) here, "

@@ -173,7 +173,8 @@ def test_a_cpu_without_a_bf16_path_measures_fp32_alone_and_refuses_bf16(script, 
     monkeypatch.setattr(cpu_bf16, "native_bf16", lambda: False)
     assert run_main(script, monkeypatch, reference, "--profile", "tiny", "student", "--pairs", "1") == 0
     out = capsys.readouterr().out
-    assert "fp32 only: this CPU has no bf16 matmul path" in out
+    assert json.loads(out.splitlines()[0])["precisions"] == ["fp32"]  # the start line comes first, as always
+    assert "fp32 only: this CPU has no bf16 matmul path" in out.splitlines()[1]
     assert {precision for *_, precision, _ in script.calls} == {"fp32"} and len(script.calls) == 4
     assert list(summary(out)) == [("tiny", "fp32", "ours/nanoGPT"), ("student", "fp32", "ours/nanoGPT")]
     script.calls.clear()
