@@ -29,6 +29,7 @@ import functools
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -348,8 +349,11 @@ class Runner:
         self.record(step, status, seconds, note, figures)
 
     def go(self, parts: list[Step]) -> int:
-        for step in parts:
-            self.run(step)
+        try:
+            for step in parts:
+                self.run(step)
+        finally:  # what the steps wrote there that matters is already in out/ (log.txt, figures)
+            shutil.rmtree(self.work, ignore_errors=True)
         print(summary(self.results.values(), self.device, self.budget, self.elapsed()), flush=True)
         return 1 if any(r["status"] == "miss" for r in self.results.values()) else 0
 

@@ -49,6 +49,10 @@ def random_tokens(vocab_size: int, count: int) -> torch.Tensor:
     return torch.randint(vocab_size, (count,), generator=torch.Generator().manual_seed(0)).to(torch.uint16)
 
 
+# The trainers' scratch folders (they save nothing) live in one folder, removed when the script exits.
+_SCRATCH = tempfile.TemporaryDirectory(prefix="buildllm-lab-")
+
+
 def random_token_trainer(plan, steps: int):
     """A Trainer of `plan` on enough random tokens for `steps` steps without wrapping around."""
     from buildllm.data.windows import Windows
@@ -56,9 +60,7 @@ def random_token_trainer(plan, steps: int):
 
     length = plan.model.sequence_length
     tokens = random_tokens(plan.model.vocab_size, (steps + 1) * plan.batch_size * length + 1)
-    return Trainer(
-        plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(prefix=f"{plan.profile.name}-random-tokens-")
-    )
+    return Trainer(plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(dir=_SCRATCH.name))
 
 
 def seconds_per_call(work, repeats: int) -> float:

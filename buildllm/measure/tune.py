@@ -94,7 +94,14 @@ def steps_per_turn(step, clock) -> int:
 
 
 def measure_precision(
-    config: Config, plans: dict[str, RunPlan], train, validation, tokens: str, budget: Budget, skipped: list
+    config: Config,
+    plans: dict[str, RunPlan],
+    train,
+    validation,
+    tokens: str,
+    budget: Budget,
+    skipped: list,
+    scratch: str,
 ) -> tuple[dict, dict]:
     """(figures, trainers): each low precision against fp32, and the short run's validation losses
     (on the first LOSS_CHECK_BATCHES batches of validation windows, the same for every side)."""
@@ -102,7 +109,6 @@ def measure_precision(
     validation = Windows(
         validation.tokens, validation.sequence_length, min(len(validation), LOSS_CHECK_BATCHES * batch)
     )
-    scratch = tempfile.mkdtemp(prefix="buildllm-tune-")
     trainers: dict[str, Trainer] = {}
     for name, plan in plans.items():
         if trainers and budget.left() <= 0:  # a large model's build and first step can take the budget
@@ -327,8 +333,14 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
         "load_average_start": round(load_start, 2),
     }
     skipped: list[str] = []
-    with tqdm(total=5, desc="tune", unit="part", disable=not progress) as bar:
-        record["precision"], trainers = measure_precision(config, plans, train, validation, tokens, budget, skipped)
+    # The trainers' scratch folder (nothing is saved there) goes when tune ends, even on an error.
+    with (
+        tempfile.TemporaryDirectory(prefix="buildllm-tune-") as scratch,
+        tqdm(total=5, desc="tune", unit="part", disable=not progress) as bar,
+    ):
+        record["precision"], trainers = measure_precision(
+            config, plans, train, validation, tokens, budget, skipped, scratch
+        )
         bar.update()
         if device.threads_apply:
             record["threads"] = measure_threads(trainers["fp32"], config.train.threads, budget, skipped)

@@ -30,23 +30,23 @@ ROUNDS = 12  # pairs of turns at most: enough for a 95% interval of the median r
 def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
     """The child's figures (compile_seconds, speedup, low, high, pairs, plain_step_seconds,
     precision), or {"skipped": why} when it failed or did not finish within `seconds`."""
-    folder = Path(tempfile.mkdtemp(prefix="buildllm-tune-compile-"))
-    params = folder / "params.yaml"
-    params.write_text(yaml.safe_dump(config_to_dict(config)))
     # Leave a little of the window for the child's last round and its exit.
     deadline = time.time() + max(seconds - 3.0, 1.0)
     root = str(Path(buildllm.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "buildllm.measure.tune_compile", str(params), json.dumps(settings), str(deadline)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds, env=env, cwd=folder)
-    except subprocess.TimeoutExpired:
-        return {
-            "skipped": f"skipped: did not finish compiling and timing within the {seconds:.0f} s left "
-            "of tune.seconds (raise it to measure torch.compile)"
-        }
-    finally:
-        params.unlink(missing_ok=True)
+    # The child works in this folder (its params and its trainers' scratch), which goes with it.
+    with tempfile.TemporaryDirectory(prefix="buildllm-tune-compile-") as folder:
+        params = Path(folder) / "params.yaml"
+        params.write_text(yaml.safe_dump(config_to_dict(config)))
+        child_args = [str(params), json.dumps(settings), str(deadline)]
+        command = [sys.executable, "-m", "buildllm.measure.tune_compile", *child_args]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=seconds, env=env, cwd=folder)
+        except subprocess.TimeoutExpired:
+            return {
+                "skipped": f"skipped: did not finish compiling and timing within the {seconds:.0f} s left "
+                "of tune.seconds (raise it to measure torch.compile)"
+            }
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
@@ -69,7 +69,7 @@ def child(params: str, settings: dict, deadline: float) -> dict:
     apply_plan(plans["plain"])
     device = plans["plain"].device
     train, validation, _ = windows_or_random(config, plans["plain"].model, plans["plain"].batch_size)
-    scratch = tempfile.mkdtemp(prefix="buildllm-tune-compile-")
+    scratch = Path.cwd() / "scratch"  # in the parent's temporary folder, the child's cwd
     trainers = {name: Trainer(plan, train, validation, directory=scratch) for name, plan in plans.items()}
     warmup = {}
     for name, trainer in trainers.items():

@@ -4,6 +4,7 @@ stay within its budget, and the plan's decisions reading the record (and ignorin
 from __future__ import annotations
 
 import json
+import tempfile
 
 import pytest
 import yaml
@@ -76,13 +77,25 @@ def tune_args(tokens, *extra: str) -> list[str]:
     ]
 
 
+def own_temp_folder(workdir, monkeypatch):
+    """A temporary-files folder of this test's own (tempfile's, and the compile child's TMPDIR);
+    torch's own caches may stay there, buildllm's scratch folders (buildllm-*) may not."""
+    folder = workdir / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    monkeypatch.setenv("TMPDIR", str(folder))
+    return folder
+
+
 def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_reads_it(
     workdir, tokens, capsys, monkeypatch
 ):
     monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
+    scratch = own_temp_folder(workdir, monkeypatch)
     (workdir / "params.yaml").write_text(yaml.safe_dump({"tune": {"loss_steps": 4}}))
     assert main(["tune", *tune_args(tokens, "--seconds", "29")]) == 0
     out = capsys.readouterr().out
+    assert not list(scratch.glob("buildllm-*")), "tune left its scratch folders behind"
     record = tuned.read_all()[this_machine()]["tiny"]["cpu"]
     assert record["batch_size"] == 8 and record["tokens"] == "real" and record["budget_seconds"] == 29
     if cpu_bf16.native_bf16():
@@ -122,8 +135,10 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
 @pytest.mark.slow
 def test_tune_measures_compile_when_the_budget_allows_it(workdir, tokens, capsys, monkeypatch):
     monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
+    scratch = own_temp_folder(workdir, monkeypatch)
     (workdir / "params.yaml").write_text(yaml.safe_dump({"tune": {"loss_steps": 4}}))
     assert main(["tune", *tune_args(tokens, "--seconds", "100")]) == 0
+    assert not list(scratch.glob("buildllm-*")), "tune or its compile child left scratch folders behind"
     record = tuned.read_all()[this_machine()]["tiny"]["cpu"]
     compiled = record["compile"]
     # Measured (with its figures and pairs), or, on a machine too slow or busy to compile within
