@@ -116,16 +116,22 @@ BOUNDED = {
 
 
 @pytest.fixture(scope="session")
-def bounded_run(tmp_path_factory) -> Path:
-    """A project copy with BOUNDED params after a full `dvc repro`, committed: the baseline that the
-    run-card and compare experiments start from (each on its own clone_project of it). Running the
-    same pipeline with the same params once instead of once per module saves minutes on 2 cores."""
+def bounded_repro(tmp_path_factory) -> tuple[Path, str]:
+    """A project copy with BOUNDED params after a full `dvc repro`, committed, and that command's
+    stdout: the baseline that the run-card, compare and machine-stage tests start from (each on its
+    own clone_project of it). Running the same pipeline with the same params once instead of once
+    per module saves minutes on 2 cores."""
     project = copy_project(tmp_path_factory.mktemp("bounded") / "project")
     set_params(project, BOUNDED)
-    run(["dvc", "repro"], project)
+    out = run(["dvc", "repro"], project).stdout
     run(["git", "add", "-A"], project)
     run(["git", "commit", "-qm", "baseline: the bounded pipeline, run"], project)
-    return project
+    return project, out
+
+
+@pytest.fixture(scope="session")
+def bounded_run(bounded_repro) -> Path:
+    return bounded_repro[0]
 
 
 @pytest.fixture(scope="session")

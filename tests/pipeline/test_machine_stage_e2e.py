@@ -8,32 +8,23 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
-from conftest import run, use_docs_corpus
+from conftest import clone_project, run
 
 pytestmark = pytest.mark.slow
 MEASURED = ("dry_run", "benchmark", "estimate", "preflight", "train")
-
-
-def bound(project) -> None:
-    """Small enough for CI: preset tiny on one CPU thread, a few steps, a few examples."""
-    use_docs_corpus(project)
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params.update(device="cpu", preset="tiny")
-    params["train"].update(threads=1, batch_size=8, training_examples=64, validation_examples=16)
-    params["benchmark"].update(warmup_steps=1, measured_steps=4, intervals=2)
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
 def ran(out: str) -> set[str]:
     return {stage for stage in ("machine", "corpus", "tokenize", *MEASURED) if f"Running stage '{stage}'" in out}
 
 
-def test_same_machine_keeps_the_cache_another_machine_measures_again(project, monkeypatch):
-    monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
-    bound(project)
-    first = run(["dvc", "repro"], project).stdout
+def test_same_machine_keeps_the_cache_another_machine_measures_again(bounded_repro, tmp_path, monkeypatch):
+    # The session's bounded pipeline (conftest's bounded_repro), whose first `dvc repro` ran every
+    # stage on this machine; this test works on its own clone of it.
+    source, first = bounded_repro
     assert ran(first) == {"machine", "corpus", "tokenize", *MEASURED}, first
+    project = clone_project(source, tmp_path / "project")
+    monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
     machine = (project / "metrics" / "machine.json").read_bytes()
     trained = (project / "metrics" / "train.json").read_bytes()
 
