@@ -10,7 +10,8 @@ import json
 import pytest
 from conftest import clone_project, run
 
-pytestmark = pytest.mark.slow
+# On one xdist worker with the other tests of the session's bounded pipeline: it is reproduced once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bounded")]
 MEASURED = ("dry_run", "benchmark", "estimate", "preflight", "train")
 
 

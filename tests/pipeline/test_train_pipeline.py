@@ -11,7 +11,8 @@ import sys
 import pytest
 from conftest import clone_project, run
 
-pytestmark = pytest.mark.slow
+# On one xdist worker with the other test of the session's default pipeline: it is reproduced once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("default")]
 
 
 def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(default_run, tmp_path):
