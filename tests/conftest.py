@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from filelock import FileLock
 
 from buildllm.device import cpu_bf16
 
@@ -122,18 +123,38 @@ BOUNDED = {
 }
 
 
+def once_per_run(tmp_path_factory, name: str, make) -> tuple[Path, str]:
+    """(folder, output) of `make(folder)`, made once per test run. Under xdist every worker has a
+    session of its own: the first worker to ask makes it in the run's shared temporary folder, the
+    others wait for it and then read the same folder (each test works on its own clone_project)."""
+    root = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        root = root.parent  # the run's folder, above each worker's own
+    folder, output = root / name, root / f"{name}.out"
+    with FileLock(str(root / f"{name}.lock")):
+        if not output.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what an attempt that failed left
+            text = make(folder)
+            output.write_text(text)
+    return folder, output.read_text()
+
+
 @pytest.fixture(scope="session")
 def bounded_repro(tmp_path_factory) -> tuple[Path, str]:
     """A project copy with BOUNDED params after a full `dvc repro`, committed, and that command's
     stdout: the baseline that the run-card, compare and machine-stage tests start from (each on its
     own clone_project of it). Running the same pipeline with the same params once instead of once
     per module saves minutes on 2 cores."""
-    project = copy_project(tmp_path_factory.mktemp("bounded") / "project")
-    set_params(project, BOUNDED)
-    out = run(["dvc", "repro"], project).stdout
-    run(["git", "add", "-A"], project)
-    run(["git", "commit", "-qm", "baseline: the bounded pipeline, run"], project)
-    return project, out
+
+    def make(folder: Path) -> str:
+        project = copy_project(folder)
+        set_params(project, BOUNDED)
+        out = run(["dvc", "repro"], project).stdout
+        run(["git", "add", "-A"], project)
+        run(["git", "commit", "-qm", "baseline: the bounded pipeline, run"], project)
+        return out
+
+    return once_per_run(tmp_path_factory, "bounded", make)
 
 
 @pytest.fixture(scope="session")
@@ -186,10 +207,13 @@ def default_run(tmp_path_factory) -> tuple[Path, str]:
     own bound of 500 examples (the default trains 8000), after `dvc repro train`, and that command's
     stdout. The train-pipeline test checks the run; the dry-run test starts its stage from it, each on
     its own clone_project, so neither runs corpus, tokenize and tune for the same params again."""
-    project = copy_project(tmp_path_factory.mktemp("default") / "project")
-    set_params(project, {"train.training_examples": 500})
-    out = run(["dvc", "repro", "train"], project).stdout
-    return project, out
+
+    def make(folder: Path) -> str:
+        project = copy_project(folder)
+        set_params(project, {"train.training_examples": 500})
+        return run(["dvc", "repro", "train"], project).stdout
+
+    return once_per_run(tmp_path_factory, "default", make)
 
 
 # bf16 on the CPU runs only where the CPU has a bf16 matmul path (buildllm/device/cpu_bf16.py); on

@@ -94,14 +94,7 @@ def steps_per_turn(step, clock) -> int:
 
 
 def measure_precision(
-    config: Config,
-    plans: dict[str, RunPlan],
-    train,
-    validation,
-    tokens: str,
-    budget: Budget,
-    skipped: list,
-    scratch: str,
+    config: Config, plans: dict[str, RunPlan], train, validation, tokens: str, budget: Budget, skipped: list, scratch
 ) -> tuple[dict, dict]:
     """(figures, trainers): each low precision against fp32, and the short run's validation losses
     (on the first LOSS_CHECK_BATCHES batches of validation windows, the same for every side)."""
@@ -334,12 +327,10 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
     }
     skipped: list[str] = []
     # The trainers' scratch folder (nothing is saved there) goes when tune ends, even on an error.
-    with (
-        tempfile.TemporaryDirectory(prefix="buildllm-tune-") as scratch,
-        tqdm(total=5, desc="tune", unit="part", disable=not progress) as bar,
-    ):
+    scratch = tempfile.TemporaryDirectory(prefix="buildllm-tune-")
+    with scratch, tqdm(total=5, desc="tune", unit="part", disable=not progress) as bar:
         record["precision"], trainers = measure_precision(
-            config, plans, train, validation, tokens, budget, skipped, scratch
+            config, plans, train, validation, tokens, budget, skipped, scratch.name
         )
         bar.update()
         if device.threads_apply:

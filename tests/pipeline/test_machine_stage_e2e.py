@@ -10,8 +10,7 @@ import json
 import pytest
 from conftest import clone_project, run
 
-# On one xdist worker with the other tests of the session's bounded pipeline: it is reproduced once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bounded")]
+pytestmark = pytest.mark.slow
 MEASURED = ("dry_run", "benchmark", "estimate", "preflight", "train")
 
 

@@ -11,8 +11,7 @@ import sys
 import pytest
 from conftest import clone_project, run
 
-# On one xdist worker with the other test of the session's default pipeline: it is reproduced once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("default")]
+pytestmark = pytest.mark.slow
 
 
 def test_dvc_repro_trains_iteration_1_and_the_checkpoint_generates(default_run, tmp_path):

@@ -78,7 +78,6 @@ def test_missing_device_is_one_line_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("default")  # on the worker that reproduces the session's default pipeline
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the failure on a machine without CUDA")
 def test_dvc_repro_and_experiments(default_run, tmp_path):
     # From the defaults' pipeline, run once per session (conftest's default_run), on its own clone: its

@@ -25,8 +25,7 @@ from conftest import BOUNDED, clone_project, needs_cpu_bf16, run
 
 from buildllm.device import cpu_bf16
 
-# On one xdist worker with the other tests of the session's bounded pipeline: it is reproduced once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bounded")]
+pytestmark = pytest.mark.slow
 
 TARGETS = ["benchmark", "estimate"]
 BF16 = cpu_bf16.native_bf16()

@@ -23,8 +23,7 @@ from test_run_card import png_size
 
 from buildllm.device import cpu_bf16
 
-# On one xdist worker with the other tests of the session's bounded pipeline: it is reproduced once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bounded")]
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = {"cpu-fp32": "precision=fp32", **({"cpu-bf16": "precision=bf16"} if cpu_bf16.native_bf16() else {})}
 PLOTS = ("Loss against step", "Loss against elapsed time", "Tokens per second against step")
