@@ -81,13 +81,13 @@ def measure(args, profile: str) -> dict:
         str(args.rounds),
     ]
     # A fresh inductor cache: the first compile on a machine is a cold one (a warm cache takes ~1 s).
-    cache = tempfile.mkdtemp(prefix="compile-gain-cache-")
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": cache},
-    )
+    with tempfile.TemporaryDirectory(prefix="compile-gain-cache-") as cache:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": cache},
+        )
     if done.returncode:
         raise SystemExit(f"{profile} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

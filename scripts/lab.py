@@ -49,7 +49,7 @@ def random_tokens(vocab_size: int, count: int) -> torch.Tensor:
     return torch.randint(vocab_size, (count,), generator=torch.Generator().manual_seed(0)).to(torch.uint16)
 
 
-# The trainers' scratch folders (they save nothing) live in one folder, removed when the script exits.
+# The trainers' checkpoint directory: they never save, so they share one, removed when the script exits.
 _SCRATCH = tempfile.TemporaryDirectory(prefix="buildllm-lab-")
 
 
@@ -60,7 +60,7 @@ def random_token_trainer(plan, steps: int):
 
     length = plan.model.sequence_length
     tokens = random_tokens(plan.model.vocab_size, (steps + 1) * plan.batch_size * length + 1)
-    return Trainer(plan, Windows(tokens, length), None, directory=tempfile.mkdtemp(dir=_SCRATCH.name))
+    return Trainer(plan, Windows(tokens, length), None, directory=_SCRATCH.name)
 
 
 def seconds_per_call(work, repeats: int) -> float:
