@@ -9,12 +9,14 @@ A user error prints one line and exits non-zero, without a traceback.
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import sys
 
 from buildllm.config import Config, base_type, knobs, load_config
 from buildllm.errors import guarded
+from buildllm.torch_env import before_torch
+from buildllm.verify import estimate as verify_estimate
+from buildllm.verify import memory as verify_memory
+from buildllm.verify import mfu as verify_mfu
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,56 +54,74 @@ def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Con
     return before_torch(load_config(args.params, overrides))
 
 
-MPS_FALLBACK = "PYTORCH_ENABLE_MPS_FALLBACK"
-
-
-def before_torch(config: Config) -> Config:
-    """Process settings torch reads once, when it is imported: set them first (commands import torch
-    lazily, after this). PYTORCH_ENABLE_MPS_FALLBACK picks MPS's fallback for missing operators."""
-    if config.mps_fallback and os.environ.get(MPS_FALLBACK) != "1":
-        if "torch" in sys.modules:
-            print(
-                f"warning: mps_fallback asked for after torch was imported; set {MPS_FALLBACK}=1 in the "
-                "environment instead",
-                file=sys.stderr,
-            )
-        os.environ[MPS_FALLBACK] = "1"
-    return config
-
-
-def stage_settings(params: str = "params.yaml") -> None:
-    """For a DVC stage script, before it imports its function (and with it torch)."""
-    before_torch(load_config(params))
-
-
-def call(target: str, *arguments):
-    """Import "package.module:function" now, not at start-up, and call it."""
-    module, function = target.split(":")
-    return getattr(importlib.import_module(module), function)(*arguments)
+# Each command imports its code when it runs, with plain imports a reader (and static tools) can
+# follow: `buildllm corpus` never imports torch.
 
 
 def cmd_env(args) -> None:
-    call("buildllm.device.hardware:print_environment", args.device, args.json)
+    from buildllm.device.hardware import print_environment
+
+    print_environment(args.device, args.json)
+
+
+def cmd_dry_run(args) -> None:
+    from buildllm.predict.dry_run import dry_run
+
+    dry_run(config_from_args(args))
+
+
+def cmd_corpus(args) -> None:
+    from buildllm.data.corpus import build_corpus
+
+    build_corpus(config_from_args(args))
+
+
+def cmd_tokenize(args) -> None:
+    from buildllm.data.tokenization import tokenize_corpus
+
+    tokenize_corpus(config_from_args(args))
+
+
+def cmd_estimate(args) -> None:
+    from buildllm.predict.estimate import estimate
+
+    estimate(config_from_args(args))
+
+
+def cmd_preflight(args) -> None:
+    from buildllm.predict.preflight import preflight
+
+    preflight(config_from_args(args))
+
+
+def cmd_fits(args) -> None:
+    from buildllm.predict.fits import fits
+
+    fits(config_from_args(args))
 
 
 def cmd_train(args) -> None:
-    config = config_from_args(args)
-    call("buildllm.predict.dry_run:dry_run" if args.dry_run else "buildllm.train.loop:train", config)
+    if args.dry_run:
+        return cmd_dry_run(args)
+    from buildllm.train.loop import train
+
+    train(config_from_args(args))
 
 
 def cmd_benchmark(args) -> None:
-    threads = args.threads or []
-    config = config_from_args(args, {"train.threads": threads[0]} if len(threads) == 1 else {})
-    workers = args.workers or []
+    threads, workers = args.threads or [], args.workers or []
+    single = {"train.threads": threads[0]} if len(threads) == 1 else {}
     if len(workers) == 1:
-        config = config_from_args(
-            args, {"train.workers": workers[0], **({"train.threads": threads[0]} if len(threads) == 1 else {})}
-        )
+        single["train.workers"] = workers[0]
+    config = config_from_args(args, single)
     if args.find_batch_size:
-        call("buildllm.measure.batch_finder:find_batch_size", config)
+        from buildllm.measure.batch_finder import find_batch_size
+
+        find_batch_size(config)
     elif args.presets or args.architectures or len(threads) > 1 or len(workers) > 1:
-        call(
-            "buildllm.measure.sweep:sweep",
+        from buildllm.measure.sweep import sweep
+
+        sweep(
             config,
             args.presets,
             args.architectures,
@@ -110,11 +130,33 @@ def cmd_benchmark(args) -> None:
             workers if len(workers) > 1 else None,
         )
     else:
-        call("buildllm.measure.benchmark:benchmark", config)
+        from buildllm.measure.benchmark import benchmark
+
+        benchmark(config)
 
 
-def config_command(target: str):
-    return lambda args: call(target, config_from_args(args)) and None
+def cmd_tune(args) -> None:
+    from buildllm.measure.tune import tune
+
+    tune(config_from_args(args))
+
+
+def cmd_generate(args) -> None:
+    from buildllm.train.generate import command
+
+    command(args)
+
+
+def cmd_compare(args) -> None:
+    from buildllm.report.command import run_compare
+
+    run_compare(args.names, args.out, args.allow_different, args.vary, args.paired, args.rounds)
+
+
+def cmd_report(args) -> None:
+    from buildllm.report.run_card import report
+
+    report(load_config(args.params), args.experiment, args.out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,38 +168,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object instead of lines")
     p.set_defaults(handler=cmd_env)
 
-    for name, help_text, target in [
+    for name, help_text, handler in [
         (
             "dry-run",
             "resolve device, precision and profile; count parameters; estimate memory",
-            "buildllm.predict.dry_run:dry_run",
+            cmd_dry_run,
         ),
-        ("corpus", "write the corpus's train and validation documents to data/", "buildllm.data.corpus:build_corpus"),
+        ("corpus", "write the corpus's train and validation documents to data/", cmd_corpus),
         (
             "tokenize",
             "train the BPE tokenizer and encode train and validation tokens",
-            "buildllm.data.tokenization:tokenize_corpus",
+            cmd_tokenize,
         ),
         (
             "estimate",
             "project the full run's time and storage from metrics/benchmark.json",
-            "buildllm.predict.estimate:estimate",
+            cmd_estimate,
         ),
         (
             "preflight",
             "stop and check before a full run: device, precision, benchmark, estimate, disk, power, "
             "cooling, checkpoint directory",
-            "buildllm.predict.preflight:preflight",
+            cmd_preflight,
         ),
         (
             "fits",
             "the largest batch each profile and precision fits in 8 to 141 GiB, from the memory model",
-            "buildllm.predict.fits:fits",
+            cmd_fits,
         ),
     ]:
         p = sub.add_parser(name, help=help_text)
         add_run_flags(p, name)
-        p.set_defaults(handler=config_command(target))
+        p.set_defaults(handler=handler)
 
     p = sub.add_parser("train", help="train a profile on the token tensors, with checkpoints and resume")
     add_run_flags(p, "train")
@@ -189,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         "chunk, torch.compile) within --seconds; the plan reads metrics/tune.json",
     )
     add_run_flags(p, "tune", skip=("--precision", "--compile", "--threads"))
-    p.set_defaults(handler=config_command("buildllm.measure.tune:tune"))
+    p.set_defaults(handler=cmd_tune)
 
     p = sub.add_parser("generate", help="print text from a trained checkpoint")
     p.add_argument(
@@ -209,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: params' device)")
     p.add_argument("--seed", type=int, metavar="N", help="sampling seed (default: params' seed)")
     p.add_argument("--tokenizer", metavar="PATH", help="tokenizer JSON, if not the one recorded in the checkpoint")
-    p.set_defaults(handler=lambda args: call("buildllm.train.generate:command", args))
+    p.set_defaults(handler=cmd_generate)
 
     p = sub.add_parser("compare", help="compare DVC experiments (device, precision) in a report, controls first")
     p.add_argument(
@@ -249,20 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="--paired: rounds of one run per experiment (default 6, the fewest for a 95%% interval)",
     )
-    p.set_defaults(
-        handler=lambda args: (
-            call(
-                "buildllm.report.command:run_compare",
-                args.names,
-                args.out,
-                args.allow_different,
-                args.vary,
-                args.paired,
-                args.rounds,
-            )
-            and None
-        )
-    )
+    p.set_defaults(handler=cmd_compare)
 
     p = sub.add_parser(
         "report",
@@ -282,43 +311,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="path without suffix: writes .html and .png (default plots/run_card "
         "for the workspace, reports/run_card_NAME for an experiment)",
     )
-    p.set_defaults(
-        handler=lambda args: (
-            call("buildllm.report.run_card:report", load_config(args.params), args.experiment, args.out) and None
-        )
-    )
+    p.set_defaults(handler=cmd_report)
     add_verify(sub)
     return parser
 
 
+# The checks' modules are torch-free at import: each brings its own flags and its command.
 VERIFY = {
-    "memory": "the memory estimate against the measured peak, on fitted and held-out shapes",
-    "estimate": "benchmark, estimate and a real training run: did the run's time fall inside the range",
-    "mfu": "the same benchmark in fresh processes: MFU recomputable from each file and steady across runs",
+    "memory": (verify_memory, "the memory estimate against the measured peak, on fitted and held-out shapes"),
+    "estimate": (
+        verify_estimate,
+        "benchmark, estimate and a real training run: did the run's time fall inside the range",
+    ),
+    "mfu": (
+        verify_mfu,
+        "the same benchmark in fresh processes: MFU recomputable from each file and steady across runs",
+    ),
 }
 
 
 def add_verify(sub) -> None:
     p = sub.add_parser("verify", help="check the product's estimates against measurements here (exit 1 on a miss)")
     checks = p.add_subparsers(dest="check", required=True, parser_class=Parser)
-    for check, help_text in VERIFY.items():
-        c = checks.add_parser(
-            check,
-            help=help_text,
-            description=importlib.import_module(f"buildllm.verify.{check}").__doc__.split("\n\n")[0],
-        )
+    for check, (module, help_text) in VERIFY.items():
+        c = checks.add_parser(check, help=help_text, description=module.__doc__.split("\n\n")[0])
         c.add_argument(
             "--params", default="params.yaml", metavar="PATH", help="params file (default: ./params.yaml if present)"
         )
         c.add_argument("--out", metavar="PATH", help=f"the record (default metrics/verify_{check}.json)")
-        call(f"buildllm.verify.{check}:add_arguments", c)
-        c.set_defaults(handler=lambda args, check=check: call(f"buildllm.verify.{check}:command", args))
-
-
-def run_stage(function) -> int:
-    """A DVC stage: the function on params.yaml alone, its errors reported as the CLI reports them.
-    Stage scripts import their function directly, so their imports are their DVC dependencies."""
-    return guarded(lambda: function(load_config("params.yaml")) and None)
+        module.add_arguments(c)
+        c.set_defaults(handler=module.command)
 
 
 def main(argv: list[str] | None = None) -> int:

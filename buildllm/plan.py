@@ -241,7 +241,7 @@ def facts(plan: RunPlan) -> dict:
             for name in ("batch_size", "workers", "threads", "learning_rate")
             if name in plan.decisions
         },
-        # What torch saw at import (buildllm.cli.before_torch sets it when mps_fallback is asked for).
+        # What torch saw at import (buildllm.torch_env.before_torch sets it when mps_fallback is asked for).
         "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
     }
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from buildllm.cli import run_stage
 from buildllm.data.corpus import build_corpus
+from buildllm.stage import run_stage
 
 sys.exit(run_stage(build_corpus))

@@ -2,7 +2,7 @@
 
 import sys
 
-from buildllm.cli import run_stage
 from buildllm.predict.dry_run import dry_run
+from buildllm.stage import run_stage
 
 sys.exit(run_stage(dry_run))

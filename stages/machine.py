@@ -2,7 +2,7 @@
 
 import sys
 
-from buildllm.cli import run_stage
 from buildllm.measure.machine import write_machine
+from buildllm.stage import run_stage
 
 sys.exit(run_stage(write_machine))

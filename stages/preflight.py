@@ -2,7 +2,7 @@
 
 import sys
 
-from buildllm.cli import run_stage
 from buildllm.predict.preflight import preflight_stage
+from buildllm.stage import run_stage
 
 sys.exit(run_stage(preflight_stage))

@@ -2,7 +2,7 @@
 
 import sys
 
-from buildllm.cli import run_stage
 from buildllm.report.run_card import report
+from buildllm.stage import run_stage
 
 sys.exit(run_stage(report))

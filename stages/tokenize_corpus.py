@@ -6,7 +6,7 @@ would shadow the standard library's tokenize module for every stage script.
 
 import sys
 
-from buildllm.cli import run_stage
 from buildllm.data.tokenization import tokenize_corpus
+from buildllm.stage import run_stage
 
 sys.exit(run_stage(tokenize_corpus))

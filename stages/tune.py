@@ -2,7 +2,8 @@
 
 import sys
 
-from buildllm.cli import run_stage, stage_settings
+from buildllm.stage import run_stage
+from buildllm.torch_env import stage_settings
 
 stage_settings()  # before torch is imported: PYTORCH_ENABLE_MPS_FALLBACK
 from buildllm.measure.tune import tune  # noqa: E402

@@ -45,7 +45,8 @@ def test_the_flag_sets_the_fallback_before_torch_is_imported(tmp_path):
 
 def test_a_stage_sets_it_from_params_before_importing_its_function(tmp_path):
     (tmp_path / "params.yaml").write_text("mps_fallback: true\n")
-    out = run_python(SET_BEFORE_TORCH.format(how="stage_settings", call="stage_settings()"), tmp_path)
+    code = SET_BEFORE_TORCH.replace("buildllm.cli", "buildllm.torch_env")
+    out = run_python(code.format(how="stage_settings", call="stage_settings()"), tmp_path)
     assert out.strip() == "1"
 
 

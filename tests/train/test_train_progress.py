@@ -12,8 +12,9 @@ import pytest
 import yaml
 from train_fixtures import train_args
 
-from buildllm.cli import main, run_stage
+from buildllm.cli import main
 from buildllm.device.device import Device
+from buildllm.stage import run_stage
 from buildllm.train.loop import train
 from buildllm.train.trainer import Trainer
 
