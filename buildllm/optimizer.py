@@ -1,24 +1,9 @@
-"""AdamW, fused where this device builds it, and the standard implementation otherwise.
-
-The fused kernel updates all parameters in one launch; not every device or build has it, so we try
-to build it and record why we fell back instead of guessing from the device name.
-"""
+"""AdamW with GPT-2's weight decay groups, fused where the plan found it builds (plan/fused_adamw.py)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
-
-
-def fused_adamw_support(device: str) -> tuple[bool, str]:
-    """(available, reason) for torch.optim.AdamW(fused=True) on `device`."""
-    try:
-        probe = nn.Parameter(torch.zeros(2, device=device))
-        probe.grad = torch.zeros_like(probe)
-        torch.optim.AdamW([probe], fused=True).step()
-    except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
-        return False, f"fused AdamW does not build on {device}: {str(exc).splitlines()[0]}; using the standard AdamW"
-    return True, f"fused AdamW builds on {device}"
 
 
 def build_optimizer(
@@ -29,5 +14,5 @@ def build_optimizer(
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # fused: the plan's probe (fused_adamw_support), made once per run on its device.
+    # fused: the plan's probe, made once per run on its device.
     return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=True if fused else None)

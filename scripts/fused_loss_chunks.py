@@ -6,7 +6,7 @@
 
 Candidates are timed round-robin in one process (A B C ... A B C ...), so a competing job slows all
 alike; prints each one's median milliseconds and its ratio to the plain computation. The plan's
-own choice for these rows on this device (buildllm/loss_choice.py) is printed first.
+own choice for these rows on this device (buildllm/plan/loss_chunk.py) is printed first.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import statistics
 
 import torch
 
-from buildllm.device.resolve import resolve_device
-from buildllm.loss_choice import decide_loss
 from buildllm.model.fused_loss import linear_cross_entropy, plain_linear_cross_entropy
+from buildllm.plan.device import resolve_device
+from buildllm.plan.loss_chunk import decide_loss
 
 
 def main() -> None:

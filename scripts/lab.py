@@ -27,7 +27,7 @@ PROFILES = {
 def cpu_plan(profile: str, precision: str, threads: int, architecture: str | None = None, settings: dict | None = None):
     """The run plan of `profile` on the CPU, applied (threads set); `settings` overrides more knobs."""
     from buildllm.config import load_config
-    from buildllm.plan import apply_plan, make_plan
+    from buildllm.plan.run_plan import apply_plan, make_plan
 
     chosen = {
         **PROFILES[profile],

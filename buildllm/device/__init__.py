@@ -1,2 +1,3 @@
-"""The device: which one a run uses and why, its precision, and what it can tell about itself
-(synchronisation, memory, peak FLOP/s, hardware). The only package that asks what kind a device is."""
+"""The device: what this machine's torch can reach, what a device and each precision imply
+(synchronisation, memory, peak FLOP/s, autocast, hardware). The only package that asks what kind a
+device is; which device and precision a run uses is decided in buildllm/plan/."""

@@ -1,8 +1,8 @@
 """The device a run computes on, as one object: everything that depends on the kind of device is
 asked of it, so no code outside buildllm/device/ compares kind names.
 
-Which device, and why, is decided in resolve.py; this is what the decision implies: how to wait
-for it, how to time it, how batches reach it, what its memory and peak FLOP/s are, which profile
+Which device, and why, is decided in buildllm/plan/device.py; this is what the decision implies: how
+to wait for it, how to time it, how batches reach it, what its memory and peak FLOP/s are, which profile
 defaults and which process-wide knobs apply, and how it joins a multi-process run.
 """
 

@@ -17,9 +17,10 @@ import torch
 
 from buildllm import __version__
 from buildllm.device import cpu_bf16
+from buildllm.device.available import mps_available, why_no_cuda, xla_available
 from buildllm.device.device import Device, processor_name
 from buildllm.device.machine import fingerprint, machine_id
-from buildllm.device.resolve import mps_available, resolve_device, why_no_cuda, xla_available
+from buildllm.plan.device import resolve_device
 
 # A metric string stays short; the trademark marks and the clock speed name no other machine.
 _NAME_NOISE = re.compile(r"\((?:R|TM)\)|\s+CPU\b|\s*@.*$")

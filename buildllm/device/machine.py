@@ -106,7 +106,7 @@ def fingerprint() -> dict:
     """The flat record of what decides this machine's speed (see the module docstring)."""
     import torch  # here, not at import: machine_id on a stored record needs no torch
 
-    from buildllm.device.resolve import resolve_device
+    from buildllm.plan.device import resolve_device
 
     flags = _cpu_flags()
     record = {

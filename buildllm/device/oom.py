@@ -5,7 +5,7 @@ directory (a resumed run must keep its batch size). The batch-size finder answer
 The same path serves every device: CUDA's and MPS's out-of-memory errors and the CPU allocator's
 failure. On the CPU a failure raises only where malloc fails (a `ulimit -v`, a container limit);
 with overcommit the kernel's OOM killer ends the process instead, which is why plans that cannot
-fit are refused before they allocate (memory/fit.py).
+fit are refused before they allocate (plan/memory.py).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
-"""Precision resolution: fp32, bf16 or fp16 for a device, the autocast that goes with it, and why.
-
-auto on CUDA: bf16 where the GPU has it (Ampere and newer), else fp16 with gradient scaling.
-auto on CPU: fp32, unless `buildllm tune` measured bf16 autocast conclusively faster on this machine
-with the same validation loss (buildllm/tuned.py; the plan passes its rule in). bf16 is also allowed
-when asked for explicitly, on a CPU that has a bf16 matmul path (device/cpu_bf16.py); elsewhere it is
-refused, as bf16 is on a GPU without it.
-auto on MPS: fp32. MPS autocast covers fewer ops and its bf16 needs macOS 14+, and for the small
-models of this course the measured gain is small; ask for fp16 explicitly to try it.
-An explicit precision the device lacks fails with advice instead of silently falling back.
+"""What a precision means on a device: its dtype, the autocast and gradient scaler that go with it,
+and which precisions the device trains in (an explicit one it lacks is refused with advice). Which
+precision a run uses, and why, is decided in buildllm/plan/precision.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -52,40 +44,6 @@ def cuda_has_bf16(device: Device) -> bool:
     return cuda_capability(device) >= (8, 0)
 
 
-def resolve_precision(
-    requested: str,
-    device: Device,
-    profile_default: str = "auto",
-    measured: Callable[[str], tuple[str, str]] | None = None,
-) -> PrecisionDecision:
-    """requested: the config's value; profile_default: what the profile says for this device kind;
-    measured: for `auto`, what this machine's tune figures make of the default (the plan passes
-    buildllm.tuned's rule): (precision, why)."""
-    chosen, origin = requested, "requested explicitly"
-    if requested == "auto" and profile_default != "auto":
-        chosen, origin = profile_default, f"auto: the profile's {device.kind} default"
-    if chosen == "auto":
-        chosen, origin = _auto_rule(device)
-    if requested == "auto" and measured is not None:
-        choice, why = measured(chosen)
-        origin, chosen = (f"{origin}; {why}" if choice == chosen else f"auto: {why}"), choice
-    _refuse_unsupported(chosen, device)
-    return _decision(requested, chosen, device, origin)
-
-
-def _auto_rule(device: Device) -> tuple[str, str]:
-    if device.kind == "cuda":
-        major, minor = cuda_capability(device)
-        if cuda_has_bf16(device):
-            return "bf16", f"auto: compute capability {major}.{minor} has bf16 tensor cores"
-        return "fp16", f"auto: compute capability {major}.{minor} has no bf16; fp16 with gradient scaling"
-    if device.kind == "xla":
-        return "bf16", "auto: XLA devices compute natively in bf16"
-    if device.kind == "mps":
-        return "fp32", "auto: MPS autocast is partial and bf16 needs macOS 14+; fp32 is the safe default"
-    return "fp32", "auto: CPU training defaults to fp32 (bf16 autocast when asked for, or measured faster here)"
-
-
 def tunable_precisions(device: Device) -> list[str]:
     """fp32 first (the reference `buildllm tune` measures against), then the low precisions this
     device trains in: bf16 autocast on the CPU and XLA, bf16 (Ampere and newer) and fp16 with
@@ -107,13 +65,13 @@ def fp32_only_reason(device: Device) -> str:
 def trains_in(precision: str, device: Device) -> bool:
     """Whether an explicit `precision` on this device would be planned rather than refused."""
     try:
-        _refuse_unsupported(precision, device)
+        refuse_unsupported(precision, device)
     except DeviceUnavailable:
         return False
     return True
 
 
-def _refuse_unsupported(precision: str, device: Device) -> None:
+def refuse_unsupported(precision: str, device: Device) -> None:
     if device.kind == "cuda" and precision == "bf16" and not cuda_has_bf16(device):
         major, minor = cuda_capability(device)
         name = torch.cuda.get_device_name(device.index)
@@ -130,7 +88,22 @@ def _refuse_unsupported(precision: str, device: Device) -> None:
         raise DeviceUnavailable(why)
 
 
-def _decision(requested: str, precision: str, device: Device, origin: str) -> PrecisionDecision:
+def native_precision(device: Device) -> tuple[str, str]:
+    """(precision, why) for `auto` where the profile names none: what this kind of device trains in best."""
+    if device.kind == "cuda":
+        major, minor = cuda_capability(device)
+        if cuda_has_bf16(device):
+            return "bf16", f"auto: compute capability {major}.{minor} has bf16 tensor cores"
+        return "fp16", f"auto: compute capability {major}.{minor} has no bf16; fp16 with gradient scaling"
+    if device.kind == "xla":
+        return "bf16", "auto: XLA devices compute natively in bf16"
+    if device.kind == "mps":
+        return "fp32", "auto: MPS autocast is partial and bf16 needs macOS 14+; fp32 is the safe default"
+    return "fp32", "auto: CPU training defaults to fp32 (bf16 autocast when asked for, or measured faster here)"
+
+
+def precision_decision(requested: str, precision: str, device: Device, origin: str) -> PrecisionDecision:
+    """The decision record for `precision` on this device: its matmul and scaling flags, and the reason."""
     on_cuda = device.kind == "cuda"
     tf32 = on_cuda and cuda_capability(device) >= (8, 0)
     tensor_cores = on_cuda and (tf32 or (precision != "fp32" and cuda_capability(device) >= (7, 0)))

@@ -23,7 +23,7 @@ from buildllm.device.oom import out_of_memory
 from buildllm.errors import ConfigError, UserError
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
-from buildllm.plan import announce, apply_plan, make_plan
+from buildllm.plan.run_plan import announce, apply_plan, make_plan
 
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 

@@ -38,11 +38,11 @@ from buildllm.measure.breakdown import overheads, step_breakdown
 from buildllm.measure.load import LoadWatch, busy_warning
 from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
 from buildllm.memory.estimate import plan_memory
-from buildllm.memory.fit import refuse_unless_fits
 from buildllm.metrics import write_metrics
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu
 from buildllm.paths import metrics_path
-from buildllm.plan import RunPlan, announce, apply_plan, facts, make_plan
+from buildllm.plan.memory import refuse_unless_fits
+from buildllm.plan.run_plan import RunPlan, announce, apply_plan, facts, make_plan
 from buildllm.train.plots import write_png
 from buildllm.train.trainer import Trainer
 

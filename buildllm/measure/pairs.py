@@ -4,7 +4,7 @@ A job that slows the machine for a few seconds slows both turns of a round alike
 gives one ratio of the reference's time to a candidate's that such drift barely moves (a ratio above
 1: the candidate is faster). The figure is the median ratio, with the sign test's distribution-free
 interval for a median (measure/noise.py sign_interval): 6 pairs are the fewest for 95%; with
-fewer, min to max and the coverage it has. "Conclusively faster" (buildllm/tuned.py) means the
+fewer, min to max and the coverage it has. "Conclusively faster" (buildllm/plan/tuned.py) means the
 whole interval is above 1 at 95% coverage at least.
 """
 

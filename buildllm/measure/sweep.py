@@ -15,7 +15,7 @@ from buildllm.config import Config, with_overrides
 from buildllm.data.windows import load_windows
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
-from buildllm.plan import announce, apply_plan, make_plan
+from buildllm.plan.run_plan import announce, apply_plan, make_plan
 
 COLUMNS = (
     "preset",

@@ -17,7 +17,7 @@ of pairs:
      of the budget (measure/tune_compile.py), only when that is at least MIN_COMPILE_SECONDS.
 Each part has a share of `tune.seconds`; a part that cannot start in time is skipped, and the
 console and the record say what was skipped or cut short. The record goes to metrics/tune.json
-under this machine's id, the profile and the device (buildllm/tuned.py), where the plan reads it.
+under this machine's id, the profile and the device (buildllm/plan/tuned.py), where the plan reads it.
 """
 
 from __future__ import annotations
@@ -33,17 +33,24 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm import tqdm
 
-from buildllm import tuned
-from buildllm.compile_choice import decide_compile
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import Windows, windows_or_random
 from buildllm.device.device import processor_name
-from buildllm.device.precision import fp32_only_reason, resolve_precision, tunable_precisions
-from buildllm.loss_choice import decide_loss
+from buildllm.device.precision import fp32_only_reason, tunable_precisions
 from buildllm.measure.pairs import compare, interleave
 from buildllm.measure.tune_compile import measure_compile
 from buildllm.model import fused_loss
-from buildllm.plan import DEFAULT_THREADS, RunPlan, announce, apply_plan, make_plan, this_machine
+from buildllm.plan import loss_chunk, tuned
+from buildllm.plan import threads as threads_rule
+from buildllm.plan.run_plan import (
+    RunPlan,
+    announce,
+    apply_plan,
+    make_plan,
+    measured_decisions,
+    measured_precision,
+    this_machine,
+)
 from buildllm.train.trainer import Trainer
 
 # Each part's share of the budget (torch.compile gets what is left), and the fewest rounds a part
@@ -170,7 +177,7 @@ def thread_counts(default: int) -> list[int]:
 
 
 def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, skipped: list) -> dict:
-    default = DEFAULT_THREADS
+    default = threads_rule.DEFAULT_THREADS
     if requested is not None:
         return {"default": default, "skipped": f"train.threads is set ({requested}): not compared"}
     counts = thread_counts(default)
@@ -211,7 +218,7 @@ def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     m, device = plan.model, plan.device
     rows = plan.batch_size * m.sequence_length
     # The plan's own rule, not a size an earlier tune chose: what the tune record is compared against.
-    default_rows = decide_loss(m.vocab_size, rows, 4, device).chunk_rows
+    default_rows = loss_chunk.decide_loss(m.vocab_size, rows, 4, device).chunk_rows
     options = sorted(
         {r for r in (default_rows // 2, 2 * default_rows, 4 * default_rows) if 1 <= r <= rows} - {default_rows}
     )
@@ -272,28 +279,8 @@ def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     }
 
 
-def decided_precision(record: dict, plan: RunPlan, why: bool = False):
-    """What `precision: auto` makes of this record: the precision (and, with `why`, its reason)."""
-    device = plan.device
-    default = resolve_precision("auto", device, plan.profile.runtime(device.runtime_defaults).precision).precision
-    choice = tuned.precision_choice(record, "", default)
-    return choice if why else choice[0]
-
-
-def decisions(record: dict, plan: RunPlan) -> dict:
-    """What the plan's rules (buildllm/tuned.py) make of this record: {decision: reason}."""
-    device = plan.device
-    precision, why = decided_precision(record, plan, why=True)
-    out = {"precision": f"{precision}: {why}"}
-    if device.threads_apply:
-        out["threads"] = tuned.threads_choice(record, "", DEFAULT_THREADS)[1]
-    out["compile"] = decide_compile("auto", plan.planned_steps, precision, *tuned.compile_figures(record, "")).reason
-    out["loss_chunk"] = tuned.chunk_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
-    return out
-
-
 def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
-    fixed = {"train.compile": "false", "train.threads": config.train.threads or DEFAULT_THREADS}
+    fixed = {"train.compile": "false", "train.threads": config.train.threads or threads_rule.DEFAULT_THREADS}
     reference = make_plan(with_overrides(config, {**fixed, "precision": "fp32"}))
     apply_plan(reference)
     device = reference.device
@@ -344,7 +331,7 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
         left = budget.left()
         if left >= MIN_COMPILE_SECONDS:
             # In the precision `auto` will run in, so the figures apply to the runs that read them.
-            precision = decided_precision(record, reference)
+            precision = measured_precision(record, reference)[0]
             record["compile"] = measure_compile(config, {**fixed, "precision": precision}, left)
         else:
             record["compile"] = {
@@ -359,7 +346,7 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
         load_average_end=round(os.getloadavg()[0], 2),
         skipped=skipped,
     )
-    record["decisions"] = decisions(record, reference)
+    record["decisions"] = measured_decisions(record, reference)
     if write:
         tuned.write_record(record)
     print(summary(record))

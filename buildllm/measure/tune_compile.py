@@ -58,7 +58,7 @@ def child(params: str, settings: dict, deadline: float) -> dict:
     from buildllm.config import load_config, with_overrides
     from buildllm.data.windows import windows_or_random
     from buildllm.measure.pairs import compare, interleave
-    from buildllm.plan import apply_plan, make_plan
+    from buildllm.plan.run_plan import apply_plan, make_plan
     from buildllm.train.trainer import Trainer
 
     config = load_config(params)

@@ -1,4 +1,3 @@
-"""The memory model, a prediction the plan itself needs: a run's peak memory from its shape
-(estimate.py), the largest batch that fits a size, and whether a plan fits the memory free now
-(fit.py). Below the plan, so make_plan can decide with it; the commands built on it (dry run,
-`buildllm fits`, preflight) live in buildllm/predict/."""
+"""The memory model: a run's peak memory from its shape (estimate.py). Below the plan, so make_plan
+can decide with it (whether a plan fits, and the largest batch that does: buildllm/plan/memory.py);
+the commands built on it (dry run, `buildllm fits`, preflight) live in buildllm/predict/."""

@@ -7,7 +7,7 @@ over them are memory-bound: about a tenth of a CPU step. Here each chunk of rows
 logits, its loss and, when gradients are wanted, its gradients at once (softmax minus one-hot is
 the logits' gradient), while the chunk is still in cache; backward only scales the saved
 gradients. The matmuls are the same three the plain graph runs (logits, dx = g W, dW = g^T x).
-How many rows a chunk holds is the device's matter, decided by the run plan (buildllm/loss_choice.py):
+How many rows a chunk holds is the device's matter, decided by the run plan (buildllm/plan/loss_chunk.py):
 cache-sized on a CPU, large on a GPU (one chunk where the whole micro-batch fits its budget).
 
 Same mathematics: mean cross-entropy over all rows, logits in the compute dtype (bf16 under
@@ -124,7 +124,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_rows: int) -> torch.Tensor:
     """mean cross_entropy(x @ weight.T, targets) for x (rows, d), weight (vocab, d), targets (rows,),
-    `chunk_rows` rows at a time (the plan's decision, buildllm/loss_choice.py)."""
+    `chunk_rows` rows at a time (the plan's decision, buildllm/plan/loss_chunk.py)."""
     grad = torch.is_grad_enabled()
     return _LinearCrossEntropy.apply(
         x, weight, targets, chunk_rows, compute_dtype(x), grad and x.requires_grad, grad and weight.requires_grad

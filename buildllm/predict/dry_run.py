@@ -8,10 +8,10 @@ from __future__ import annotations
 from buildllm.config import Config
 from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.memory.estimate import plan_memory
-from buildllm.memory.fit import WontFit, refusal
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
-from buildllm.plan import announce, facts, make_plan
+from buildllm.plan.memory import WontFit, refusal
+from buildllm.plan.run_plan import announce, facts, make_plan
 from buildllm.train.storage import checkpoint_bytes
 from buildllm.units import size
 

@@ -20,7 +20,7 @@ from buildllm.device.hardware import machine_name
 from buildllm.errors import UserError
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path, token_paths
-from buildllm.plan import RunPlan, facts, make_plan
+from buildllm.plan.run_plan import RunPlan, facts, make_plan
 from buildllm.units import duration
 
 # How far a whole run's speed lies outside one benchmark's interval range, same plan, same machine:

@@ -15,8 +15,8 @@ import torch
 
 from buildllm.config import Config
 from buildllm.device.device import Device
-from buildllm.memory.fit import LARGEST, largest_batch
 from buildllm.model.gpt import build_model
+from buildllm.plan.memory import LARGEST, largest_batch
 from buildllm.profiles import available_profiles, load_profile
 
 GIB = 2**30

@@ -18,12 +18,13 @@ from pathlib import Path
 from buildllm.config import Config
 from buildllm.data.windows import optimizer_steps
 from buildllm.device import health
+from buildllm.device.available import why_no_cuda
 from buildllm.device.device import Device
-from buildllm.device.resolve import resolve_device, why_no_cuda
 from buildllm.errors import UserError
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path
-from buildllm.plan import RunPlan, facts, make_plan
+from buildllm.plan.device import resolve_device
+from buildllm.plan.run_plan import RunPlan, facts, make_plan
 from buildllm.predict.estimate import CONTROLS, planned_examples
 from buildllm.train import checkpoint, storage
 from buildllm.train.trainer import run_signature

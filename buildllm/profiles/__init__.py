@@ -3,7 +3,7 @@
 A file's `iteration:` says which course iteration it serves; `iteration: null` makes it a preset.
 Adding a profile is adding a YAML file here: the config's allowed values follow from the files.
 This package imports neither the config nor torch, so the config can list the profiles cheaply;
-the plan (buildllm/plan.py) applies a config's overrides to the profile it selects.
+the plan (buildllm/plan/run_plan.py) applies a config's overrides to the profile it selects.
 """
 
 from __future__ import annotations

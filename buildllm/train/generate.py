@@ -18,9 +18,9 @@ import torch
 
 from buildllm.config import load_config
 from buildllm.data.tokenization import load_tokenizer
-from buildllm.device.resolve import resolve_device
 from buildllm.errors import UserError
 from buildllm.model.gpt import GPT, GPTConfig, KVCache, build_model
+from buildllm.plan.device import resolve_device
 from buildllm.train import checkpoint
 
 

@@ -19,8 +19,8 @@ from buildllm.data.run_data import load_run_data
 from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
 from buildllm.disk import DiskFull
 from buildllm.errors import TrainingFailed, UserError
-from buildllm.memory.fit import refuse_unless_fits
-from buildllm.plan import announce, apply_plan, make_plan
+from buildllm.plan.memory import refuse_unless_fits
+from buildllm.plan.run_plan import announce, apply_plan, make_plan
 from buildllm.train import checkpoint, distributed, storage
 from buildllm.train.run_log import RunLog
 from buildllm.train.stop import StopRequest

@@ -24,7 +24,7 @@ from buildllm.device.xla import step_boundary
 from buildllm.errors import TrainingFailed, UserError
 from buildllm.model.gpt import build_model
 from buildllm.optimizer import build_optimizer
-from buildllm.plan import RunPlan, facts
+from buildllm.plan.run_plan import RunPlan, facts
 from buildllm.train import checkpoint, distributed
 from buildllm.train.distributed import World
 from buildllm.train.run_log import RunLog

@@ -66,7 +66,7 @@ def settings(args) -> dict:
 def planned(args):
     """The check's config: the bounded form sizes the training run to --factor x the benchmark."""
     from buildllm.errors import UserError
-    from buildllm.plan import make_plan
+    from buildllm.plan.run_plan import make_plan
 
     config = check_config(args.params, settings(args))
     if args.full:

@@ -182,7 +182,7 @@ def chosen_shapes(args) -> dict[str, list[Shape]]:
         fitted = [Shape(name, batch) for name in names for batch in args.batch_sizes]
     sets["fitted"] = [replace(s, precision=precision) for precision in args.precision for s in fitted]
     from buildllm.device.precision import trains_in  # torch, only when a check runs
-    from buildllm.device.resolve import resolve_device
+    from buildllm.plan.device import resolve_device
 
     device = resolve_device(args.device)
     # Shapes in a precision the plan would refuse on this device (fp16 on the CPU, bf16 where the CPU or
@@ -201,7 +201,7 @@ def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
     from buildllm.measure.batch_finder import try_in_child
     from buildllm.memory.estimate import plan_memory
     from buildllm.paths import token_paths
-    from buildllm.plan import make_plan
+    from buildllm.plan.run_plan import make_plan
 
     try:
         config = check_config(args.params, shape_settings(shape, args.device))
@@ -231,7 +231,7 @@ def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
 
 def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict) -> tuple[int, int]:
     """Measure each shape and print its line; returns (shapes inside the stated range, shapes measured)."""
-    from buildllm.device.resolve import resolve_device
+    from buildllm.plan.device import resolve_device
 
     cuda = resolve_device(args.device).caching_allocator
     print(
@@ -280,8 +280,8 @@ def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict) ->
 
 
 def command(args) -> int:
-    from buildllm.device.resolve import resolve_device
     from buildllm.errors import UserError
+    from buildllm.plan.device import resolve_device
 
     if args.repeats < 1:
         raise UserError(f"--repeats {args.repeats}: give at least 1 fresh process per shape")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from importlib import resources
 from types import SimpleNamespace
 
-from buildllm import tuned
 from buildllm.cli import build_parser, config_from_args
-from buildllm.compile_choice import decide_compile
 from buildllm.config import load_config
 from buildllm.device.cpu_bf16 import precision_advice
-from buildllm.plan import make_plan
+from buildllm.plan import tuned
+from buildllm.plan.compile import decide_compile
+from buildllm.plan.run_plan import make_plan
 
 # 0.3 s/step at x1.5 saves 0.1 s a step: 30 s of compilation pay back after 300 steps.
 PAYS = {

@@ -9,14 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from buildllm import optimizer
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
 from buildllm.device.device import Device
-from buildllm.loss_choice import CPU_CHUNK_BYTES, DEVICE_MEMORY_SHARE, MIN_ROWS, ROW_MULTIPLE, decide_loss
 from buildllm.memory.estimate import FP32, plan_memory
 from buildllm.model.fused_loss import chunk_bytes_per_row
-from buildllm.plan import facts, make_plan
+from buildllm.plan import run_plan
+from buildllm.plan.loss_chunk import CPU_CHUNK_BYTES, DEVICE_MEMORY_SHARE, MIN_ROWS, ROW_MULTIPLE, decide_loss
+from buildllm.plan.run_plan import facts, make_plan
 from buildllm.train.trainer import Trainer
 
 GIB = 2**30
@@ -35,7 +35,7 @@ def gpu_141_gib(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: SimpleNamespace(total_memory=141 * GIB))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (140 * GIB, 141 * GIB))
-    monkeypatch.setattr(optimizer, "fused_adamw_support", lambda device: (True, f"fused AdamW builds on {device}"))
+    monkeypatch.setattr(run_plan, "fused_adamw_support", lambda device: (True, f"fused AdamW builds on {device}"))
 
 
 def gpt_100m_plan(**settings):

@@ -9,23 +9,23 @@ import re
 import pytest
 from train_fixtures import train_args
 
-from buildllm import optimizer
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.plan import facts, make_plan
+from buildllm.plan import run_plan
+from buildllm.plan.run_plan import facts, make_plan
 
 
 @pytest.fixture
 def probes(monkeypatch):
     """Counts fused AdamW probes wherever they come from."""
     calls = []
-    real = optimizer.fused_adamw_support
+    real = run_plan.fused_adamw_support
 
     def counted(device):
         calls.append(device)
         return real(device)
 
-    monkeypatch.setattr(optimizer, "fused_adamw_support", counted)
+    monkeypatch.setattr(run_plan, "fused_adamw_support", counted)
     return calls
 
 

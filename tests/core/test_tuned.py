@@ -1,4 +1,4 @@
-"""The plan decides precision, threads and compile from this machine's tune record (buildllm/tuned.py),
+"""The plan decides precision, threads and compile from this machine's tune record (buildllm/plan/tuned.py),
 and from no other machine's: records are written through the real writer, their figures made by the
 real pairing code (measure/pairs.py compare) from per-round seconds."""
 
@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from buildllm import tuned
 from buildllm.config import load_config
 from buildllm.measure.pairs import compare
-from buildllm.plan import DEFAULT_THREADS, facts, make_plan, this_machine
+from buildllm.plan import loss_chunk, tuned
+from buildllm.plan.run_plan import facts, make_plan, this_machine
+from buildllm.plan.threads import DEFAULT_THREADS
 
 SETTINGS = {"device": "cpu", "preset": "tiny"}
 
@@ -150,12 +151,14 @@ def test_the_loss_chunk_rule_takes_a_size_only_when_measured_here_conclusively_f
     measured = record(
         loss_chunk={"default_rows": 512, "rows": 2048, "candidates": {"256": noisy, "1024": speeds(1.0, [0.8] * 6)}}
     )
-    rows, reason = tuned.chunk_choice(measured, "", 512)
+    rows, reason = loss_chunk.measured_choice(measured, "", 512)
     assert rows == 1024 and reason.startswith("1024 rows: measured here") and "256 rows x1.00" in reason
     measured["loss_chunk"]["candidates"] = {"256": noisy}
-    assert tuned.chunk_choice(measured, "", 512)[0] == 512
-    assert tuned.chunk_choice(measured, "", 128)[0] is None  # measured against another default: the plan's rule stands
-    assert tuned.chunk_choice(None, tuned.NOT_MEASURED, 512) == (None, tuned.NOT_MEASURED)
+    assert loss_chunk.measured_choice(measured, "", 512)[0] == 512
+    assert (
+        loss_chunk.measured_choice(measured, "", 128)[0] is None
+    )  # measured against another default: the plan's rule stands
+    assert loss_chunk.measured_choice(None, tuned.NOT_MEASURED, 512) == (None, tuned.NOT_MEASURED)
 
 
 def test_conclusive_needs_the_interval_past_1_with_95_percent_coverage():

@@ -21,7 +21,7 @@ from buildllm.data.windows import Windows, load_tokens
 from buildllm.device import cpu_bf16
 from buildllm.device.peak_flops import table_peak
 from buildllm.memory.estimate import plan_memory
-from buildllm.plan import apply_plan, make_plan
+from buildllm.plan.run_plan import apply_plan, make_plan
 from buildllm.profiles import load_profile
 from buildllm.train.trainer import Trainer
 

@@ -81,7 +81,7 @@ def test_an_xla_step_boundary_uses_sync_or_mark_step(monkeypatch, with_sync, exp
 def test_the_train_step_marks_one_boundary_per_optimizer_step(tokens, tmp_path, monkeypatch):
     from buildllm.config import load_config
     from buildllm.data.windows import Windows, load_tokens
-    from buildllm.plan import apply_plan, make_plan
+    from buildllm.plan.run_plan import apply_plan, make_plan
 
     seen = []
     monkeypatch.setattr(trainer_module, "step_boundary", seen.append)

@@ -5,13 +5,14 @@ import pytest
 import torch
 
 from buildllm.cli import main
+from buildllm.device import available as runtime
 from buildllm.device import cpu_bf16
 from buildllm.device import precision as precision_mod
-from buildllm.device import resolve as runtime
 from buildllm.device.device import Device
-from buildllm.device.precision import resolve_precision, tunable_precisions
-from buildllm.device.resolve import resolve_device
+from buildllm.device.precision import tunable_precisions
 from buildllm.errors import DeviceUnavailable
+from buildllm.plan.device import resolve_device
+from buildllm.plan.precision import resolve_precision
 
 
 @pytest.fixture

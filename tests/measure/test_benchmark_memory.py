@@ -12,9 +12,9 @@ import torch
 from train_fixtures import make_token_files
 
 from buildllm.device.device import Device
-from buildllm.loss_choice import decide_loss
 from buildllm.memory.estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
 from buildllm.model.gpt import GPTConfig, build_model
+from buildllm.plan.loss_chunk import decide_loss
 from buildllm.profiles import load_profile
 
 CPU = Device("cpu", "cpu", "cpu", "test")
@@ -128,7 +128,7 @@ def _peak_in_fresh_process(settings: dict, queue) -> None:
     from buildllm.data.windows import load_windows
     from buildllm.measure.benchmark import measure
     from buildllm.memory.estimate import plan_memory
-    from buildllm.plan import apply_plan, make_plan
+    from buildllm.plan.run_plan import apply_plan, make_plan
 
     plan = make_plan(load_config(None, settings))
     apply_plan(plan)

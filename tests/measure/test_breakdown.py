@@ -9,7 +9,7 @@ from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
 from buildllm.measure import breakdown
-from buildllm.plan import apply_plan, make_plan
+from buildllm.plan.run_plan import apply_plan, make_plan
 from buildllm.train.trainer import Trainer
 
 

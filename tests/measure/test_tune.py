@@ -9,11 +9,11 @@ import tempfile
 import pytest
 import yaml
 
-from buildllm import tuned
 from buildllm.cli import main
 from buildllm.device import cpu_bf16
 from buildllm.measure.pairs import compare, interleave
-from buildllm.plan import this_machine
+from buildllm.plan import tuned
+from buildllm.plan.run_plan import this_machine
 
 
 def turns(order: list, now: list, costs: dict):

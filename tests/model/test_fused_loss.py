@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from buildllm.device.device import Device
-from buildllm.loss_choice import MIN_ROWS, decide_loss
 from buildllm.model.fused_loss import linear_cross_entropy, plain_linear_cross_entropy
 from buildllm.model.gpt import GPTConfig, build_model
+from buildllm.plan.loss_chunk import MIN_ROWS, decide_loss
 
 # bf16 rounds logits and gradients to 8 bits of mantissa; the fused path rounds the weight
 # gradient per chunk where the plain graph rounds it once, so bf16 agrees to bf16's precision.

@@ -11,7 +11,7 @@ from train_fixtures import train_args
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.device.hardware import machine_name
-from buildllm.plan import facts, make_plan
+from buildllm.plan.run_plan import facts, make_plan
 from buildllm.predict.estimate import RUN_TO_RUN, estimate, planned_examples
 from buildllm.units import duration as human_duration
 

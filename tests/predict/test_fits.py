@@ -6,8 +6,8 @@ import pytest
 
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.memory.fit import estimate_at, largest_batch
 from buildllm.model.gpt import build_model
+from buildllm.plan.memory import estimate_at, largest_batch
 from buildllm.predict.fits import GIB, GPU, fits_table
 from buildllm.profiles import load_profile
 

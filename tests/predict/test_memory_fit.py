@@ -9,9 +9,9 @@ import json
 
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.memory.fit import estimate_at
 from buildllm.metrics import read_metrics
-from buildllm.plan import make_plan
+from buildllm.plan.memory import estimate_at
+from buildllm.plan.run_plan import make_plan
 
 # A batch no machine holds on preset tiny: its estimate is tens of terabytes.
 HUGE = 100_000_000

@@ -79,7 +79,7 @@ def test_tokenize_vocab_size_is_the_models_vocabulary_too():
 
 def test_modern_architecture_with_an_odd_head_size_is_refused():
     from buildllm.errors import ConfigError
-    from buildllm.plan import make_plan
+    from buildllm.plan.run_plan import make_plan
 
     config = load_config(None, {"device": "cpu", "model.architecture": "modern", "model.n_embd": 60, "model.n_head": 4})
     with pytest.raises(ConfigError, match="even head size"):

@@ -12,7 +12,7 @@ from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
 from buildllm.model.gpt import GPTConfig, KVCache, build_model
-from buildllm.plan import apply_plan, make_plan
+from buildllm.plan.run_plan import apply_plan, make_plan
 from buildllm.train import checkpoint
 from buildllm.train.generate import generate_ids, load_model
 from buildllm.train.trainer import Trainer

@@ -15,7 +15,7 @@ from train_fixtures import make_token_files, same_tensors, train_args
 from buildllm.cli import main
 from buildllm.config import load_config
 from buildllm.data.windows import Windows, load_tokens
-from buildllm.plan import apply_plan, make_plan
+from buildllm.plan.run_plan import apply_plan, make_plan
 from buildllm.train import checkpoint
 from buildllm.train.schedule import make_schedule
 from buildllm.train.trainer import Trainer

@@ -16,15 +16,16 @@ estimate read it:
   One chunk is the unchunked loss: the plain graph's three matmuls, with fewer logits-sized fp32
   tensors alive than the plain graph keeps (the memory estimate models this path only).
 
-A measured chunk size (the tune step, when it has run on this machine) is preferred when given.
+A chunk size `buildllm tune` measured faster on this machine is preferred (plan_loss).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_bytes_per_row
+from buildllm.plan.tuned import faster, ratio_text
 
 # CPU: chunk logits of at most this many bytes (fp32). Measured at iteration 1 (2048 rows,
 # vocabulary 4096; scripts/fused_loss_chunks.py, forward + backward against the plain computation).
@@ -119,3 +120,33 @@ def decide_loss(
         f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}, "
         f"{size(chunk * per_row)} of loss buffers): {why}",
     )
+
+
+def plan_loss(
+    vocab_size: int, rows: int, precision_bytes: int, device: Device, record: dict | None, why_not: str
+) -> LossDecision:
+    """The run's decision: the rule's chunk, or the count measured faster on this machine (tune)."""
+    loss = decide_loss(vocab_size, rows, precision_bytes, device)
+    measured_rows, measured_why = measured_choice(record, why_not, loss.chunk_rows)
+    if measured_rows is not None and measured_rows != loss.chunk_rows:
+        loss = decide_loss(vocab_size, rows, precision_bytes, device, measured_rows=measured_rows)
+    return replace(loss, reason=f"{loss.reason}; {measured_why}")
+
+
+def measured_choice(record: dict | None, why_not: str, default_rows: int) -> tuple[int | None, str]:
+    """(rows, reason) for the fused loss's rows per chunk: the fastest count measured conclusively
+    faster than the default, else the default; (None, why) without figures for this default, so
+    the plan's own rule (the default) stands."""
+    if record is None:
+        return None, why_not
+    figures = record.get("loss_chunk")
+    if not figures or "skipped" in figures or figures.get("default_rows") != default_rows:
+        why = (figures or {}).get("skipped", "measured against another default")
+        return None, f"measured here: not compared ({why})"
+    others = {int(rows): f for rows, f in figures["candidates"].items()}
+    said = "; ".join(f"{rows} rows {ratio_text(f)}" for rows, f in sorted(others.items()))
+    quicker = {rows: f for rows, f in others.items() if faster(f)}
+    if quicker:
+        best = max(quicker, key=lambda rows: quicker[rows]["ratio"])
+        return best, f"{best} rows: measured here against the default {default_rows}: {said}"
+    return default_rows, f"{default_rows} rows (the default), kept; measured here against it: {said}"

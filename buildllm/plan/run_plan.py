@@ -1,14 +1,15 @@
 """A run plan: every decision a run needs, made once, before anything is built.
 
-make_plan resolves the config against this machine and the chosen profile: device, precision,
-batch size, workers, threads, the planned optimizer steps, torch.compile, fused AdamW (probed
-once, on the device), the fused loss's chunk size and whether the estimated memory fits the memory
-free now. `precision: auto`, `threads: null` and `compile: auto` decide from this
-machine's tune record (metrics/tune.json, buildllm/tuned.py) where one matches the machine id,
-profile, device, shape and batch, and keep their defaults otherwise, saying "not measured on this
-machine". Each automatic choice carries its reason in `decisions`. The trainer, the
-benchmark, the dry run and the startup line read these fields and decide nothing again; facts()
-is the one flat record of them that the startup line, the metrics files and the run log share.
+make_plan resolves the config against this machine and the chosen profile, one decision at a time
+in the order each needs the last (one module of this package each): device, fused AdamW (probed
+once, on the device), batch size, workers and learning rate, the planned optimizer steps, threads,
+precision, torch.compile, the fused loss's chunk size and whether the estimated memory fits the
+memory free now. `precision: auto`, `threads: null` and `compile: auto` decide from this machine's
+tune record (tuned.py) where one matches the machine id, profile, device, shape and batch, and keep
+their defaults otherwise, saying "not measured on this machine". Each automatic choice carries its
+reason in `decisions`. The trainer, the benchmark, the dry run and the startup line read these
+fields and decide nothing again; facts() is the one flat record of them that the startup line, the
+metrics files and the run log share.
 """
 
 from __future__ import annotations
@@ -21,23 +22,25 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from buildllm import optimizer, tuned
-from buildllm.compile_choice import CompileDecision, decide_compile
 from buildllm.config import Config, profile_for
 from buildllm.data.windows import Windows, batches_per_epoch, load_tokens, planned_steps
 from buildllm.device.device import Device
 from buildllm.device.machine import fingerprint, machine_id
-from buildllm.device.precision import PrecisionDecision, apply_matmul_settings, resolve_precision
-from buildllm.device.resolve import resolve_device
+from buildllm.device.precision import PrecisionDecision, apply_matmul_settings
 from buildllm.errors import ConfigError, UserError
-from buildllm.loss_choice import LossDecision, decide_loss
-from buildllm.memory.fit import NOT_DECIDED, MemoryFit, decide_memory
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.paths import token_paths
+from buildllm.plan import precision as precision_module
+from buildllm.plan import threads as threads_module
+from buildllm.plan import tuned
+from buildllm.plan.compile import CompileDecision, compile_figures, decide_compile
+from buildllm.plan.defaults import decide_defaults
+from buildllm.plan.device import resolve_device
+from buildllm.plan.fused_adamw import fused_adamw_support
+from buildllm.plan.loss_chunk import LossDecision, plan_loss
+from buildllm.plan.loss_chunk import measured_choice as loss_chunk_choice
+from buildllm.plan.memory import NOT_DECIDED, MemoryFit, decide_memory
 from buildllm.profiles import Profile
-
-# torch's own thread count, read before any plan sets one: `threads: null` starts from it.
-DEFAULT_THREADS = torch.get_num_threads()
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class RunPlan:
     decisions: dict = field(default_factory=dict)
     tuned_here: bool = False  # a tune record of this machine, profile, shape and batch decided the auto knobs
     loss: LossDecision = LossDecision(1, 1, "not planned")
-    # Whether the estimated peak fits the memory free now (memory/fit.py): every command reads this verdict.
+    # Whether the estimated peak fits the memory free now (plan/memory.py): every command reads this verdict.
     memory: MemoryFit = NOT_DECIDED
 
     @property
@@ -85,22 +88,11 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         )
     device = resolve_device(config.device)
     decisions = {"device": f"{device.device}: {device.reason}"}
-    # Probed once, on the device: the trainer builds AdamW from this answer.
-    fused, fused_reason = optimizer.fused_adamw_support(device.device)
-    decisions["fused_adamw"] = fused_reason
-    defaults = profile.runtime(device.runtime_defaults)
-
-    def pick(name: str, explicit, default):
-        if explicit is not None:
-            decisions[name] = f"requested: {explicit}"
-            return explicit
-        decisions[name] = f"{default}: profile {profile.name}'s {device.runtime_defaults} default"
-        return default
-
+    fused, decisions["fused_adamw"] = fused_adamw_support(device.device)
     t = config.train
-    batch_size = pick("batch_size", t.batch_size, defaults.batch_size)
-    workers = pick("workers", t.workers, defaults.workers)
-    learning_rate = pick("learning_rate", t.learning_rate, defaults.learning_rate)
+    picked = decide_defaults(t, profile, device.runtime_defaults)
+    decisions.update({name: reason for name, (_, reason) in picked.items()})
+    batch_size, workers, learning_rate = (picked[name][0] for name in ("batch_size", "workers", "learning_rate"))
     # torchrun says how many processes share the run; each takes batch_size of every global batch.
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     examples = training_examples if training_examples is not None else count_training_examples(config, model)
@@ -110,30 +102,19 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         else planned_steps(batches_per_epoch(examples, batch_size * processes), t.epochs, t.grad_accum)
     )
     # This machine's tune figures for this profile, device, shape and batch (or why there are none),
-    # read in one place; the rules below decide from them.
+    # read in one place; the measured rules of threads, precision, compile and the loss decide from them.
     record, why_not = tuned.lookup(
         this_machine(), profile.name, device.device, batch_size, tuned.shape_label(model, t.gradient_checkpointing)
     )
-    if t.threads is not None:
-        threads, decisions["threads"] = t.threads, f"requested: {t.threads}"
-    elif device.threads_apply:
-        threads, decisions["threads"] = tuned.threads_choice(record, why_not, DEFAULT_THREADS)
-    else:
-        threads, decisions["threads"] = DEFAULT_THREADS, f"{DEFAULT_THREADS}: torch's default for this machine"
-    # Compile figures measured here apply to the shape, batch and precision they were taken at only.
-    compile_figures = tuned.compile_figures(record, why_not)
-    precision = resolve_precision(
-        config.precision, device, defaults.precision, lambda default: tuned.precision_choice(record, why_not, default)
-    )
+    threads, decisions["threads"] = threads_module.decide_threads(t.threads, device.threads_apply, record, why_not)
+    default_precision = profile.runtime(device.runtime_defaults).precision
+    precision = precision_module.resolve_precision(config.precision, device, default_precision, (record, why_not))
     decisions["precision"] = precision.reason
-    compiled = decide_compile(t.compile, steps, precision.precision, *compile_figures)
+    # Compile figures measured here apply to the shape, batch and precision they were taken at only.
+    compiled = decide_compile(t.compile, steps, precision.precision, *compile_figures(record, why_not))
     decisions["compile"] = compiled.reason
     rows = batch_size * model.sequence_length
-    loss = decide_loss(model.vocab_size, rows, precision.activation_bytes, device)
-    measured_rows, measured_why = tuned.chunk_choice(record, why_not, loss.chunk_rows)
-    if measured_rows is not None and measured_rows != loss.chunk_rows:
-        loss = decide_loss(model.vocab_size, rows, precision.activation_bytes, device, measured_rows=measured_rows)
-    loss = replace(loss, reason=f"{loss.reason}; {measured_why}")
+    loss = plan_loss(model.vocab_size, rows, precision.activation_bytes, device, record, why_not)
     decisions["loss"] = loss.reason
     parameters = build_model(model, "meta").num_parameters()
     plan = RunPlan(
@@ -152,7 +133,7 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         steps,
         compiled,
         fused,
-        fused_reason,
+        decisions["fused_adamw"],
         decisions,
         tuned_here=record is not None,
         loss=loss,
@@ -183,6 +164,27 @@ def count_training_examples(config: Config, model: GPTConfig) -> int | None:
     except UserError:
         pass  # an unreadable file is refused, with its reason, where the run loads it
     return limit
+
+
+def measured_precision(record: dict, plan: RunPlan) -> tuple[str, str]:
+    """(precision, why): what `precision: auto` makes of a fresh tune record for this plan."""
+    profile_default = plan.profile.runtime(plan.device.runtime_defaults).precision
+    default = precision_module.resolve_precision("auto", plan.device, profile_default).precision
+    return precision_module.measured_choice(record, "", default)
+
+
+def measured_decisions(record: dict, plan: RunPlan) -> dict:
+    """What the measured rules make of a fresh tune record for this plan, {decision: reason}: what
+    `buildllm tune` prints and records as the decisions the next plan will take."""
+    device = plan.device
+    chosen, why = measured_precision(record, plan)
+    out = {"precision": f"{chosen}: {why}"}
+    if device.threads_apply:
+        out["threads"] = threads_module.measured_choice(record, "", threads_module.DEFAULT_THREADS)[1]
+    figures = compile_figures(record, "")
+    out["compile"] = decide_compile("auto", plan.planned_steps, chosen, *figures).reason
+    out["loss_chunk"] = loss_chunk_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
+    return out
 
 
 def apply_plan(plan: RunPlan) -> None:
@@ -241,7 +243,7 @@ def facts(plan: RunPlan) -> dict:
             for name in ("batch_size", "workers", "threads", "learning_rate")
             if name in plan.decisions
         },
-        # What torch saw at import (buildllm.torch_env.before_torch sets it when mps_fallback is asked for).
+        # What torch saw at import (buildllm/torch_env.py sets it when mps_fallback is asked for).
         "mps_fallback": os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK") == "1",
     }
 

@@ -3,7 +3,7 @@
 torch.compile costs seconds to minutes before the first step and then may or may not make each step
 faster; on a small CPU model it often does not. `auto` compiles only where `buildllm tune` measured,
 on this machine and for this run's profile, shape and batch (metrics/tune.json, read by the plan),
-that each step is conclusively faster (tuned.faster) and the time saved per step pays back the
+that each step is conclusively faster (plan/tuned.py's faster) and the time saved per step pays back the
 compile time within the steps this run plans. Without
 such a measurement it does not compile, and says how to get one. Every answer carries its reason.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from buildllm.tuned import faster
+from buildllm.plan.tuned import faster
 
 
 @dataclass(frozen=True)
@@ -63,3 +63,13 @@ def decide_compile(
         enabled,
         f"auto: {verdict}; pays back after {break_even} steps and this run plans {planned_steps}; {figures_text}",
     )
+
+
+def compile_figures(record: dict | None, why_not: str) -> tuple[dict | None, str]:
+    """(figures of torch.compile measured here, "") or (None, why there are none)."""
+    if record is None:
+        return None, why_not
+    figures = record.get("compile", {})
+    if "speedup" not in figures:
+        return None, f"measured here: torch.compile {figures.get('skipped', 'not measured')}"
+    return figures, ""

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from buildllm.device.device import Device
 from buildllm.errors import UserError
-from buildllm.loss_choice import decide_loss
 from buildllm.memory.estimate import MemoryEstimate, estimate_training_memory, plan_memory
+from buildllm.plan.loss_chunk import decide_loss
 from buildllm.units import size
 
 FITS, TIGHT, DOES_NOT_FIT, UNKNOWN = "fits", "tight", "does_not_fit", "unknown"
@@ -61,7 +61,7 @@ NOT_DECIDED = MemoryFit(UNKNOWN, 0, 0, 0, 0, 0, "not decided")
 
 
 def decide_memory(plan) -> MemoryFit:
-    """The verdict for a RunPlan (buildllm.plan), from plan_memory(plan) and the device's free memory now."""
+    """The verdict for a RunPlan (plan/run_plan.py), from plan_memory(plan) and the device's free memory now."""
     estimate = plan_memory(plan)
     free, source = plan.device.free_memory()
     if free is None:
@@ -128,7 +128,7 @@ def estimate_at(
     grad_accum: int = 1,
 ) -> MemoryEstimate:
     """The estimate a plan of `batch` would make on a device of `capacity` bytes: the fused loss's
-    chunks sized by the plan's own rule (buildllm.loss_choice) for that batch and memory."""
+    chunks sized by the plan's own rule (buildllm/plan/loss_chunk.py) for that batch and memory."""
     loss = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, capacity)
     return estimate_training_memory(
         model,

@@ -1,4 +1,4 @@
-"""Device resolution: which device a run uses, and why (a Device, with its reason).
+"""Which device a run uses, and why (a Device, with its reason).
 
 `auto` picks cuda, then mps, then cpu. An explicitly requested device this machine lacks fails at
 once with what is missing and what to do; nothing silently falls back to another device.
@@ -6,50 +6,35 @@ once with what is missing and what to do; nothing silently falls back to another
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
+from buildllm.device import available
 from buildllm.device.device import Device
 from buildllm.errors import DeviceUnavailable
 
 
-def why_no_cuda() -> str:
-    if torch.version.cuda is None:
-        return "this PyTorch is a CPU-only build (torch.version.cuda is None)"
-    return "PyTorch has CUDA support but found no usable NVIDIA GPU or driver"
-
-
-def mps_available() -> bool:
-    backend = getattr(torch.backends, "mps", None)
-    return bool(backend and backend.is_available())
-
-
-def xla_available() -> bool:
-    return importlib.util.find_spec("torch_xla") is not None
-
-
 def resolve_device(requested: str) -> Device:
     if requested == "auto":
-        if torch.cuda.is_available():
+        no_cuda = available.why_no_cuda() if not torch.cuda.is_available() else ""
+        if not no_cuda:
             name = torch.cuda.get_device_name(0)
             return Device(requested, "cuda:0", "cuda", f"auto: CUDA is available ({name}); cuda is preferred")
-        if mps_available():
-            return Device(requested, "mps", "mps", f"auto: no CUDA ({why_no_cuda()}); Apple MPS is available")
-        return Device(requested, "cpu", "cpu", f"auto: no CUDA ({why_no_cuda()}) and no Apple MPS; using the CPU")
+        if available.mps_available():
+            return Device(requested, "mps", "mps", f"auto: no CUDA ({no_cuda}); Apple MPS is available")
+        return Device(requested, "cpu", "cpu", f"auto: no CUDA ({no_cuda}) and no Apple MPS; using the CPU")
     if requested == "cpu":
         return Device(requested, "cpu", "cpu", "requested explicitly")
     if requested.startswith("cuda"):
         return _resolve_cuda(requested)
     if requested == "mps":
-        if not mps_available():
+        if not available.mps_available():
             raise DeviceUnavailable(
                 "device mps requested but Apple MPS is not available here (it needs an Apple-silicon Mac "
                 "with a PyTorch built for macOS); use --device cpu for bounded work or --device auto"
             )
         return Device(requested, "mps", "mps", "requested explicitly")
     if requested == "xla":
-        if not xla_available():
+        if not available.xla_available():
             raise DeviceUnavailable(
                 "device xla requested but torch_xla is not installed; install torch_xla on a TPU machine, "
                 "or use --device cpu for bounded work"
@@ -61,7 +46,7 @@ def resolve_device(requested: str) -> Device:
 def _resolve_cuda(requested: str) -> Device:
     if not torch.cuda.is_available():
         raise DeviceUnavailable(
-            f"device {requested} requested but CUDA is not available: {why_no_cuda()}; "
+            f"device {requested} requested but CUDA is not available: {available.why_no_cuda()}; "
             "use --device cpu for bounded work, or install a CUDA build of PyTorch on a machine with an NVIDIA GPU"
         )
     index = int(requested.split(":")[1]) if ":" in requested else 0

@@ -1,0 +1,23 @@
+"""What this machine's torch can reach: CUDA (or why not), Apple MPS, torch_xla. Facts only; which
+device a run uses is decided in buildllm/plan/device.py."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+
+def why_no_cuda() -> str:
+    if torch.version.cuda is None:
+        return "this PyTorch is a CPU-only build (torch.version.cuda is None)"
+    return "PyTorch has CUDA support but found no usable NVIDIA GPU or driver"
+
+
+def mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend and backend.is_available())
+
+
+def xla_available() -> bool:
+    return importlib.util.find_spec("torch_xla") is not None

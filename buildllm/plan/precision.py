@@ -1,0 +1,74 @@
+"""Which precision a run computes in (fp32, bf16 or fp16), and why.
+
+auto on CUDA: bf16 where the GPU has it (Ampere and newer), else fp16 with gradient scaling.
+auto on CPU: fp32, unless `buildllm tune` measured bf16 autocast conclusively faster on this machine
+with the same validation loss (measured_choice, from plan/tuned.py's record). bf16 is also allowed
+when asked for explicitly, on a CPU that has a bf16 matmul path (device/cpu_bf16.py); elsewhere it is
+refused, as bf16 is on a GPU without it.
+auto on MPS: fp32. MPS autocast covers fewer ops and its bf16 needs macOS 14+, and for the small
+models of this course the measured gain is small; ask for fp16 explicitly to try it.
+An explicit precision the device lacks fails with advice instead of silently falling back
+(device/precision.py says what each device trains in).
+"""
+
+from __future__ import annotations
+
+from buildllm.device.device import Device
+from buildllm.device.precision import PrecisionDecision, native_precision, precision_decision, refuse_unsupported
+from buildllm.plan.tuned import faster, ratio_text, slower
+
+
+def resolve_precision(
+    requested: str,
+    device: Device,
+    profile_default: str = "auto",
+    tune: tuple[dict | None, str] | None = None,
+) -> PrecisionDecision:
+    """requested: the config's value; profile_default: what the profile says for this device kind;
+    tune: for `auto`, this machine's tune record for the run and why there is none (tuned.lookup),
+    which `measured_choice` turns into a decision; None leaves the measurements out."""
+    chosen, origin = requested, "requested explicitly"
+    if requested == "auto" and profile_default != "auto":
+        chosen, origin = profile_default, f"auto: the profile's {device.kind} default"
+    if chosen == "auto":
+        chosen, origin = native_precision(device)
+    if requested == "auto" and tune is not None:
+        choice, why = measured_choice(*tune, chosen)
+        origin, chosen = (f"{origin}; {why}" if choice == chosen else f"auto: {why}"), choice
+    refuse_unsupported(chosen, device)
+    return precision_decision(requested, chosen, device, origin)
+
+
+def measured_choice(record: dict | None, why_not: str, default: str) -> tuple[str, str]:
+    """(precision, reason) for `precision: auto`, from the device's default. Where that is fp32 (the
+    CPU, MPS), bf16 replaces it only if measured conclusively faster (its whole paired interval
+    above 1) *and* the short run's validation losses agree within the stated tolerance. Where it is
+    a low precision (GPUs), it stays unless measured conclusively slower than fp32."""
+    if record is None:
+        return default, why_not
+    figures = record.get("precision", {})
+    where = f"at {record['profile']}"
+    if default == "fp32":
+        bf16 = figures.get("bf16")
+        if bf16 is None:
+            return default, f"measured here: bf16 not measured ({figures.get('skipped', 'no figures')}): {default}"
+        speed = f"measured here: bf16 {ratio_text(bf16)} fp32's speed {where}"
+        if not faster(bf16):
+            return default, f"{speed}, not conclusively faster: keeping {default}"
+        check = figures.get("loss_check", {})
+        if not check.get("done"):
+            return default, f"{speed}, but no loss check ({check.get('skipped', 'not run')}): keeping {default}"
+        losses = (
+            f"validation loss {check['bf16']:.3f} against fp32's {check['fp32']:.3f} after "
+            f"{check['steps']} steps (tolerance {check['tolerance']})"
+        )
+        if abs(check["bf16"] - check["fp32"]) > check["tolerance"]:
+            return default, f"{speed}, but {losses}: keeping {default}"
+        return "bf16", f"{speed} and {losses}: bf16"
+    low = figures.get(default)
+    if low is None:
+        return default, f"measured here: {default} not measured ({figures.get('skipped', 'no figures')}): {default}"
+    speed = f"measured here: {default} {ratio_text(low)} fp32's speed {where}"
+    if slower(low):
+        return "fp32", f"{speed}, conclusively slower: fp32"
+    return default, f"{speed}: {default}"

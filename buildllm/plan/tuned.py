@@ -1,0 +1,81 @@
+"""This machine's tune figures (metrics/tune.json, written by `buildllm tune`), and when a measured
+ratio counts as faster.
+
+The file is keyed by machine id, then profile, then device: a record measured on another machine,
+for another profile or another model shape or batch, applies to nothing here. The plan reads a
+matching record through `lookup`; the measured rules live with their decisions (precision.py,
+threads.py, compile.py, loss_chunk.py), and `buildllm tune` prints what those same rules make of its
+fresh figures. Without a matching record every rule keeps its stated default and says so:
+NOT_MEASURED. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from buildllm.atomic import atomic_write_text
+from buildllm.paths import METRICS
+
+PATH = METRICS / "tune.json"
+FORMAT = 1
+NOT_MEASURED = "not measured on this machine: run `buildllm tune`"
+
+
+def read_all(path: Path = PATH) -> dict:
+    """Every record in the file, {machine id: {profile: {device: record}}}; {} when there is none
+    (an unreadable file counts as none: tune rewrites it)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("machines"), dict):
+        return {}
+    return data["machines"]
+
+
+def write_record(record: dict, path: Path = PATH) -> Path:
+    """Add (or replace) one record under its machine id, profile and device, keeping the others;
+    written atomically."""
+    machines = read_all(path)
+    machines.setdefault(record["machine_id"], {}).setdefault(record["profile"], {})[record["device"]] = record
+    atomic_write_text(path, json.dumps({"format": FORMAT, "machines": machines}, indent=2, sort_keys=True) + "\n")
+    return Path(path)
+
+
+def shape_label(model, gradient_checkpointing: bool = False) -> str:
+    """The model shape (a GPTConfig) a record was measured at, as one comparable label."""
+    return (
+        f"{model.architecture} {model.n_layer}x{model.n_head}x{model.n_embd}, {model.sequence_length} tokens, "
+        f"vocab {model.vocab_size}" + (", checkpointing" if gradient_checkpointing else "")
+    )
+
+
+def lookup(
+    machine_id: str, profile: str, device: str, batch_size: int, shape: str, path: Path = PATH
+) -> tuple[dict | None, str]:
+    """(record, "") for this machine, profile, device, batch and shape; else (None, why not)."""
+    entry = read_all(path).get(machine_id, {}).get(profile, {}).get(device)
+    if entry is None:
+        return None, NOT_MEASURED
+    if entry.get("batch_size") != batch_size or entry.get("shape") != shape:
+        return None, (
+            f"not measured on this machine for this run's shape (tuned: batch {entry.get('batch_size')}, "
+            f"{entry.get('shape')}): run `buildllm tune` with this run's settings"
+        )
+    return entry, ""
+
+
+def ratio_text(figure: dict) -> str:
+    """x1.38 (interval 1.30-1.45, 12 pairs)."""
+    return f"x{figure['ratio']:.2f} (interval {figure['low']:.2f}-{figure['high']:.2f}, {figure['pairs']} pairs)"
+
+
+def faster(figure: dict) -> bool:
+    """Conclusively faster: the median ratio's interval lies above 1 and covers at least 95% (6 pairs
+    or more; with fewer, even min to max covers less)."""
+    return figure["low"] > 1.0 and figure.get("coverage", 0.0) >= 0.95
+
+
+def slower(figure: dict) -> bool:
+    return figure["high"] < 1.0 and figure.get("coverage", 0.0) >= 0.95
