@@ -60,8 +60,9 @@ def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Con
 
 def cmd_env(args) -> None:
     from buildllm.device.hardware import print_environment
+    from buildllm.plan.device import resolve_device
 
-    print_environment(args.device, args.json)
+    print_environment(resolve_device(args.device), args.json)
 
 
 def cmd_dry_run(args) -> None:

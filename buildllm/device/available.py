@@ -21,3 +21,10 @@ def mps_available() -> bool:
 
 def xla_available() -> bool:
     return importlib.util.find_spec("torch_xla") is not None
+
+
+def best_device() -> str:
+    """The device `auto` resolves to: cuda:0, then mps, then cpu (buildllm/plan/device.py says why)."""
+    if torch.cuda.is_available():
+        return "cuda:0"
+    return "mps" if mps_available() else "cpu"

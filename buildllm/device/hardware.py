@@ -20,7 +20,6 @@ from buildllm.device import cpu_bf16
 from buildllm.device.available import mps_available, why_no_cuda, xla_available
 from buildllm.device.device import Device, processor_name
 from buildllm.device.machine import fingerprint, machine_id
-from buildllm.plan.device import resolve_device
 
 # A metric string stays short; the trademark marks and the clock speed name no other machine.
 _NAME_NOISE = re.compile(r"\((?:R|TM)\)|\s+CPU\b|\s*@.*$")
@@ -91,8 +90,9 @@ def environment(device: Device) -> dict:
     return info
 
 
-def print_environment(requested_device: str = "auto", as_json: bool = False) -> dict:
-    info = environment(resolve_device(requested_device))
+def print_environment(device: Device, as_json: bool = False) -> dict:
+    """`buildllm env` for the device the plan resolved (buildllm/plan/device.py)."""
+    info = environment(device)
     if as_json:
         print(json.dumps(info, indent=2))
         return info

@@ -106,7 +106,7 @@ def fingerprint() -> dict:
     """The flat record of what decides this machine's speed (see the module docstring)."""
     import torch  # here, not at import: machine_id on a stored record needs no torch
 
-    from buildllm.plan.device import resolve_device
+    from buildllm.device.available import best_device
 
     flags = _cpu_flags()
     record = {
@@ -134,7 +134,7 @@ def fingerprint() -> dict:
             }
         )
     record["driver_version"] = _driver_version() if record["gpu_count"] else "none"
-    record["auto_device"] = resolve_device("auto").device
+    record["auto_device"] = best_device()
     record.update(_override())
     return record
 

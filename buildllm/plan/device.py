@@ -15,13 +15,14 @@ from buildllm.errors import DeviceUnavailable
 
 def resolve_device(requested: str) -> Device:
     if requested == "auto":
-        no_cuda = available.why_no_cuda() if not torch.cuda.is_available() else ""
-        if not no_cuda:
+        best = available.best_device()
+        if best == "cuda:0":
             name = torch.cuda.get_device_name(0)
-            return Device(requested, "cuda:0", "cuda", f"auto: CUDA is available ({name}); cuda is preferred")
-        if available.mps_available():
-            return Device(requested, "mps", "mps", f"auto: no CUDA ({no_cuda}); Apple MPS is available")
-        return Device(requested, "cpu", "cpu", f"auto: no CUDA ({no_cuda}) and no Apple MPS; using the CPU")
+            return Device(requested, best, "cuda", f"auto: CUDA is available ({name}); cuda is preferred")
+        no_cuda = f"no CUDA ({available.why_no_cuda()})"
+        if best == "mps":
+            return Device(requested, best, "mps", f"auto: {no_cuda}; Apple MPS is available")
+        return Device(requested, best, "cpu", f"auto: {no_cuda} and no Apple MPS; using the CPU")
     if requested == "cpu":
         return Device(requested, "cpu", "cpu", "requested explicitly")
     if requested.startswith("cuda"):
