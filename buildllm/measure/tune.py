@@ -1,7 +1,7 @@
 """`buildllm tune`: the auto decisions measured on this machine, within a stated time budget.
 
 For the planned profile, shape and batch, each on the device the run would use, in turns (A B A B,
-each side warmed up first; measure/pairs.py), with the median ratio, its interval and the number
+each side warmed up first; measure/stats.py), with the median ratio, its interval and the number
 of pairs:
   1. precision: fp32 against bf16 autocast (and fp16 with gradient scaling on GPUs; nothing where fp32
      is all the device trains in, as on a CPU without a bf16 matmul path), the Trainer's
@@ -40,7 +40,7 @@ from buildllm.data.windows import Windows, windows_or_random
 from buildllm.device.device import processor_name
 from buildllm.device.precision import fp32_only_reason, resolve_precision, tunable_precisions
 from buildllm.loss_choice import decide_loss
-from buildllm.measure.pairs import compare, interleave
+from buildllm.measure.stats import compare, interleave
 from buildllm.measure.tune_compile import measure_compile
 from buildllm.model import fused_loss
 from buildllm.plan import DEFAULT_THREADS, RunPlan, announce, apply_plan, make_plan, this_machine

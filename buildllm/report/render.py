@@ -17,7 +17,7 @@ import pandas as pd
 from buildllm import units
 from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.config import control_keys
-from buildllm.measure.noise import NOISY_CV, is_noisy
+from buildllm.measure.stats import NOISY_CV, is_noisy
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison
 from buildllm.report.curves import TARGET_NOTE, time_to, write_curves

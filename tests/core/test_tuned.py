@@ -1,6 +1,6 @@
 """The plan decides precision, threads and compile from this machine's tune record (buildllm/tuned.py),
 and from no other machine's: records are written through the real writer, their figures made by the
-real pairing code (measure/pairs.py compare) from per-round seconds."""
+real pairing code (measure/stats.py compare) from per-round seconds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from buildllm import tuned
 from buildllm.config import load_config
-from buildllm.measure.pairs import compare
+from buildllm.measure.stats import compare
 from buildllm.plan import DEFAULT_THREADS, facts, make_plan, this_machine
 
 SETTINGS = {"device": "cpu", "preset": "tiny"}

@@ -12,7 +12,7 @@ import yaml
 from buildllm import tuned
 from buildllm.cli import main
 from buildllm.device import cpu_bf16
-from buildllm.measure.pairs import compare, interleave
+from buildllm.measure.stats import compare, interleave
 from buildllm.plan import this_machine
 
 

@@ -22,13 +22,12 @@ import yaml
 from buildllm.cli import main
 from buildllm.config import defaults_dict
 from buildllm.errors import UserError
-from buildllm.measure.noise import interval_metrics, interval_rates, noise_warning
+from buildllm.measure.stats import from_intervals, interval_metrics, interval_rates, noise_warning, sign_interval, t975
 from buildllm.report.chart import panels
 from buildllm.report.compare import compare
 from buildllm.report.document import Heading, Table, to_html, to_markdown
 from buildllm.report.experiments import select
 from buildllm.report.render import markdown, sections, write_report
-from buildllm.report.uncertainty import from_intervals, sign_interval, t975
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "b" * 40
