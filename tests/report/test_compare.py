@@ -387,7 +387,7 @@ def test_cli_outside_a_dvc_project_fails_with_one_line(tmp_path, monkeypatch, ca
 def test_html_renders_offline_in_chromium(tmp_path):
     c = compare(["cpu-fp32", "cpu-bs8"], rows=rows(FP32, BS8))
     html_path = write_report(c, tmp_path / "cmp")[3]
-    check = [sys.executable, str(ROOT / "scripts" / "check_report_html.py")]
+    check = [sys.executable, str(ROOT / "lab" / "check_report_html.py")]
     done = subprocess.run(check + [str(html_path)], capture_output=True, text=True, timeout=180)
     findings = json.loads(done.stdout)
     assert done.returncode == 0, findings["problems"]

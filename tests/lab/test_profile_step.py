@@ -1,24 +1,19 @@
-"""scripts/profile_step.py: a real step profiled by operator group, in one precision or two taking turns."""
+"""lab/profile_step.py: a real step profiled by operator group, in one precision or two taking turns."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from lab import profile_step
 
 
 @pytest.fixture
 def script(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPTS))  # where its `lab` import is, as when it runs
-    spec = importlib.util.spec_from_file_location("profile_step", SCRIPTS / "profile_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = profile_step
     threads = torch.get_num_threads()  # the script's plans set torch's threads in this process
     yield module
     torch.set_num_threads(threads)
