@@ -359,11 +359,6 @@ def markdown(c: Comparison, out: Path) -> str:
     return to_markdown(sections(c, out, b""))
 
 
-def html_page(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> str:
-    title = "Device comparison: " + " vs ".join(e.name for e in c.experiments)
-    return to_html(sections(c, out, png, curves_png), title)
-
-
 def write_report(c: Comparison, out: Path) -> list:
     """Write the five files next to each other; return their paths."""
     out = out.with_suffix("") if out.suffix in (".md", ".csv", ".png", ".html") else out
