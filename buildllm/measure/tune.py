@@ -271,10 +271,9 @@ def summary(record: dict) -> str:
         lines.append(f"  loss chunk: {rows} rows {tuned.ratio_text(figure)} the speed of {chunk['default_rows']}")
     if chunk.get("plain"):
         lines.append(f"  loss chunk: plain unfused loss {tuned.ratio_text(chunk['plain'])} the speed of the default")
-    for kernel in ("math", "explicit"):
+    for kernel, said in (("math", "math kernel"), ("explicit", "explicit matmul-softmax")):
         if kernel in record["attention"]:
-            figure = tuned.ratio_text(record["attention"][kernel])
-            lines.append(f"  attention: {kernel} kernel {figure} the dispatch's speed")
+            lines.append(f"  attention: {said} {tuned.ratio_text(record['attention'][kernel])} the dispatch's speed")
     if "speedup" in record["compile"]:
         c = record["compile"]
         lines.append(f"  torch.compile: x{c['speedup']:.2f} ({c['pairs']} pairs) after {c['compile_seconds']:.0f} s")
