@@ -36,7 +36,7 @@ from buildllm.errors import TrainingFailed
 from buildllm.measure.breakdown import describe as describe_parts
 from buildllm.measure.breakdown import overheads, step_breakdown
 from buildllm.measure.load import LoadWatch, busy_warning
-from buildllm.measure.noise import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
+from buildllm.measure.stats import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
 from buildllm.memory.estimate import plan_memory
 from buildllm.metrics import write_metrics
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu

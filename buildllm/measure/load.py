@@ -1,7 +1,7 @@
 """Is another job sharing the cores a measurement runs on? Measured at its start and its end.
 
 Two benchmarks sharing the cores can each be steady and both slow: their intervals agree, so the
-interval CV (noise.py) does not see it. So every measurement also records the load from other
+interval CV (stats.py) does not see it. So every measurement also records the load from other
 processes just before it starts and just after it ends.
 
 How: the CPU time spent on this process's CPUs (its affinity set) over a short window, from the

@@ -1,18 +1,18 @@
 """`buildllm tune`: the auto decisions measured on this machine, within a stated time budget.
 
 For the planned profile, shape and batch, each on the device the run would use, in turns (A B A B,
-each side warmed up first; measure/pairs.py), with the median ratio, its interval and the number
-of pairs:
+each side warmed up first, within a share of the budget: measure/tune_budget.py), with the median
+ratio, its interval and the number of pairs:
   1. precision: fp32 against bf16 autocast (and fp16 with gradient scaling on GPUs; nothing where fp32
      is all the device trains in, as on a CPU without a bf16 matmul path), the Trainer's
      own step from the same seed on the same tokens; after `tune.loss_steps` steps each, their
      validation losses (the CPU switches to bf16 only if it is conclusively faster *and* its loss
      is within `tune.loss_tolerance` of fp32's);
   2. threads (CPU): torch's default count against fewer, on the fp32 trainer;
-  3. the fused loss's chunk (buildllm.model.fused_loss): the default rows per chunk against half,
-     double and four times as many, forward + backward at the profile's rows, vocabulary and width;
-  4. attention: torch's scaled_dot_product_attention dispatch against its math kernel (recorded:
-     torch picks the kernel, nothing is decided from it);
+  3. the fused loss's chunk: the default rows per chunk against half, double and four times as
+     many, and the plain unfused loss beside them (measure/tune_kernels.py);
+  4. attention: torch's dispatch against its math kernel and an explicit matmul-softmax-matmul
+     (measure/tune_kernels.py; recorded: torch picks the kernel, nothing is decided from it);
   5. torch.compile, in the precision `auto` chose from 1., in a child process given what is left
      of the budget (measure/tune_compile.py), only when that is at least MIN_COMPILE_SECONDS.
 Each part has a share of `tune.seconds`; a part that cannot start in time is skipped, and the
@@ -22,26 +22,24 @@ under this machine's id, the profile and the device (buildllm/plan/tuned.py), wh
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import math
 import os
 import tempfile
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm import tqdm
 
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import Windows, windows_or_random
 from buildllm.device.device import processor_name
 from buildllm.device.precision import fp32_only_reason, tunable_precisions
-from buildllm.measure.pairs import compare, interleave
+from buildllm.measure.stats import compare, interleave
+from buildllm.measure.tune_budget import MIN_ROUNDS, NO_TIME, Budget, steps_per_turn
 from buildllm.measure.tune_compile import measure_compile
-from buildllm.model import fused_loss
-from buildllm.plan import loss_chunk, tuned
+from buildllm.measure.tune_kernels import measure_attention, measure_chunks
 from buildllm.plan import threads as threads_rule
+from buildllm.plan import tuned
 from buildllm.plan.run_plan import (
     RunPlan,
     announce,
@@ -53,51 +51,8 @@ from buildllm.plan.run_plan import (
 )
 from buildllm.train.trainer import Trainer
 
-# Each part's share of the budget (torch.compile gets what is left), and the fewest rounds a part
-# runs once started: 6 pairs are the fewest for a 95% interval of a median.
-SHARES = {"precision": 0.45, "threads": 0.10, "loss_chunk": 0.05, "attention": 0.03}
-MIN_ROUNDS, MAX_ROUNDS = 6, 40
 MIN_COMPILE_SECONDS = 30.0  # a cold compile at iteration 1 took about 40 s on 2 cores: less cannot finish
-TURN_SECONDS = 0.3  # a turn runs enough steps to last about this long (a single step is noisier)
 LOSS_CHECK_BATCHES = 4  # validation batches each side's loss is measured on
-NO_TIME = "no time left in tune.seconds"
-
-
-class Budget:
-    def __init__(self, seconds: float, clock):
-        self.seconds, self.clock = seconds, clock
-        self.start = clock()
-        self.end = self.start + seconds
-
-    def left(self) -> float:
-        return self.end - self.clock()
-
-    def share(self, name: str) -> float:
-        """The deadline of a part starting now: its share of the whole budget, within the budget."""
-        return min(self.end, self.clock() + SHARES[name] * self.seconds)
-
-    def take_turns(self, name: str, turns: dict, clock, skipped: list, said: str) -> dict | None:
-        """Each side's seconds, round by round (the first side is the reference), within part `name`'s
-        share; None, and said in `skipped` as `said`, when not even one round fitted."""
-        seconds = interleave(
-            turns,
-            warmup=1,
-            rounds=MAX_ROUNDS,
-            soft_deadline=self.share(name),
-            hard_deadline=self.end,
-            min_rounds=MIN_ROUNDS,
-            clock=clock,
-        )
-        if not seconds[next(iter(turns))]:
-            skipped.append(f"{said}: {NO_TIME}")
-            return None
-        return seconds
-
-
-def steps_per_turn(step, clock) -> int:
-    begin = clock()
-    step()
-    return max(1, min(8, round(TURN_SECONDS / max(clock() - begin, 1e-6))))
 
 
 def measure_precision(
@@ -207,78 +162,6 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
     return {"default": default, "steps_per_turn": k, "candidates": compare(seconds, str(default))}
 
 
-def fused_loss_pass(x, weight, targets, chunk_rows: int) -> None:
-    """One forward + backward of the fused output layer and loss, `chunk_rows` rows at a time."""
-    fused_loss.linear_cross_entropy(x, weight, targets, chunk_rows).backward()
-
-
-def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
-    """The fused loss forward + backward at one micro-batch's rows, per chunk size (rows per chunk):
-    the default against half, double and four times as many."""
-    m, device = plan.model, plan.device
-    rows = plan.batch_size * m.sequence_length
-    # The plan's own rule, not a size an earlier tune chose: what the tune record is compared against.
-    default_rows = loss_chunk.decide_loss(m.vocab_size, rows, 4, device).chunk_rows
-    options = sorted(
-        {r for r in (default_rows // 2, 2 * default_rows, 4 * default_rows) if 1 <= r <= rows} - {default_rows}
-    )
-    if not options:
-        return {"default_rows": default_rows, "skipped": f"one chunk holds the whole micro-batch of {rows} rows"}
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, m.n_embd, generator=generator).to(device.device).requires_grad_()
-    weight = (0.02 * torch.randn(m.vocab_size, m.n_embd, generator=generator)).to(device.device).requires_grad_()
-    targets = torch.randint(m.vocab_size, (rows,), generator=generator).to(device.device)
-
-    def turn(chunk_rows: int):
-        def run():
-            fused_loss_pass(x, weight, targets, chunk_rows)
-            x.grad = weight.grad = None
-
-        return run
-
-    seconds = budget.take_turns(
-        "loss_chunk", {str(r): turn(r) for r in [default_rows, *options]}, device.timed, skipped, "loss chunk"
-    )
-    if seconds is None:
-        return {"default_rows": default_rows, "skipped": NO_TIME}
-    return {
-        "default_rows": default_rows,
-        "rows": rows,
-        "precision": "fp32",
-        "candidates": compare(seconds, str(default_rows)),
-    }
-
-
-def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
-    m, device = plan.model, plan.device
-    generator = torch.Generator().manual_seed(0)
-    q, k, v = (
-        torch.randn(plan.batch_size, m.n_head, m.sequence_length, m.head_dim, generator=generator)
-        .to(device.device)
-        .requires_grad_()
-        for _ in range(3)
-    )
-
-    def turn(backend):
-        def run():
-            with sdpa_kernel(backend) if backend else contextlib.nullcontext():
-                F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
-            q.grad = k.grad = v.grad = None
-
-        return run
-
-    seconds = budget.take_turns(
-        "attention", {"dispatch": turn(None), "math": turn(SDPBackend.MATH)}, device.timed, skipped, "attention"
-    )
-    if seconds is None:
-        return {"skipped": NO_TIME}
-    return {
-        "reference": "dispatch",
-        "decides": "nothing: torch's dispatch picks the kernel",
-        **compare(seconds, "dispatch"),
-    }
-
-
 def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
     fixed = {"train.compile": "false", "train.threads": config.train.threads or threads_rule.DEFAULT_THREADS}
     reference = make_plan(with_overrides(config, {**fixed, "precision": "fp32"}))
@@ -371,12 +254,14 @@ def summary(record: dict) -> str:
         )
     for n, figure in record.get("threads", {}).get("candidates", {}).items():
         lines.append(f"  threads: {n} {tuned.ratio_text(figure)} the speed of {record['threads']['default']}")
-    for rows, figure in record["loss_chunk"].get("candidates", {}).items():
-        lines.append(
-            f"  loss chunk: {rows} rows {tuned.ratio_text(figure)} the speed of {record['loss_chunk']['default_rows']}"
-        )
-    if "math" in record["attention"]:
-        lines.append(f"  attention: math kernel {tuned.ratio_text(record['attention']['math'])} the dispatch's speed")
+    chunk = record["loss_chunk"]
+    for rows, figure in chunk.get("candidates", {}).items():
+        lines.append(f"  loss chunk: {rows} rows {tuned.ratio_text(figure)} the speed of {chunk['default_rows']}")
+    if chunk.get("plain"):
+        lines.append(f"  loss chunk: plain unfused loss {tuned.ratio_text(chunk['plain'])} the speed of the default")
+    for kernel, said in (("math", "math kernel"), ("explicit", "explicit matmul-softmax")):
+        if kernel in record["attention"]:
+            lines.append(f"  attention: {said} {tuned.ratio_text(record['attention'][kernel])} the dispatch's speed")
     if "speedup" in record["compile"]:
         c = record["compile"]
         lines.append(f"  torch.compile: x{c['speedup']:.2f} ({c['pairs']} pairs) after {c['compile_seconds']:.0f} s")

@@ -4,7 +4,7 @@ A compilation cannot be stopped half-way inside a process, so `buildllm tune` ru
 that it ends when the budget runs out (the record then says so). The child builds a plain and a
 compiled Trainer of the same plan (in the precision `auto` chose from the fresh figures), times
 each one's first steps (compilation lands in the compiled one's: compile seconds = its warm-up
-minus the plain one's), then lets them take turns (A B A B, measure/pairs.py) for ROUNDS rounds or
+minus the plain one's), then lets them take turns (A B A B, measure/stats.py) for ROUNDS rounds or
 until its deadline, and prints its figures as one JSON line.
 """
 
@@ -57,7 +57,7 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
 def child(params: str, settings: dict, deadline: float) -> dict:
     from buildllm.config import load_config, with_overrides
     from buildllm.data.windows import windows_or_random
-    from buildllm.measure.pairs import compare, interleave
+    from buildllm.measure.stats import compare, interleave
     from buildllm.plan.run_plan import apply_plan, make_plan
     from buildllm.train.trainer import Trainer
 

@@ -4,6 +4,11 @@ that measures by running the product (the paired comparison, `buildllm verify es
 The folder holds its own params.yaml and metrics/, and links to the project's other entries
 (data/, tokenizer/, ...), so the command reads the same token files and writes nothing into the
 project. Each command is a fresh `python -m buildllm` process importing this very package.
+
+`buildllm compare A B --paired` (remeasure): one benchmark per side says little on a busy machine,
+so each experiment's bounded benchmark (its own params: its own warm-up, steps and intervals) is
+rerun in rounds, the order alternating (A B, then B A, ...) so a machine that slows down or speeds
+up over time hits both sides equally; the statistics are buildllm/measure/stats.py's.
 """
 
 from __future__ import annotations
@@ -12,14 +17,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from tqdm import tqdm
 
 import buildllm
 from buildllm.config import Config, config_to_dict
+from buildllm.errors import UserError
+from buildllm.measure.stats import Paired
 
 KEEP_OUT = {"metrics", "params.yaml"}  # each run's own, never the project's
 
@@ -88,3 +97,64 @@ def run_command(folder: Path, arguments: list[str], timeout: float | None = None
 
 def read_result(folder: Path, stage: str) -> dict:
     return json.loads((Path(folder) / "metrics" / f"{stage}.json").read_text())
+
+
+def _run_one(folder: Path, name: str, round_number: int, timeout: float) -> dict:
+    result_file = folder / "metrics" / "benchmark.json"
+    result_file.unlink(missing_ok=True)
+    try:
+        done = run_command(folder, ["benchmark"], timeout)
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"--paired: the benchmark of {name} (round {round_number}) ran over {timeout:.0f} s; "
+            "bound it with fewer benchmark.measured_steps in that experiment"
+        ) from None
+    if done.returncode != 0 or not result_file.is_file():
+        raise UserError(
+            f"--paired: the benchmark of {name} (round {round_number}) failed here "
+            f"({done.last_line()}); run `buildllm benchmark` with that experiment's params to see why"
+        )
+    return read_result(folder, "benchmark")
+
+
+def remeasure(
+    experiments: list, rounds: int, root: Path | None = None, progress: bool = True, timeout: float = 1800
+) -> Paired:
+    """Rerun each experiment's benchmark `rounds` times, interleaved, each in a fresh process."""
+    if rounds < 1:
+        raise UserError(f"--rounds {rounds}: give at least 1 (6 or more for a 95% interval)")
+    for exp in experiments:
+        if exp.source != "dvc" or not exp.params_recorded:
+            raise UserError(
+                f"--paired re-measures on this machine from each experiment's params; {exp.name} is a "
+                "metrics folder (measured elsewhere), so it cannot be rerun here: drop --paired"
+            )
+    root = Path(root or Path.cwd())
+    paired = Paired(names=[e.name for e in experiments])
+    print(
+        json.dumps(
+            {
+                "action": "paired benchmarks",
+                "experiments": paired.names,
+                "rounds": rounds,
+                "processes": rounds * len(experiments),
+            }
+        ),
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="buildllm-paired-") as tmp:
+        folders = {}
+        for i, exp in enumerate(experiments):
+            folders[exp.name] = Path(tmp) / f"run{i}"
+            prepare(folders[exp.name], exp.params, root)
+        with tqdm(total=rounds * len(experiments), desc="paired", unit="run", disable=not progress) as bar:
+            for r in range(rounds):
+                order = experiments if r % 2 == 0 else experiments[::-1]
+                measured = {}
+                for exp in order:
+                    bar.set_postfix_str(f"round {r + 1}: {exp.name}")
+                    measured[exp.name] = _run_one(folders[exp.name], exp.name, r + 1, timeout)
+                    bar.update()
+                paired.rounds.append(measured)
+                paired.orders.append([e.name for e in order])
+    return paired

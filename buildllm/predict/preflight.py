@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from buildllm.config import Config
@@ -31,7 +32,6 @@ from buildllm.train.trainer import run_signature
 from buildllm.units import duration, size
 
 GPU_ITERATIONS = (2, 3)  # the course runs iterations 2 and 3 on a GPU; iteration 1 is the CPU run
-STATUSES = ("pass", "warn", "fail")
 
 
 @dataclass(frozen=True)
@@ -44,57 +44,41 @@ class Check:
 
 
 def device_check(config: Config) -> tuple[Check, Device | None]:
+    row = partial(Check, "device", "device resolves as intended")
     try:
         device = resolve_device(config.device)
     except UserError as exc:
-        return Check("device", "device resolves as intended", "fail", f"{config.device}: unavailable", str(exc)), None
+        return row("fail", f"{config.device}: unavailable", str(exc)), None
     wanted = config.preset is None and config.iteration in GPU_ITERATIONS
     if config.device == "auto" and wanted and device.host_memory:
-        return Check(
-            "device",
-            "device resolves as intended",
+        return row(
             "warn",
             f"auto -> cpu ({why_no_cuda()})",
             f"iteration {config.iteration} is a GPU run: use a machine with CUDA (a CUDA build of PyTorch "
             "and a driver), or pass --device cpu to choose a slow CPU run deliberately",
         ), device
-    return Check("device", "device resolves as intended", "pass", f"{config.device} -> {device.device}"), device
+    return row("pass", f"{config.device} -> {device.device}"), device
 
 
 def benchmark_checks(plan: RunPlan, benchmark: dict | None, problem: str) -> list[Check]:
     """The bounded benchmark ran on this exact plan and fitted; its batch size and throughput."""
     rerun = "run `buildllm benchmark` (or `dvc repro benchmark`) with the planned settings"
+    ran = partial(Check, "benchmark", "bounded benchmark ran and fitted")
+    recorded = partial(Check, "throughput", "batch size and throughput recorded")
     if benchmark is None:
-        return [
-            Check("benchmark", "bounded benchmark ran and fitted", "fail", problem, rerun),
-            Check("throughput", "batch size and throughput recorded", "fail", "not recorded", rerun),
-        ]
+        return [ran("fail", problem, rerun), recorded("fail", "not recorded", rerun)]
     if benchmark.get("oom"):
-        return [
-            Check(
-                "benchmark",
-                "bounded benchmark ran and fitted",
-                "fail",
-                f"out of memory at batch {benchmark.get('oom_batch_size')}",
-                "lower --batch-size (or use --gradient-checkpointing), then rerun the benchmark",
-            ),
-            Check("throughput", "batch size and throughput recorded", "fail", "not recorded", rerun),
-        ]
+        oom = f"out of memory at batch {benchmark.get('oom_batch_size')}"
+        fix = "lower --batch-size (or use --gradient-checkpointing), then rerun the benchmark"
+        return [ran("fail", oom, fix), recorded("fail", "not recorded", rerun)]
     capacity = benchmark.get("memory_total_bytes") if plan.device.host_memory else benchmark.get("gpu_memory_bytes")
     peak = benchmark.get("peak_memory_bytes", 0)
     fitted = f"peak {size(peak)}" + (f" of {size(capacity)}" if capacity else "")
-    return [
-        Check(
-            "benchmark", "bounded benchmark ran and fitted", "pass", f"{benchmark['measured_steps']} steps, {fitted}"
-        ),
-        Check(
-            "throughput",
-            "batch size and throughput recorded",
-            "pass",
-            f"batch {benchmark['batch_size']}: {benchmark['tokens_per_second']:,.0f} tok/s, "
-            f"MFU {benchmark.get('mfu', 0.0):.0%}",
-        ),
-    ]
+    speed = (
+        f"batch {benchmark['batch_size']}: {benchmark['tokens_per_second']:,.0f} tok/s, "
+        f"MFU {benchmark.get('mfu', 0.0):.0%}"
+    )
+    return [ran("pass", f"{benchmark['measured_steps']} steps, {fitted}"), recorded("pass", speed)]
 
 
 def matching_benchmark(plan: RunPlan) -> tuple[dict | None, str]:
@@ -118,8 +102,9 @@ def matching_benchmark(plan: RunPlan) -> tuple[dict | None, str]:
 def estimate_check(plan: RunPlan, benchmark: dict | None) -> tuple[Check, dict | None]:
     path = metrics_path("estimate")
     rerun = "run `buildllm estimate` (or `dvc repro estimate`) after the benchmark"
+    row = partial(Check, "estimate", "estimated runtime and storage")
     if not path.exists():
-        return Check("estimate", "estimated runtime and storage", "warn", f"no {path}", rerun), None
+        return row("warn", f"no {path}", rerun), None
     estimate = read_metrics(path)
     t = plan.config.train
     wanted = {
@@ -134,12 +119,8 @@ def estimate_check(plan: RunPlan, benchmark: dict | None) -> tuple[Check, dict |
     if benchmark and estimate.get("measured_tokens_per_second") != benchmark.get("tokens_per_second"):
         stale.append("benchmark")
     if stale:
-        return Check(
-            "estimate", "estimated runtime and storage", "warn", f"stale: {', '.join(stale)} differ", rerun
-        ), None
-    return Check(
-        "estimate",
-        "estimated runtime and storage",
+        return row("warn", f"stale: {', '.join(stale)} differ", rerun), None
+    return row(
         "pass",
         f"{duration(estimate['estimated_seconds'])} ({duration(estimate['estimated_seconds_low'])}–"
         f"{duration(estimate['estimated_seconds_high'])}), {size(estimate['checkpoint_storage_bytes'])} kept",
@@ -156,11 +137,10 @@ def disk_check(plan: RunPlan, estimate: dict | None, existing: int) -> tuple[Che
     found = storage.storage(
         t.checkpoint_directory, each, steps, 0, t.checkpoint_interval, t.keep_checkpoints, t.log_interval, existing
     )
+    row = partial(Check, "disk", "free disk at the checkpoint directory")
     if found.fits:
-        return Check("disk", "free disk at the checkpoint directory", "pass", found.figure()), found
-    return Check(
-        "disk",
-        "free disk at the checkpoint directory",
+        return row("pass", found.figure()), found
+    return row(
         "fail",
         found.figure(),
         f"{found.explain()}: free space, lower --keep-checkpoints or use a --checkpoint-directory on a disk with room",
@@ -169,54 +149,47 @@ def disk_check(plan: RunPlan, estimate: dict | None, existing: int) -> tuple[Che
 
 def power_check() -> Check:
     state = health.battery()
+    row = partial(Check, "power", "stable power")
     if not state:
-        return Check("power", "stable power", "pass", "no battery reported (mains)")
+        return row("pass", "no battery reported (mains)")
     if not state["power_plugged"]:
-        return Check(
-            "power",
-            "stable power",
+        return row(
             "warn",
             f"on battery, {state['battery_percent']:.0f}%",
             "plug in the charger: on battery a laptop slows down and may sleep mid-run",
         )
-    return Check("power", "stable power", "pass", f"on mains, battery {state['battery_percent']:.0f}%")
+    return row("pass", f"on mains, battery {state['battery_percent']:.0f}%")
 
 
 def cooling_check(plan: RunPlan, benchmark: dict | None) -> tuple[Check, dict]:
     sensed = health.sensors(plan.device)
     readings = health.describe(sensed)
+    readings = f"; {readings}" if readings else ""
+    row = partial(Check, "cooling", "stable cooling")
     if benchmark is None or "throughput_falls" not in benchmark:
-        return Check(
-            "cooling",
-            "stable cooling",
+        return row(
             "warn",
-            "no interval trend" + (f"; {readings}" if readings else ""),
+            "no interval trend" + readings,
             "rerun the benchmark: its intervals show whether throughput falls as the machine heats",
         ), sensed
     trend = f"{benchmark['throughput_drift']:+.1%} over {benchmark['intervals']} intervals"
     if health.throttling_suspected(benchmark):
-        return Check(
-            "cooling",
-            "stable cooling",
+        return row(
             "warn",
-            f"throttling suspected: {trend}" + (f"; {readings}" if readings else ""),
+            f"throttling suspected: {trend}" + readings,
             "let the machine cool, raise it for airflow or clean its vents, close other heavy programs, "
             "then rerun the benchmark",
         ), sensed
-    return Check(
-        "cooling", "stable cooling", "pass", f"no steady fall: {trend}" + (f"; {readings}" if readings else "")
-    ), sensed
+    return row("pass", f"no steady fall: {trend}" + readings), sensed
 
 
 def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
     """The checkpoint directory is this run's alone; returns the check and its checkpoints' count."""
     directory = Path(plan.config.train.checkpoint_directory)
-    name = "checkpoint directory unique"
+    row = partial(Check, "directory", "checkpoint directory unique")
     holder = checkpoint.lock_holder(directory)
     if holder:
-        return Check(
-            "directory",
-            name,
+        return row(
             "fail",
             f"in use by {holder}",
             "wait for that run to finish or stop it, or use another --checkpoint-directory",
@@ -224,15 +197,11 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
     found = checkpoint.list_checkpoints(directory)
     foreign = checkpoint.foreign_files(directory)
     if not found and not foreign:
-        return Check(
-            "directory", name, "pass", f"{directory}: new" if not directory.exists() else f"{directory}: empty"
-        ), 0
+        return row("pass", f"{directory}: new" if not directory.exists() else f"{directory}: empty"), 0
     if dvc:  # DVC deletes a stage's outs before running it: the train stage starts this directory afresh
-        return Check("directory", name, "pass", f"{directory}: DVC restarts it"), 0
+        return row("pass", f"{directory}: DVC restarts it"), 0
     if not found:
-        return Check(
-            "directory",
-            name,
+        return row(
             "fail",
             f"{directory}: other files ({foreign[0]})",
             "use an empty or new --checkpoint-directory",
@@ -240,9 +209,7 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
     try:
         state = checkpoint.load(found[-1])
     except checkpoint.DamagedCheckpoint as exc:
-        return Check(
-            "directory",
-            name,
+        return row(
             "fail",
             f"{found[-1].name} is damaged ({exc.why.split(':')[0]})",
             "use a fresh --checkpoint-directory (train falls back to an older checkpoint if one reads)",
@@ -250,19 +217,15 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
     signature = run_signature(plan, int(os.environ.get("WORLD_SIZE", "1")), planned_examples(plan))
     changed = checkpoint.differences(state.get("signature", {}), signature)
     if not changed:
-        return Check("directory", name, "pass", f"this run's, resumes at step {state['step']}"), len(found)
+        return row("pass", f"this run's, resumes at step {state['step']}"), len(found)
     what = "; ".join(changed[:2]) + (" ..." if len(changed) > 2 else "")
     if plan.config.train.force and not any(c.startswith(("model.", "profile ")) for c in changed):
-        return Check(
-            "directory",
-            name,
+        return row(
             "warn",
             f"--force continues another schedule: {what}",
             "a fresh --checkpoint-directory keeps runs apart",
         ), len(found)
-    return Check(
-        "directory",
-        name,
+    return row(
         "fail",
         f"holds another run: {what}",
         "use a fresh --checkpoint-directory (or --force to continue it with the new schedule)",

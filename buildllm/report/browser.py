@@ -2,7 +2,7 @@
 
 A report's HTML inlines its images and styles; drawing it with every host unresolvable and a dead
 proxy shows that it needs nothing else. Used for the run card's PNG (buildllm/report/run_card.py)
-and by scripts/check_report_html.py, which probes a page's images and tables.
+and by lab/check_report_html.py, which probes a page's images and tables.
 """
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ STEP_PARTS = [
     ("checkpoint", "checkpoints (spread)"),
 ]
 STEP_COLORS = ["#C44E52", "#DD8452", "#4C72B0", "#55A868", "#8172B3", "#937860"]
+# One colour per experiment in the comparison's charts (buildllm/report/chart.py, curves.py).
+COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 
 
 def _png(fig) -> bytes:
@@ -56,10 +58,15 @@ def _bytes_unit(largest: float) -> tuple[float, str]:
     return (2**30, "GiB") if largest >= 4 * 2**30 else (2**20, "MiB")
 
 
-def _seconds_unit(largest: float) -> tuple[float, str]:
+def seconds_unit(largest: float) -> tuple[float, str]:
     if largest < 120:
         return 1.0, "s"
     return (60.0, "min") if largest < 2 * 3600 else (3600.0, "h")
+
+
+def say(ax, text: str, color: str = "#555", **style) -> None:
+    """Words in the middle of an empty panel, where its bars or lines would be."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color=color, **style)
 
 
 def _frame(ax, title: str) -> None:
@@ -129,15 +136,7 @@ def step_chart(benchmark: dict) -> bytes:
     ax.set_yticks([])
     ax.set_xlabel("time per optimizer step (ms)")
     if any(s is None for s in seconds):
-        ax.text(
-            0.5,
-            0.5,
-            NOT_RECORDED + " (metrics/benchmark.json has no step breakdown)",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-            color="#555",
-        )
+        say(ax, NOT_RECORDED + " (metrics/benchmark.json has no step breakdown)")
         ax.set_xticks([])
         return _png(fig)
     total, left = sum(seconds) * 1000, 0.0
@@ -156,7 +155,7 @@ def estimate_chart(estimate: dict, measured: float | None, measured_label: str) 
     """The estimate's range and point on one time axis with the run's measured time."""
     point = _number(estimate.get("estimated_seconds"))
     low, high = _number(estimate.get("estimated_seconds_low")), _number(estimate.get("estimated_seconds_high"))
-    scale, unit = _seconds_unit(max(v for v in (point, high, measured, 1.0) if v is not None))
+    scale, unit = seconds_unit(max(v for v in (point, high, measured, 1.0) if v is not None))
     fig, ax = plt.subplots(figsize=(6.4, 2.9), constrained_layout=True)
     _frame(ax, "Time: the estimate (before training) against the measured run")
     ax.set_yticks([0, 1], ["measured", "estimate"])
@@ -188,15 +187,7 @@ def loss_chart(rows: list, unigram: float | None, vocab_size: int | None) -> byt
     train = [(r["step"], r["train_loss"]) for r in rows if _number(r.get("train_loss")) is not None]
     validation = [(r["step"], r["validation_loss"]) for r in rows if _number(r.get("validation_loss")) is not None]
     if not train and not validation:
-        ax.text(
-            0.5,
-            0.5,
-            NOT_RECORDED + " (no metrics/train_log.json)",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-            color="#555",
-        )
+        say(ax, NOT_RECORDED + " (no metrics/train_log.json)")
     if train:
         ax.plot(*zip(*train), color="#4C72B0", label="train loss (mean over each log interval)")
     if validation:

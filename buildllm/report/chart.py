@@ -19,16 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from buildllm.atomic import atomic_path  # noqa: E402
+from buildllm.report.card_charts import COLORS, STEP_COLORS, STEP_PARTS, say, seconds_unit  # noqa: E402
 from buildllm.report.compare import Comparison  # noqa: E402
-
-COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
-
-
-def _duration_unit(values: pd.Series) -> tuple[float, str]:
-    top = values.max(skipna=True)
-    if pd.isna(top) or top < 120:
-        return 1.0, "s"
-    return (60.0, "min") if top < 2 * 3600 else (3600.0, "h")
 
 
 def _col(frame: pd.DataFrame, name: str) -> pd.Series:
@@ -37,7 +29,8 @@ def _col(frame: pd.DataFrame, name: str) -> pd.Series:
 
 def panels(frame: pd.DataFrame) -> list:
     """(title, values, label format, (low, high) or None) for each panel, in reading order."""
-    unit, name = _duration_unit(frame["estimated_seconds"])
+    top = frame["estimated_seconds"].max(skipna=True)
+    unit, name = seconds_unit(0.0 if pd.isna(top) else top)
     steps = _col(frame, "steps_per_second")
     slow, fast = (
         _col(frame, "benchmark:interval_steps_per_second_min"),
@@ -81,19 +74,16 @@ def panels(frame: pd.DataFrame) -> list:
     ]
 
 
-PHASES = ("data", "transfer", "compute", "optimizer", "validation", "checkpoint")
-PHASE_COLORS = ["#C44E52", "#DD8452", "#4C72B0", "#55A868", "#8172B3", "#937860"]
-
-
 def step_panel(ax, frame: pd.DataFrame, names: list) -> None:
     """One stacked bar per experiment: a step's milliseconds by part, so the limit shows (data
     waiting: add workers; transfer: pin memory; optimizer at a small batch: raise the batch size)."""
     ax.set_title("Where a step's time goes (ms)", fontsize=11)
     ax.spines[["top", "right"]].set_visible(False)
-    columns = [f"step_{phase}_seconds" for phase in PHASES]
+    phases = [phase for phase, _ in STEP_PARTS]
+    columns = [f"step_{phase}_seconds" for phase in phases]
     recorded = [all(c in frame and not pd.isna(row[c]) for c in columns) for _, row in frame.iterrows()]
     bottoms = [0.0] * len(names)
-    for phase, column, color in zip(PHASES, columns, PHASE_COLORS):
+    for phase, column, color in zip(phases, columns, STEP_COLORS):
         heights = [float(row[column]) * 1000 if ok else 0.0 for ok, (_, row) in zip(recorded, frame.iterrows())]
         ax.bar(range(len(names)), heights, bottom=bottoms, color=color, label=phase)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
@@ -125,17 +115,7 @@ def write_chart(c: Comparison, path: Path) -> Path:
         values = pd.to_numeric(values, errors="coerce").reset_index(drop=True)
         speedup = title.startswith("Speed-up")
         if speedup and not c.speedups_shown:
-            ax.text(
-                0.5,
-                0.5,
-                "withheld:\nnot an equal-budget comparison",
-                ha="center",
-                va="center",
-                wrap=True,
-                transform=ax.transAxes,
-                fontsize=10,
-                color="#9C2A00",
-            )
+            say(ax, "withheld:\nnot an equal-budget comparison", "#9C2A00", wrap=True, fontsize=10)
             ax.set_xticks([])
             ax.set_yticks([])
             continue

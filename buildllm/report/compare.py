@@ -13,9 +13,9 @@ Experiments come from `dvc exp show --json` or from metrics folders brought from
 (a failed queued run carries its baseline's metrics), is excluded with one line; its numbers are
 never reported.
 
-Each speed-up carries its 95% interval (buildllm/report/uncertainty.py): from the runs' measured
+Each speed-up carries its 95% interval (buildllm/measure/stats.py): from the runs' measured
 intervals, or, with --paired, from re-measuring the benchmarks interleaved on this machine
-(buildllm/report/paired.py). A speed-up whose interval includes 1.0, or that rests on a run
+(buildllm/measure/workfolder.py remeasure). A speed-up whose interval includes 1.0, or that rests on a run
 noisier than NOISY_CV, is called inconclusive.
 """
 
@@ -29,13 +29,12 @@ import pandas as pd
 
 from buildllm.errors import UserError
 from buildllm.measure.load import BUSY_SHARE
-from buildllm.measure.noise import NOISY_CV, is_noisy
+from buildllm.measure.stats import NOISY_CV, Paired, from_intervals, is_noisy
+from buildllm.measure.workfolder import remeasure
 from buildllm.paths import metrics_path
 from buildllm.report.controls import VARIABLES, check_runs, controls_table, display
 from buildllm.report.curves import read_curves, target_loss
 from buildllm.report.experiments import Experiment, exp_show, select
-from buildllm.report.paired import Paired, remeasure
-from buildllm.report.uncertainty import from_intervals
 
 # (column, stage, metric): the figures the report shows, in the CSV's first columns.
 SUMMARY = [

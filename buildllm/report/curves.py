@@ -23,9 +23,9 @@ matplotlib.use("Agg")  # files only; no display on CI or over SSH
 import matplotlib.pyplot as plt  # noqa: E402
 
 from buildllm.atomic import atomic_path  # noqa: E402
+from buildllm.report.card_charts import COLORS, say  # noqa: E402
 from buildllm.report.card_data import Files, log_rows  # noqa: E402
 
-COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 TARGET_NOTE = (
     "Time to the target loss: the target is the highest of the experiments' best validation losses, "
     "rounded up to the next 0.01, so every experiment with a validation reaches it; the time is the "
@@ -103,15 +103,7 @@ def write_curves(curves: dict, target: float | None, path: Path) -> Path:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
         else:
-            ax.text(
-                0.5,
-                0.5,
-                "not recorded (no training log)",
-                ha="center",
-                va="center",
-                transform=ax.transAxes,
-                color="#555",
-            )
+            say(ax, "not recorded (no training log)")
     fig.suptitle("Training curves: " + " vs ".join(curves), fontsize=13)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)

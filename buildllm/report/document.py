@@ -4,6 +4,13 @@ The report's sections (buildllm/report/render.py) are made of these few blocks; 
 below knows how to put one block in its format, so a section is never written twice. Text in
 paragraphs and lists may carry two inline marks, `code` and **bold**, which Markdown keeps as
 they are and HTML turns into <code> and <b>; table cells are plain text.
+
+Why hand-written, not a library: a Markdown renderer (markdown-it-py, Python-Markdown) would turn
+the Markdown into HTML, but the page needs what Markdown cannot say: ids the HTML check and the
+tests find (#verdict, #controls, #results), a class per table row (a DIFFERENT control in red),
+numbers right-aligned, the verdict's tone, side-by-side columns and charts inlined as data: URIs;
+post-processing its output would be longer than this. A template engine (Jinja2) would move the
+same branches into a template beside these dataclasses. Every text is escaped here (html.escape).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import pandas as pd
 from buildllm import units
 from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.config import control_keys
-from buildllm.measure.noise import NOISY_CV, is_noisy
+from buildllm.measure.stats import NOISY_CV, is_noisy
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison
 from buildllm.report.curves import TARGET_NOTE, time_to, write_curves
@@ -357,11 +357,6 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
 
 def markdown(c: Comparison, out: Path) -> str:
     return to_markdown(sections(c, out, b""))
-
-
-def html_page(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> str:
-    title = "Device comparison: " + " vs ".join(e.name for e in c.experiments)
-    return to_html(sections(c, out, png, curves_png), title)
 
 
 def write_report(c: Comparison, out: Path) -> list:

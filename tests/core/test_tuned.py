@@ -1,6 +1,6 @@
 """The plan decides precision, threads and compile from this machine's tune record (buildllm/plan/tuned.py),
 and from no other machine's: records are written through the real writer, their figures made by the
-real pairing code (measure/pairs.py compare) from per-round seconds."""
+real pairing code (measure/stats.py compare) from per-round seconds."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from buildllm.config import load_config
-from buildllm.measure.pairs import compare
+from buildllm.measure.stats import compare
 from buildllm.plan import loss_chunk, tuned
 from buildllm.plan.run_plan import facts, make_plan, this_machine
 from buildllm.plan.threads import DEFAULT_THREADS

@@ -11,7 +11,7 @@ import yaml
 
 from buildllm.cli import main
 from buildllm.device import cpu_bf16
-from buildllm.measure.pairs import compare, interleave
+from buildllm.measure.stats import compare, interleave
 from buildllm.plan import tuned
 from buildllm.plan.run_plan import this_machine
 

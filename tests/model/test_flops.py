@@ -33,18 +33,11 @@ def test_matmul_parameters_count_tied_embedding_once_and_skip_positions():
 
 
 @pytest.mark.parametrize("architecture", ["classic", "modern"])
-def test_the_mfu_ceiling_times_every_matmul_that_mfu_counts(architecture, monkeypatch):
-    """scripts/mfu_ceiling.py's matmul part must run the FLOPs of MFU's numerator, no more, no
+def test_the_mfu_ceiling_times_every_matmul_that_mfu_counts(architecture):
+    """lab/mfu_ceiling.py's matmul part must run the FLOPs of MFU's numerator, no more, no
     fewer: a Linear it missed would raise the ceiling it prints."""
-    import importlib.util
-    from pathlib import Path
+    from lab import mfu_ceiling as ceiling
 
-    scripts = Path(__file__).resolve().parents[2] / "scripts"
-    monkeypatch.syspath_prepend(str(scripts))  # where the script's own imports are, as when it runs
-    path = scripts / "mfu_ceiling.py"
-    spec = importlib.util.spec_from_file_location("mfu_ceiling", path)
-    ceiling = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ceiling)
     base = load_profile("gpt_first_cpu").model
     config = GPTConfig(**{**vars(base), "architecture": architecture, "n_layer": 2})
     model = build_model(config)

@@ -22,13 +22,12 @@ import yaml
 from buildllm.cli import main
 from buildllm.config import defaults_dict
 from buildllm.errors import UserError
-from buildllm.measure.noise import interval_metrics, interval_rates, noise_warning
+from buildllm.measure.stats import from_intervals, interval_metrics, interval_rates, noise_warning, sign_interval, t975
 from buildllm.report.chart import panels
 from buildllm.report.compare import compare
 from buildllm.report.document import Heading, Table, to_html, to_markdown
 from buildllm.report.experiments import select
 from buildllm.report.render import markdown, sections, write_report
-from buildllm.report.uncertainty import from_intervals, sign_interval, t975
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "b" * 40
@@ -388,7 +387,7 @@ def test_cli_outside_a_dvc_project_fails_with_one_line(tmp_path, monkeypatch, ca
 def test_html_renders_offline_in_chromium(tmp_path):
     c = compare(["cpu-fp32", "cpu-bs8"], rows=rows(FP32, BS8))
     html_path = write_report(c, tmp_path / "cmp")[3]
-    check = [sys.executable, str(ROOT / "scripts" / "check_report_html.py")]
+    check = [sys.executable, str(ROOT / "lab" / "check_report_html.py")]
     done = subprocess.run(check + [str(html_path)], capture_output=True, text=True, timeout=180)
     findings = json.loads(done.stdout)
     assert done.returncode == 0, findings["problems"]

@@ -86,7 +86,7 @@ def test_the_card_renders_offline_in_chromium(trained, tmp_path):
     shot = tmp_path / "shot.png"
     check = [
         sys.executable,
-        str(ROOT / "scripts" / "check_report_html.py"),
+        str(ROOT / "lab" / "check_report_html.py"),
         str(trained / "plots" / "run_card.html"),
         "--tables",
         "headline",

@@ -53,7 +53,7 @@ def test_dvc_repro_leaves_a_run_card_that_renders_offline(lab, tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "check_report_html.py"),
+            str(ROOT / "lab" / "check_report_html.py"),
             str(lab / "plots" / "run_card.html"),
             "--tables",
             "headline",

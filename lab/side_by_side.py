@@ -1,7 +1,7 @@
 """BuildLLM's training step against a plain reference GPT on the same shape, per profile and precision, interleaved.
 
-    python scripts/side_by_side.py /path/to/nanoGPT/model.py --profile all --pairs 3 --json-out side_by_side.json
-    python scripts/side_by_side.py /path/to/nanoGPT/model.py --profile iteration1 --pairs 10
+    python -m lab.side_by_side /path/to/nanoGPT/model.py --profile all --pairs 3 --json-out side_by_side.json
+    python -m lab.side_by_side /path/to/nanoGPT/model.py --profile iteration1 --pairs 10
 
 The reference is a nanoGPT-style `model.py` (GPTConfig, GPT, GPT.configure_optimizers) read from the
 path given: its code is never part of this repository. Both train on the same random tokens with the
@@ -51,12 +51,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from lab import PROFILES, cpu_plan, random_token_trainer, random_tokens
 
 from buildllm.device import cpu_bf16
 from buildllm.device.machine import fingerprint
 from buildllm.model.flops import flops_per_token, matmul_parameters
 from buildllm.model.gpt import build_model
+from lab.harness import PROFILES, cpu_plan, random_token_trainer, random_tokens
 
 # `--profile all`: the profiles whose CPU run is practical (iteration2 and iteration3 are GPU profiles).
 CPU_PROFILES = ("iteration1", "tiny", "student", "small")
@@ -193,7 +193,7 @@ def in_fresh_process(args, side: str, profile: str, precision: str, work: tuple[
     """This script again in a fresh process, as `--child side` for one profile at one precision; its
     last line of output, parsed, with the process's wall-clock seconds."""
     warmup, steps, intervals = work
-    command = [sys.executable, __file__, args.reference, "--child", side, "--profile", profile]
+    command = [sys.executable, "-m", "lab.side_by_side", args.reference, "--child", side, "--profile", profile]
     command += ["--threads", str(args.threads), "--warmup", str(warmup), "--steps", str(steps)]
     command += ["--intervals", str(intervals), "--precision", precision, *optional_flags(args)]
     begin = time.perf_counter()

@@ -1,6 +1,6 @@
 """How high MFU can go on this machine for a profile's training step, from the step's own parts.
 
-    python scripts/mfu_ceiling.py --profile iteration1 --rounds 7
+    python -m lab.mfu_ceiling --profile iteration1 --rounds 7
 
 MFU counts only the matmul FLOPs, so a step's MFU is capped by everything else it must compute.
 This times, alone and in the step's shapes, the work the model's mathematics cannot skip: every
@@ -24,8 +24,9 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from lab import PROFILES, cpu_plan, random_token_trainer
-from lab import seconds_per_call as timed
+
+from lab.harness import PROFILES, cpu_plan, random_token_trainer
+from lab.harness import seconds_per_call as timed
 
 
 def matmul_work(model, rows: int, chunk: int) -> tuple[Callable[[], None], int]:

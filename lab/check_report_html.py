@@ -1,6 +1,6 @@
 """Check that a report's HTML (a comparison, a run card) renders on its own: charts and tables, networking off.
 
-    python scripts/check_report_html.py reports/device_comparison.html [--screenshot shot.png]
+    python -m lab.check_report_html reports/device_comparison.html [--screenshot shot.png]
 
 Three checks: (1) the file references nothing outside itself (no http(s) or file links; images are
 data: URIs); (2) headless Chromium, with every host unresolvable and a dead proxy, loads a copy of

@@ -1,7 +1,7 @@
 """Where a training step's time goes: torch.profiler over Trainer.step() on random tokens, by operator group.
 
-    python scripts/profile_step.py --profile iteration1 --steps 5
-    python scripts/profile_step.py --profile iteration1 --precision fp32 bf16 --rounds 4 --onednn
+    python -m lab.profile_step --profile iteration1 --steps 5
+    python -m lab.profile_step --profile iteration1 --precision fp32 bf16 --rounds 4 --onednn
 
 Prints the milliseconds per step and the share of self CPU time per operator group (matmuls,
 attention, cross-entropy, GELU, fills, copies, norms, optimizer, autocast's casts, the rest) and the
@@ -25,10 +25,10 @@ import subprocess
 import sys
 import time
 
-from lab import PROFILES, cpu_plan, random_token_trainer
 from torch.profiler import ProfilerActivity, profile
 
 from buildllm.device import cpu_bf16
+from lab.harness import PROFILES, cpu_plan, random_token_trainer
 
 # An operator goes to the first group with a key in its name, so the norms come before the
 # optimizer's "norm" (gradient clipping's vector norm). On the CPU the flash attention kernel does

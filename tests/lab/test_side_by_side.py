@@ -1,4 +1,4 @@
-"""scripts/side_by_side.py: which fresh processes it runs in which order, the summary table, the
+"""lab/side_by_side.py: which fresh processes it runs in which order, the summary table, the
 verdicts and the exit code, the JSON; and once for real, on a stand-in for nanoGPT's model.py.
 
 The stand-in is this file's own least nanoGPT-shaped model (GPTConfig, GPT(config) whose forward
@@ -8,7 +8,6 @@ assertion here depends on a measured speed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -19,8 +18,9 @@ import pytest
 import torch
 
 from buildllm.device import cpu_bf16
+from lab import side_by_side
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+ROOT = Path(__file__).resolve().parents[2]
 
 REFERENCE = """
 from dataclasses import dataclass
@@ -76,12 +76,8 @@ def reference(tmp_path) -> Path:
 @pytest.fixture
 def script(monkeypatch):
     """The script as a module, its fresh processes replaced by RATES; `script.calls` lists them in order."""
-    monkeypatch.syspath_prepend(str(SCRIPTS))  # where its `lab` import is, as when it runs
-    spec = importlib.util.spec_from_file_location("side_by_side", SCRIPTS / "side_by_side.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "side_by_side", module)  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    module.calls = []
+    module = side_by_side
+    monkeypatch.setattr(module, "calls", [], raising=False)
 
     def in_fresh_process(args, side, profile, precision, work):
         module.calls.append((profile, side, precision, work))
@@ -187,9 +183,11 @@ def test_a_real_run_on_tiny_against_a_stand_in_reference(reference, tmp_path):
     """Three fresh processes (the script, ours, the reference), a few steps each: 10-15 s, most of it
     starting Python and torch."""
     out_file = tmp_path / "result.json"
-    command = [sys.executable, str(SCRIPTS / "side_by_side.py"), str(reference), "--profile", "tiny", "--pairs", "1"]
+    command = [sys.executable, "-m", "lab.side_by_side", str(reference), "--profile", "tiny", "--pairs", "1"]
     command += ["--warmup", "1", "--steps", "1", "--intervals", "1", "--threads", "1", "--target", "1000"]
-    done = subprocess.run([*command, "--json-out", str(out_file)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*command, "--json-out", str(out_file)], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert done.returncode == 1, done.stderr  # no training step is 1000 times the other's
     assert re.search(r"tiny fp32 pair 1/1: ours [\d,]+ tokens/s, reference [\d,]+ tokens/s", done.stdout)
     assert summary(done.stdout)[("tiny", "fp32", "ours/nanoGPT")][-3:] == ["1", "1000.00", "MISSED"]

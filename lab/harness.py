@@ -1,19 +1,17 @@
-"""The lab scripts' one harness, on the library's public functions: a profile's plan on this CPU, a
-Trainer of it on random tokens, interleaved timing, and where a script's figures go.
+"""The lab tools' one harness, on the library's public functions: a profile's plan on this CPU, a
+Trainer of it on random tokens, and a call's seconds.
 
 The tokens are random but seeded: a step's cost does not depend on which tokens it reads, and no
-corpus is needed. Scripts import this module by name (Python puts a script's own folder first on
-its path); nothing here or in them writes into the package.
+corpus is needed. The tools import it as `lab.harness` (they run as `python -m lab.NAME` from the
+project's root); nothing here or in them writes into the package.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
-from pathlib import Path
 
 import torch
-import yaml
 
 from buildllm import profiles
 
@@ -70,21 +68,3 @@ def seconds_per_call(work, repeats: int) -> float:
     for _ in range(repeats):
         work()
     return (time.perf_counter() - begin) / repeats
-
-
-def write_figures(path: str | Path, figures: dict, header: str) -> Path:
-    """A script's figures as YAML at `path` (under the working directory, never in the package),
-    written atomically."""
-    from buildllm.atomic import atomic_write_text
-
-    path = Path(path)
-    if Path(__file__).resolve().parents[1] / "buildllm" in path.resolve().parents:
-        raise SystemExit(f"{path}: figures measured here do not go into the package; write them elsewhere")
-    atomic_write_text(path, header + yaml.safe_dump(figures, sort_keys=True))
-    return path
-
-
-def profile_name(profile: str) -> str:
-    """The profile file a script's profile name selects (iteration1 -> gpt_first_cpu)."""
-    chosen = PROFILES[profile]
-    return chosen["preset"] or profiles.iterations()[chosen["iteration"]]

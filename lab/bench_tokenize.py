@@ -1,6 +1,6 @@
 """Tokenize-stage throughput beside a bare `tokenizers` encode_batch over the same text, in one run.
 
-    python scripts/bench_tokenize.py [--source wiki_vital] [--vocab-size 4096] [--repeats 3]
+    python -m lab.bench_tokenize [--source wiki_vital] [--vocab-size 4096] [--repeats 3]
 
 Builds the corpus and runs the tokenize stage in a temporary folder (the project's data/ is left
 alone), then times Tokenizer.encode_batch (and encode_batch_fast, which the stage uses) on the same

@@ -1,0 +1,54 @@
+"""`buildllm tune`'s time budget: each part's share of `tune.seconds`, and its paired turns within it.
+
+Each part runs its sides in turns (A B A B, buildllm/measure/stats.py interleave) until its share
+of the budget is spent, after at least MIN_ROUNDS rounds; a part that cannot start in time is
+skipped, and the record says so.
+"""
+
+from __future__ import annotations
+
+from buildllm.measure.stats import interleave
+
+# Each part's share of the budget (torch.compile gets what is left), and the fewest rounds a part
+# runs once started: 6 pairs are the fewest for a 95% interval of a median.
+SHARES = {"precision": 0.45, "threads": 0.10, "loss_chunk": 0.05, "attention": 0.03}
+MIN_ROUNDS, MAX_ROUNDS = 6, 40
+TURN_SECONDS = 0.3  # a turn runs enough steps to last about this long (a single step is noisier)
+NO_TIME = "no time left in tune.seconds"
+
+
+class Budget:
+    def __init__(self, seconds: float, clock):
+        self.seconds, self.clock = seconds, clock
+        self.start = clock()
+        self.end = self.start + seconds
+
+    def left(self) -> float:
+        return self.end - self.clock()
+
+    def share(self, name: str) -> float:
+        """The deadline of a part starting now: its share of the whole budget, within the budget."""
+        return min(self.end, self.clock() + SHARES[name] * self.seconds)
+
+    def take_turns(self, name: str, turns: dict, clock, skipped: list, said: str) -> dict | None:
+        """Each side's seconds, round by round (the first side is the reference), within part `name`'s
+        share; None, and said in `skipped` as `said`, when not even one round fitted."""
+        seconds = interleave(
+            turns,
+            warmup=1,
+            rounds=MAX_ROUNDS,
+            soft_deadline=self.share(name),
+            hard_deadline=self.end,
+            min_rounds=MIN_ROUNDS,
+            clock=clock,
+        )
+        if not seconds[next(iter(turns))]:
+            skipped.append(f"{said}: {NO_TIME}")
+            return None
+        return seconds
+
+
+def steps_per_turn(step, clock) -> int:
+    begin = clock()
+    step()
+    return max(1, min(8, round(TURN_SECONDS / max(clock() - begin, 1e-6))))
