@@ -288,7 +288,19 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
     add_verify(sub)
+    for name, (module, help_text) in REMOTE.items():
+        p = sub.add_parser(name, help=help_text)
+        call(f"buildllm.remote.{module}:add_arguments", p)
+        p.set_defaults(handler=lambda args, module=module: call(f"buildllm.remote.{module}:command", args))
     return parser
+
+
+# Runs made on another machine and brought home (buildllm/remote/).
+REMOTE = {
+    "pack-run": ("pack_run", "on a machine without git: run stages with dvc repro and add the run to a runs archive"),
+    "import-runs": ("import_runs", "make each run of a runs archive (pack-run) a DVC experiment here"),
+    "wheelhouse": ("wheelhouse", "prepare the wheels that install DVC on a machine without network"),
+}
 
 
 VERIFY = {
