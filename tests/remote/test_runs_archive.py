@@ -88,6 +88,22 @@ def test_import_of_a_truncated_archive_says_one_line_and_changes_nothing(project
     assert subprocess.run(refs, cwd=project, capture_output=True, text=True).stdout == ""
 
 
+def test_import_refuses_a_workspace_with_uncommitted_changes(project, tmp_path):
+    path = tmp_path / "runs.tar.gz"
+    archive.write(path, [a_run()])
+    (project / "params.yaml").write_text((project / "params.yaml").read_text() + "# edited\n")
+    edited = (project / "params.yaml").read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-m", "buildllm", "import-runs", str(path)],
+        cwd=project,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "uncommitted changes (params.yaml)" in done.stderr, done.stderr
+    assert (project / "params.yaml").read_bytes() == edited
+
+
 def test_pack_run_refuses_a_bad_name_or_value_before_running_anything(project, tmp_path):
     into = tmp_path / "runs.tar.gz"
     for args, message in [
