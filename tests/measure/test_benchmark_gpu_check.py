@@ -20,6 +20,8 @@ import standin
 import torch
 from conftest import ROOT, clone_project, once_per_run, run_env
 
+from buildllm.remote.wheelhouse import wheel_name
+
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 BUDGET_S = 400
 RESULT_FILES = {"runs.tar.gz", "results.jsonl", "summary.txt", "log.txt", "env.json"}  # no pytest step here
@@ -129,6 +131,11 @@ def test_each_step_compiles_into_its_own_cache_folder(tmp_path):
     for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
         assert first[key] != second[key] and first[key].startswith(str(tmp_path))
         assert key not in check.environment() or check.environment()[key] == os.environ[key]
+    # And the step's process is given them.
+    probe = check.Runner("cpu", 60.0, tmp_path / "out", started=time.time())
+    probe.run(check.Step("probe", 0.1, ["sh", "-c", "echo inductor at $TORCHINDUCTOR_CACHE_DIR"]))
+    assert f"inductor at {probe.work / 'caches' / 'probe' / 'inductor'}" in (tmp_path / "out" / "log.txt").read_text()
+    probe.go([])  # removes its scratch folder
 
 
 def test_the_budget_starts_before_torch_skips_what_does_not_fit_and_cuts_what_overruns(tmp_path):
@@ -138,6 +145,7 @@ def test_the_budget_starts_before_torch_skips_what_does_not_fit_and_cuts_what_ov
     late = check.Runner("cpu", 101.0, out, started=time.time() - 100)
     late.run(check.Step("small", 0.9, ["true"]))  # 1.3 x 0.9 s does not fit in the 1 s left
     assert late.results["small"]["status"] == "skipped" and "1.3 x 1 s" in late.results["small"]["note"]
+    late.go([])
 
     pid_file = tmp_path / "child.pid"
     budget = check.Runner("cpu", 10.0, out, started=time.time())
@@ -183,7 +191,8 @@ def wheelhouse_here(tmp_path_factory):
 def test_the_route_rehearsed_on_a_cpu_stand_in_comes_home_as_an_experiment(tmp_path, bounded_run, wheelhouse_here):
     began = time.monotonic()
     wheels, made = wheelhouse_here
-    assert "wheelhouse" in made and not any(p.name.startswith("dvc-2") for p in wheels.iterdir())
+    names = [wheel_name(p)[0] for p in wheels.glob("*.whl")]
+    assert "dvc" in names and "torch" not in names and len(names) == len(set(names)), made  # one version a name
     home = clone_project(bounded_run, tmp_path / "home")
     far = tmp_path / "far"
     size = carried(home, far, wheels)
