@@ -4,7 +4,7 @@
 # perhaps no git), in ONE call that ends well inside 8 minutes, so that a second, shorter one still
 # fits the 15 minutes of device time with the machine's start. The device tool's call, from the
 # repository root here, once the token files for vocabularies 4096 and 16384 and the wheelhouse
-# exist (docs/gpu.md, "Preparing what travels"):
+# exist (docs/gpu.md, "1. Prepare what travels"):
 #
 #   run(command="bash scripts/gpu_check.sh", carry=["data/tokens", "tokenizer", "wheelhouse"], timeout_s=480)
 #
