@@ -151,7 +151,9 @@ def add_arguments(parser) -> None:
         "--has",
         nargs="*",
         metavar="NAME",
-        help="packages the target already has, left out (default: the lent GPU machine's)",
+        help="packages the target already has, left out (default, the lent GPU machine's: "
+        + " ".join(GPU_MACHINE_HAS)
+        + ")",
     )
     parser.add_argument(
         "--requirement",
