@@ -314,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_report)
     add_verify(sub)
+    add_remote(sub)
     return parser
 
 
@@ -347,6 +348,21 @@ def add_verify(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return guarded(lambda: args.handler(args))
+
+
+def add_remote(sub) -> None:
+    """Runs made on another machine and brought home (buildllm/remote/): torch-free modules, each
+    bringing its own flags and its command."""
+    from buildllm.remote import import_runs, pack_run, wheelhouse
+
+    for name, module, help_text in (
+        ("pack-run", pack_run, "on a machine without git: run stages with dvc repro, add the run to a runs archive"),
+        ("import-runs", import_runs, "make each run of a runs archive (pack-run) a DVC experiment here"),
+        ("wheelhouse", wheelhouse, "prepare the wheels that install DVC on a machine without network"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        module.add_arguments(p)
+        p.set_defaults(handler=module.command)
 
 
 if __name__ == "__main__":

@@ -1,200 +1,127 @@
-"""The GPU check's runner (scripts/gpu_check.sh starts it): staged steps in value order, each with a
-cost estimate, run only while it fits the time left, each result written the moment it is known.
+"""The GPU check's runner (scripts/gpu_check.sh starts it): the route a user takes on a rented GPU
+machine, in one call that brings the runs home as one archive of DVC runs.
 
-A lent GPU gives 15 minutes of device time in all, the machine's start included, at most 10 per
-command, and brings back at most 8 files. So the check runs as two calls of at most 5 minutes each
-(GPU_CHECK_PART=1, then 2), each under GPU_CHECK_BUDGET_S seconds (default 285), and writes only
-these files, each complete after every step (a kill keeps everything finished before it):
+In value order: the environment; the CUDA tests; DVC installed from the carried wheelhouse (the
+machine has no network); then the experiments, each a `buildllm pack-run` (dvc repro of its stages,
+its params.yaml, dvc.lock and metrics added to runs.tar.gz the moment it ends):
 
+    cuda-course      the course's comparison: iteration 1, fp32, batch 4, 1 epoch, 500 training and
+                     100 validation examples, benchmarked and trained
+    cuda-it1-fp32    iteration 1 at the CPU default's controls (batch 16, the default examples and
+    cuda-it1-bf16    steps), fp32 then bf16
+    cuda-it2-bf16    iterations 2 and 3 in bf16 at the batch the finder chose (finder-it2/-it3),
+    cuda-it3-bf16    with the tune stage first: compiled where tune measures that it pays
+
+At home, `python scripts/gpu_home.py OUT` imports them and writes the CPU-vs-CUDA report.
+
+The budget is true: its clock starts in gpu_check.sh before any Python imports torch
+(GPU_CHECK_T0), a step starts only when 1.3x its estimate fits in what is left of
+GPU_CHECK_BUDGET_S (default 400 s), and a step still running when the budget ends is killed
+with its processes and recorded as "cut" (a budget's verdict, not a code failure). Files under
+the output folder ($GPU_CHECK_OUT, else $OUT, else ./gpu_check_out), each complete after every step:
+
+    runs.tar.gz     the finished runs (buildllm/remote/archive.py)
     results.jsonl   one JSON line per step: name, status, seconds, its estimate, its figures
     summary.txt     the one-screen table, rewritten after each step
     log.txt         every step's command and output
     env.json        `buildllm env --json`
     pytest.log      the CUDA tests' output
 
-Statuses: ok; refused (an expected refusal, named by its message: fp16 on the CPU, and bf16 on a CPU
-without a bf16 matmul path); skipped (did
-not fit the time left, or what it needs is missing); miss (a crash, a config error, a NaN, a
-failed test, a truth check's miss, a step that overran the time left). Any miss: exit 1.
-
-GPU_CHECK_STEPS=name,name reruns only those steps (after a miss, in the time left).
-GPU_CHECK_DEVICE=cpu runs every step on the CPU with preset tiny (the stand-in of the GPU machine,
-tests/measure/test_benchmark_gpu_check.py); GPU_CHECK_OUT (else $OUT, else ./gpu_check_out) is
-where the files go.
+Statuses: ok; refused (an expected refusal, by name); skipped (did not fit, or what it needs is
+missing); cut (killed by the budget); miss (a crash, a config error, a NaN, a failed test). Any
+miss: exit 1. GPU_CHECK_STEPS=name,name runs only those steps (env always runs).
+GPU_CHECK_DEVICE=cpu runs the same route on the CPU with preset tiny and tiny bounds: the stand-in
+that rehearses it (tests/measure/test_benchmark_gpu_check.py).
 """
 
 from __future__ import annotations
 
-import functools
+import importlib.util
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # buildllm from the tree: the GPU machine has it only there
+from buildllm.remote import archive  # noqa: E402
+
 PY = sys.executable
-
-# ---- Where the check calls `buildllm verify` (being added beside this script). The lead adjusts
-# ---- the flags here on merge; until the CLI offers `verify`, the scripts it replaces run instead.
-VERIFY = {
-    "memory": {
-        "cuda": [
-            "--precision",
-            "bf16",
-            "--sets",
-            "fitted",
-            "--profiles",
-            "gpt_first_cpu",
-            "gpt_42m",
-            "--batch-sizes",
-            "8",
-            "--repeats",
-            "1",
-        ],
-        "cpu": [
-            "--precision",
-            "fp32",
-            "--sets",
-            "fitted",
-            "--profiles",
-            "tiny",
-            "--batch-sizes",
-            "8",
-            "--repeats",
-            "1",
-        ],
-    },
-    "estimate": {
-        "cuda": [
-            "--iteration",
-            "1",
-            "--precision",
-            "bf16",
-            "--warmup-steps",
-            "2",
-            "--measured-steps",
-            "10",
-            "--intervals",
-            "2",
-            "--factor",
-            "5",
-        ],
-        "cpu": [
-            "--preset",
-            "tiny",
-            "--warmup-steps",
-            "1",
-            "--measured-steps",
-            "4",
-            "--intervals",
-            "2",
-            "--factor",
-            "3",
-            "--threads",
-            "1",
-        ],
-    },
-}
-
-
-def verify_command(what: str, device: str, json_path: Path) -> list[str]:
-    flags = [*VERIFY[what][device], "--device", device]
-    return [PY, "-m", "buildllm.cli", "verify", what, *flags, "--out", str(json_path)]
-
-
-# ---- Where the check asks for the plain (unfused) loss; the fused-loss work names the flag. Until
-# ---- `benchmark` offers it, the fused-against-plain steps are skipped, by name.
-PLAIN_LOSS = ["--loss", "plain"]
-# ----
-
-# Bounded runs: what each benchmark measures (its own params.yaml in a scratch folder).
-BOUNDS = {
-    "cuda": {
-        "benchmark": {"warmup_steps": 2, "measured_steps": 10, "intervals": 2},
-        "train": {"training_examples": 512, "validation_examples": 64},
-    },
-    "cpu": {
-        "benchmark": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1},
-        "train": {"training_examples": 64, "validation_examples": 16, "threads": 1},
-    },
-}
+HEADROOM = 1.3  # a step starts only when this many times its estimate fits in what is left
+# What each run measures beyond its -S values: the stand-in's tiny bounds (both sides of a
+# comparison use the same, so the controls still match).
+TINY = ["preset=tiny", "benchmark.warmup_steps=1", "benchmark.measured_steps=2", "benchmark.intervals=1"]
 FINDER = {
     "cuda": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1, "max_batch_size": 128},
     "cpu": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1, "max_batch_size": 2},
 }
-# What each model label means, and its vocabulary (the carried data/tokens/wiki_vital_<vocab>).
-MODELS = {
-    "it1": (["--iteration", "1"], 4096),
-    "it2": (["--iteration", "2"], 16384),
-    "it3": (["--iteration", "3"], 16384),
-    "tiny": (["--preset", "tiny"], 4096),
-}
-REFUSALS = {"fp16_on_cpu": "precision fp16 requested on the CPU", "bf16_on_cpu": "no bf16 matmul path"}
+VOCAB = {1: 4096, 2: 16384, 3: 16384}
+REFUSALS = {"bf16_on_cpu": "no bf16 matmul path"}
 
 
 @dataclass
 class Step:
     name: str
-    part: int
     cost: float  # seconds, estimated for this device (the results record the real ones beside)
     command: object  # list[str], or a function of the results so far returning one (or a skip reason)
-    kind: str = "run"  # env | pytest | benchmark | finder | verify
+    kind: str = "run"  # env | pytest | install | pack | finder
     refusal: str | None = None  # the name of an expected refusal (REFUSALS)
-    needs_flag: list[str] = field(default_factory=list)
 
 
-def cli_offers(command: list[str], text: str) -> bool:
-    result = subprocess.run(
-        [PY, "-m", "buildllm", *command], capture_output=True, text=True, cwd=ROOT, env=environment()
-    )
-    return result.returncode == 0 and text in result.stdout
-
-
-def environment() -> dict:
-    return {
+def environment(step: str = "", work: Path | None = None) -> dict:
+    env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "PYTHONUNBUFFERED": "1",
         "DVC_NO_ANALYTICS": "1",
         "HF_HUB_OFFLINE": "1",
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-    }  # the GPU machine's pytest has no plugins; take none here
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # the GPU machine's pytest has no plugins; take none here
+    }
+    if work is not None:
+        # Each step's torch.compile caches in its own folder: two processes sharing inductor's and
+        # triton's default cache (/tmp/torchinductor_$USER) can read each other's half-written
+        # files, which made a compiled stand-in step fail under the parallel suite.
+        cache = work / "caches" / step
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+        env["TRITON_CACHE_DIR"] = str(cache / "triton")
+    return env
 
 
-def tokens(vocab: int) -> list[str]:
-    folder = ROOT / "data" / "tokens" / f"wiki_vital_{vocab}"
-    return [
-        "--train-tokens",
-        str(folder / "train_tokens.pt"),
-        "--validation-tokens",
-        str(folder / "validation_tokens.pt"),
-    ]
-
-
-@functools.cache
 def cpu_refuses_bf16() -> bool:
-    """The stand-in on a CPU without a bf16 matmul path, where the plan refuses bf16 (buildllm/device/cpu_bf16.py)."""
-    return not cli_offers(["env", "--device", "cpu", "--json"], '"cpu_bf16_native": true')
+    """On a CPU without a bf16 matmul path the plan refuses bf16 (buildllm/device/cpu_bf16.py)."""
+    done = subprocess.run(
+        [PY, "-m", "buildllm", "env", "--device", "cpu", "--json"], capture_output=True, text=True, env=environment()
+    )
+    return '"cpu_bf16_native": true' not in done.stdout
 
 
-def steps(device: str) -> list[Step]:
+def pack(name: str, overrides: list[str], stages: list[str], out: Path) -> list[str]:
+    sets = [flag for item in overrides for flag in ("-S", item)]
+    return [PY, "-m", "buildllm", "pack-run", name, *sets, "--stages", *stages, "--into", str(out / "runs.tar.gz")]
+
+
+def steps(device: str, out: Path) -> list[Step]:
     cpu = device == "cpu"
-    big = "tiny" if cpu else "it3"
+    bounds = TINY if cpu else []
     bf16_refusal = "bf16_on_cpu" if cpu and cpu_refuses_bf16() else None
-    out: list[Step] = [
-        Step("env", 0, 10, [PY, "-m", "buildllm", "env", "--device", device, "--json"], kind="env"),
-        # The CUDA tests only; the stand-in runs the same file's quick CPU bodies.
+    base = [f"device={device}", *bounds]
+    course = ["train.batch_size=4", "train.epochs=1", "train.training_examples=500", "train.validation_examples=100"]
+    if cpu:  # the stand-in trains a few examples: the route is rehearsed, not the course's figures
+        course = ["train.batch_size=4", "train.epochs=1", "train.training_examples=32", "train.validation_examples=8"]
+    default = ["train.batch_size=16", "train.compile=false"]
+    out_steps = [
+        Step("env", 10, [PY, "-m", "buildllm", "env", "--device", device, "--json"], kind="env"),
         Step(
             "cuda_tests",
-            1,
             45 if cpu else 60,
             [
                 PY,
@@ -209,62 +136,72 @@ def steps(device: str) -> list[Step]:
             ],
             kind="pytest",
         ),
-    ]
-    costs = {"tiny": 30, "it1": 15, "it2": 20, "it3": 25}
-    for model in ["tiny"] if cpu else ["it1", "it2", "it3"]:
-        for precision in ("bf16", "fp16", "fp32"):
-            flags, vocab = MODELS[model]
-            refusal = {"fp16": "fp16_on_cpu" if cpu else None, "bf16": bf16_refusal}.get(precision)
-            out.append(
-                Step(
-                    f"bench_{model}_{precision}",
-                    1,
-                    costs[model],
-                    ["benchmark", *flags, "--precision", precision, *tokens(vocab)],
-                    kind="benchmark",
-                    refusal=refusal,
-                )
-            )
-    flags, vocab = MODELS[big]
-    out.append(
+        Step("install_dvc", 60 if cpu else 40, None, kind="install"),
         Step(
-            f"finder_{big}_bf16",
-            2,
-            60 if cpu else 45,
-            ["benchmark", *flags, "--precision", "bf16", "--find-batch-size", *tokens(vocab)],
-            kind="finder",
+            "cuda-course",
+            90 if cpu else 60,
+            pack(
+                "cuda-course",
+                [*base, "iteration=1", "precision=fp32", "train.compile=false", *course],
+                ["benchmark", "estimate", "train"],
+                out,
+            ),
+            kind="pack",
+        ),
+        Step(
+            "cuda-it1-fp32",
+            60 if cpu else 40,
+            pack("cuda-it1-fp32", [*base, "iteration=1", "precision=fp32", *default], ["benchmark", "estimate"], out),
+            kind="pack",
+        ),
+        Step(
+            "cuda-it1-bf16",
+            60 if cpu else 40,
+            pack("cuda-it1-bf16", [*base, "iteration=1", "precision=bf16", *default], ["benchmark", "estimate"], out),
+            kind="pack",
             refusal=bf16_refusal,
-        )
-    )
-
-    def at_found(*extra):
-        def command(results):
-            found = (results.get(f"finder_{big}_bf16", {}).get("figures") or {}).get("found_batch_size")
-            if not found:
-                return "the batch finder found no batch"
-            return ["benchmark", *flags, "--precision", "bf16", "--batch-size", str(found), *extra, *tokens(vocab)]
-
-        return command
-
-    out.append(Step(f"bench_{big}_bf16_found", 2, 30 if cpu else 25, at_found(), kind="benchmark"))
-    out.append(Step(f"bench_{big}_bf16_found_compile", 2, 120 if cpu else 75, at_found("--compile"), kind="benchmark"))
-    # The fused side of each pair is part 1's bench_<model>_bf16 (the same bounded run): only the plain one here.
-    for model in ["tiny"] if cpu else ["it2", "it3"]:
-        flags_m, vocab_m = MODELS[model]
-        out.append(
+        ),
+    ]
+    for iteration in (2, 3):
+        finder = f"finder-it{iteration}"
+        model = ["--preset", "tiny"] if cpu else ["--iteration", str(iteration)]
+        tokens = ROOT / "data" / "tokens" / f"wiki_vital_{4096 if cpu else VOCAB[iteration]}"
+        out_steps.append(
             Step(
-                f"bench_{model}_bf16_plain_loss",
-                2,
-                costs[model],
-                ["benchmark", *flags_m, "--precision", "bf16", *PLAIN_LOSS, *tokens(vocab_m)],
-                kind="benchmark",
-                needs_flag=PLAIN_LOSS[:1],
+                finder,
+                60 if cpu else 30,
+                [
+                    "benchmark",
+                    *model,
+                    "--precision",
+                    "bf16",
+                    "--find-batch-size",
+                    "--train-tokens",
+                    str(tokens / "train_tokens.pt"),
+                    "--validation-tokens",
+                    str(tokens / "validation_tokens.pt"),
+                ],
+                kind="finder",
                 refusal=bf16_refusal,
             )
         )
-    out.append(Step("verify_memory", 2, 40, lambda results: "memory", kind="verify"))
-    out.append(Step("verify_estimate", 2, 60 if cpu else 40, lambda results: "estimate", kind="verify"))
-    return out
+
+        def at_found(results, iteration=iteration, finder=finder):
+            found = (results.get(finder, {}).get("figures") or {}).get("found_batch_size")
+            if not found:
+                return f"{finder} found no batch"
+            sets = [
+                *base,
+                f"iteration={iteration}",
+                "precision=bf16",
+                f"train.batch_size={found}",
+                "train.compile=auto",
+                f"tune.seconds={20 if cpu else 40}",
+            ]
+            return pack(f"cuda-it{iteration}-bf16", sets, ["tune", "benchmark", "estimate"], out)
+
+        out_steps.append(Step(f"cuda-it{iteration}-bf16", 120 if cpu else 90, at_found, kind="pack"))
+    return out_steps
 
 
 def finite(value) -> bool:
@@ -272,17 +209,17 @@ def finite(value) -> bool:
 
 
 class Runner:
-    def __init__(self, device: str, part: str, budget: float, out: Path):
-        self.device, self.part, self.budget, self.out = device, part, budget, out
-        self.start = time.monotonic()
+    def __init__(self, device: str, budget: float, out: Path, started: float):
+        self.device, self.budget, self.out, self.started = device, budget, out, started
         self.results: dict[str, dict] = {}
         self.work = Path(tempfile.mkdtemp(prefix="buildllm-gpu-check-"))
         out.mkdir(parents=True, exist_ok=True)
         for name in ("results.jsonl", "log.txt"):
             (out / name).write_text("")
+        (out / "runs.tar.gz").unlink(missing_ok=True)  # this call's runs only
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.start
+        return time.time() - self.started  # wall clock since gpu_check.sh began, torch's import included
 
     def log(self, text: str) -> None:
         with open(self.out / "log.txt", "a") as handle:
@@ -306,56 +243,81 @@ class Runner:
         print(f"[gpu_check {self.elapsed():.0f}s] {step.name}: {status} {note}".rstrip(), flush=True)
         write_atomic(self.out / "summary.txt", summary(self.results.values(), self.device, self.budget, self.elapsed()))
 
+    def command(self, step: Step) -> list[str] | str:
+        if step.kind == "install":
+            if importlib.util.find_spec("dvc") is not None:
+                return "DVC is installed in this Python already"
+            wheels = ROOT / "wheelhouse"
+            if not wheels.is_dir():
+                return "no DVC here and no wheelhouse/ carried (buildllm wheelhouse makes one)"
+            return [PY, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels), "dvc"]
+        return step.command(self.results) if callable(step.command) else step.command
+
     def run(self, step: Step) -> None:
-        command = step.command(self.results) if callable(step.command) else step.command
-        if isinstance(command, str) and step.kind != "verify":
-            return self.record(step, "skipped", 0, command)
-        if step.needs_flag and not cli_offers(["benchmark", "--help"], step.needs_flag[0]):
-            return self.record(step, "skipped", 0, f"`buildllm benchmark` offers no {step.needs_flag[0]} yet")
+        command = self.command(step)
+        if isinstance(command, str):
+            return self.record(step, "skipped" if step.kind != "install" or "no DVC" in command else "ok", 0, command)
         left = self.budget - self.elapsed()
-        if step.cost > left:
-            return self.record(step, "skipped", 0, f"estimated {step.cost:.0f} s, {left:.0f} s left")
-        json_path = self.work / f"{step.name}.json"
-        cwd = ROOT
-        if step.kind == "verify":
-            command = verify_command(command, self.device, json_path)
-        elif step.kind in ("benchmark", "finder"):
+        if HEADROOM * step.cost > left:
+            return self.record(step, "skipped", 0, f"needs {HEADROOM} x {step.cost:.0f} s, {left:.0f} s left")
+        json_path, cwd = None, ROOT
+        if step.kind == "finder":
             cwd = self.work / step.name
             (cwd / "metrics").mkdir(parents=True)
-            bounds = {"benchmark": FINDER[self.device]} if step.kind == "finder" else BOUNDS[self.device]
-            if step.kind == "finder":
-                bounds["train"] = {k: v for k, v in BOUNDS[self.device]["train"].items() if k == "threads"}
-            (cwd / "params.yaml").write_text(yaml.safe_dump(bounds))
+            (cwd / "params.yaml").write_text(yaml.safe_dump({"benchmark": FINDER[self.device]}))
             command = [PY, "-m", "buildllm", *command, "--device", self.device]
-            json_path = cwd / "metrics" / ("batch_size.json" if step.kind == "finder" else "benchmark.json")
+            json_path = cwd / "metrics" / "batch_size.json"
         self.log(f"\n=== {step.name}: {' '.join(command)}")
         began = time.monotonic()
+        # Its own process group: a cut kills DVC's stage processes too, not only their parent.
+        process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=environment(step.name, self.work),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(command, cwd=cwd, env=environment(), capture_output=True, text=True, timeout=left)
-        except subprocess.TimeoutExpired as exc:
-            self.log(f"{exc.stdout or ''}{exc.stderr or ''}")
+            output, _ = process.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+            self.log(output or "")
             return self.record(
-                step, "miss", time.monotonic() - began, f"still running when the {left:.0f} s left ran out"
+                step, "cut", time.monotonic() - began, f"cut by the budget: still running after {left:.0f} s"
             )
         seconds = time.monotonic() - began
-        output = done.stdout + "".join(line + "\n" for line in done.stderr.splitlines() if "\r" not in line)
+        output = "".join(line + "\n" for line in output.splitlines() if "\r" not in line)
         self.log(output)
-        if step.kind == "env" and done.returncode == 0:
-            write_atomic(self.out / "env.json", done.stdout)
+        if step.kind == "env" and process.returncode == 0:
+            write_atomic(self.out / "env.json", output[output.index("{") :] if "{" in output else output)
         if step.kind == "pytest":
             write_atomic(self.out / "pytest.log", output)
-        figures = json.loads(json_path.read_text()) if json_path.exists() else {}
-        status, note = judge(step, done.returncode, output, figures)
+        figures = json.loads(json_path.read_text()) if json_path and json_path.exists() else {}
+        if step.kind == "pack":
+            figures = pack_figures(self.out / "runs.tar.gz", step.name)
+        status, note = judge(step, process.returncode, output, figures)
         self.record(step, status, seconds, note, figures)
 
-    def go(self, parts: list[Step]) -> int:
+    def go(self, chosen: list[Step]) -> int:
         try:
-            for step in parts:
+            for step in chosen:
                 self.run(step)
-        finally:  # what the steps wrote there that matters is already in out/ (log.txt, figures)
+        finally:  # what the steps wrote there that matters is already in out/
             shutil.rmtree(self.work, ignore_errors=True)
         print(summary(self.results.values(), self.device, self.budget, self.elapsed()), flush=True)
         return 1 if any(r["status"] == "miss" for r in self.results.values()) else 0
+
+
+def pack_figures(archive_path: Path, name: str) -> dict:
+    """The run's benchmark figures as the archive holds them (what comes home is what is judged)."""
+    if not archive_path.exists():
+        return {}
+    run = next((r for r in archive.read(archive_path) if r.name == name), None)
+    data = run.files.get("metrics/benchmark.json") if run else None
+    return json.loads(data) if data else {}
 
 
 def judge(step: Step, code: int, output: str, figures: dict) -> tuple[str, str]:
@@ -365,19 +327,15 @@ def judge(step: Step, code: int, output: str, figures: dict) -> tuple[str, str]:
             return "refused", f"expected: {step.refusal}"
         return "miss", f"expected the refusal {step.refusal}, got exit code {code}: {last[:120]}"
     if code != 0:
-        what = {
-            1: "a truth check missed" if step.kind == "verify" else "failed",
-            2: "refused or a config error",
-            3: "training failed (non-finite loss or out of memory)",
-        }.get(code, "crashed")
-        return "miss", f"exit code {code} ({what}): {last[:160]}"
+        what = {2: "refused or a config error", 3: "the run failed (non-finite loss, out of memory, a stage)"}
+        return "miss", f"exit code {code} ({what.get(code, 'crashed')}): {last[:160]}"
     if step.kind == "pytest" and (" passed" not in last or "failed" in last or "error" in last):
         return "miss", f"not every selected test passed: {last[:160]}"
     bad = [key for key, value in figures.items() if not finite(value)]
     if bad:
         return "miss", f"non-finite figures: {', '.join(bad[:5])}"
-    if step.kind == "benchmark" and not figures.get("tokens_per_second", 0) > 0:
-        return "miss", "no tokens/s recorded"
+    if step.kind == "pack" and not figures.get("tokens_per_second", 0) > 0:
+        return "miss", "the run brought home no tokens/s"
     if step.kind == "finder" and not figures.get("found_batch_size", 0) >= 1:
         return "miss", "no batch size fits"
     return "ok", last[:100] if step.kind == "pytest" else ""
@@ -386,22 +344,22 @@ def judge(step: Step, code: int, output: str, figures: dict) -> tuple[str, str]:
 def summary(results, device: str, budget: float, elapsed: float) -> str:
     lines = [
         f"gpu_check on {device}: {elapsed:.0f} s of a {budget:.0f} s budget",
-        f"{'step':<34}{'status':<9}{'s':>6}{'est':>6}{'tok/s':>12}{'MFU':>7}{'peak MiB':>10}{'est/pk':>7}",
+        f"{'step':<20}{'status':<9}{'s':>6}{'est':>6}{'tok/s':>12}{'MFU':>7}{'peak MiB':>10}{'batch':>7}",
     ]
     for r in results:
         f = r["figures"]
-        row = f"{r['name']:<34}{r['status']:<9}{r['seconds']:>6.0f}{r['estimate_seconds']:>6.0f}"
+        row = f"{r['name']:<20}{r['status']:<9}{r['seconds']:>6.0f}{r['estimate_seconds']:>6.0f}"
         if "tokens_per_second" in f:
             row += (
                 f"{f['tokens_per_second']:>12,.0f}{f.get('mfu', 0):>7.1%}"
-                f"{f.get('peak_memory_bytes', 0) / 2**20:>10.0f}{f.get('memory_estimate_ratio', 0):>7.2f}"
+                f"{f.get('peak_memory_bytes', 0) / 2**20:>10.0f}{f.get('batch_size', 0):>7}"
             )
         elif "found_batch_size" in f:
             row += f"  found batch {f['found_batch_size']} in {f.get('tries')} tries"
         if r["note"] and r["status"] != "ok":
             row += f"  {r['note'][:70]}"
         lines.append(row)
-    counts = {s: sum(r["status"] == s for r in results) for s in ("ok", "refused", "skipped", "miss")}
+    counts = {s: sum(r["status"] == s for r in results) for s in ("ok", "refused", "skipped", "cut", "miss")}
     verdict = "  -> FAILED" if counts["miss"] else "  -> passed"
     lines.append(", ".join(f"{n} {s}" for s, n in counts.items()) + verdict)
     return "\n".join(lines) + "\n"
@@ -414,28 +372,25 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def main() -> int:
+    started = float(os.environ.get("GPU_CHECK_T0") or time.time())
     device = os.environ.get("GPU_CHECK_DEVICE", "cuda")
     if device not in ("cuda", "cpu"):
         print(f"error: GPU_CHECK_DEVICE={device!r}; use cuda or cpu", file=sys.stderr)
         return 2
-    part = os.environ.get("GPU_CHECK_PART", "all")
-    if part not in ("1", "2", "all"):
-        print(f"error: GPU_CHECK_PART={part!r}; use 1, 2 or all", file=sys.stderr)
-        return 2
-    budget = float(os.environ.get("GPU_CHECK_BUDGET_S", "285"))
+    budget = float(os.environ.get("GPU_CHECK_BUDGET_S", "400"))
     out = Path(os.environ.get("GPU_CHECK_OUT") or os.environ.get("OUT") or ROOT / "gpu_check_out").resolve()
-    chosen = [s for s in steps(device) if part == "all" or s.part in (0, int(part))]
+    chosen = steps(device, out)
     if only := os.environ.get("GPU_CHECK_STEPS"):  # a rerun of named steps (env always runs)
         names = set(only.split(","))
-        unknown = names - {s.name for s in steps(device)}
+        unknown = names - {s.name for s in chosen}
         if unknown:
             print(
                 f"error: GPU_CHECK_STEPS names no step {sorted(unknown)}; see results.jsonl for the names",
                 file=sys.stderr,
             )
             return 2
-        chosen = [s for s in steps(device) if s.part == 0 or s.name in names]
-    return Runner(device, part, budget, out).go(chosen)
+        chosen = [s for s in chosen if s.name == "env" or s.name in names]
+    return Runner(device, budget, out, started).go(chosen)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,25 @@
 #!/usr/bin/env bash
-# GPU check: the CUDA route measured on a lent GPU (one H200; torch, tokenizers, numpy, pandas, pyyaml,
-# psutil, tqdm, matplotlib, pytest; no DVC, no corpus package, no network), in two calls of at most
-# 5 minutes each, so that a rerun of one still fits the 15 minutes of device time. The device tool's
-# calls, from the repository root here, once `dvc repro tokenize` has made the token files and
-# tokenizers for vocabularies 4096 and 16384 (see README, "On a GPU"):
+# GPU check: the route a user takes on a rented GPU machine (docs/gpu.md), on the lent one (one
+# H200; torch 2.11, tokenizers, numpy, pandas, pyyaml, ...; no DVC, no corpus package, no network,
+# perhaps no git), in ONE call that ends well inside 8 minutes, so that a second, shorter one still
+# fits the 15 minutes of device time with the machine's start. The device tool's call, from the
+# repository root here, once the token files for vocabularies 4096 and 16384 and the wheelhouse
+# exist (docs/gpu.md, "1. Prepare what travels"):
 #
-#   run(command="GPU_CHECK_PART=1 bash scripts/gpu_check.sh", carry=["data/tokens", "tokenizer"], timeout_s=300)
-#   run(command="GPU_CHECK_PART=2 bash scripts/gpu_check.sh", carry=["data/tokens", "tokenizer"], timeout_s=300)
+#   run(command="bash scripts/gpu_check.sh", carry=["data/tokens", "tokenizer", "wheelhouse"], timeout_s=480)
 #
-# Part 1: environment; the CUDA tests of tests/device/test_cuda.py; bounded benchmarks of iterations
-# 1-3 in bf16, fp16 and fp32. Part 2: the batch finder on gpt_100m bf16, that batch without and with
-# torch.compile; the fused against the plain loss at iterations 2 and 3; memory truth on a few shapes;
-# estimate truth. Each step runs only if its cost estimate fits the time left of GPU_CHECK_BUDGET_S
-# (default 285 s) and is written the moment it ends; the runner, its files (5 under $OUT) and its
-# statuses are described in scripts/gpu_check.py. Exit 1 on any miss; the summary table comes last.
+# The CUDA tests, DVC from the wheelhouse, then the experiments as `buildllm pack-run` runs, each
+# added to $OUT/runs.tar.gz as it ends; 6 files under $OUT in all (scripts/gpu_check.py lists them).
+# Budget: GPU_CHECK_BUDGET_S (default 400 s) counted from this script's first line, before any
+# Python imports torch. At home: `python scripts/gpu_home.py OUT` (the folder the files came back in).
 #
-# A rerun of named steps after a miss: GPU_CHECK_STEPS=finder_it3_bf16,bench_it3_bf16_found (names in
-# results.jsonl), with the part's carry and a timeout that fits the device time left.
+# A rerun of named steps after a miss: GPU_CHECK_STEPS=cuda-it3-bf16,finder-it3 (names in
+# results.jsonl), with the same carry and a timeout that fits the device time left.
 #
-# GPU_CHECK_DEVICE=cpu runs the same steps on the CPU with preset tiny: the stand-in that tests it
-# (tests/measure/test_benchmark_gpu_check.py). Python: $PYTHON, else the GPU machine's
+# GPU_CHECK_DEVICE=cpu runs the same route on the CPU with preset tiny: the stand-in that rehearses
+# it (tests/measure/test_benchmark_gpu_check.py). Python: $PYTHON, else the GPU machine's
 # /opt/torch/.venv/bin/python3, else python3 when its torch sees CUDA, else .venv/bin/python.
+export GPU_CHECK_T0="$(date +%s.%N)"  # the budget's clock: before torch is imported
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

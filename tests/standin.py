@@ -78,3 +78,36 @@ def environment(root: Path) -> dict[str, str]:
         "BUILDLLM_BLOCKED_IMPORTS": ",".join(modules),
         "BUILDLLM_BLOCKED_DISTRIBUTIONS": ",".join(distributions),
     }
+
+
+def gpu_machine_python(venv: Path) -> Path:
+    """A fresh venv that sees exactly the GPU machine's packages (GPU_MACHINE and what they need),
+    linked from this Python's site-packages, and nothing else: no DVC, no buildllm, no corpus
+    package. Its own site-packages is empty, so `pip install` there puts DVC beside them, as on
+    that machine. (A --system-site-packages venv would see every package installed here.)
+    Returns its python."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    site = venv / "gpu_machine_site"
+    site.mkdir()
+    keep = _closure(GPU_MACHINE) - set(ABSENT) - {"buildllm", "pip", "setuptools"}
+    for dist in metadata.distributions():
+        if _key(dist.metadata["Name"] or "") not in keep:
+            continue
+        for first in {file.parts[0] for file in dist.files or ()}:
+            source = Path(dist.locate_file(first))
+            if first in ("..", "bin", "__pycache__") or first.endswith(".pth") or not source.exists():
+                continue
+            if not (site / first).exists():
+                (site / first).symlink_to(source)
+    python = venv / "bin" / "python"
+    own = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(own) / "gpu_machine.pth").write_text(f"{site}\n")
+    return python

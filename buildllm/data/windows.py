@@ -198,24 +198,57 @@ class EpochBatches(torch.utils.data.Dataset):
         return (index, *self.windows.batch(chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]))
 
 
+class RunBatches(torch.utils.data.Dataset):
+    """Every epoch's batches from (epoch, start_batch) on, one epoch after another, as one dataset:
+    item i is the i-th batch after that point, as (epoch, batch_index, inputs, targets).
+
+    One DataLoader over it serves the whole run, so its workers start once, before the first step:
+    a loader per epoch would start them again at every epoch boundary, inside a measured interval
+    when epochs are short (a few batches at a large batch size on a GPU)."""
+
+    EPOCHS = 1_000_000  # "without end": the trainer stops taking batches long before
+
+    def __init__(self, windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0,
+                 rank: int = 0, world_size: int = 1):
+        self.windows, self.batch_size, self.seed, self.rank, self.world_size = windows, batch_size, seed, rank, world_size
+        self.per_epoch = batches_per_epoch(len(windows), batch_size * world_size)
+        self.first = epoch * self.per_epoch + start_batch
+        self.count = self.EPOCHS * self.per_epoch
+        self._epoch: tuple[int, EpochBatches] | None = None  # the epoch whose order each process holds
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, position: int) -> tuple[int, int, torch.Tensor, torch.Tensor]:
+        if not 0 <= position < self.count:
+            raise IndexError(position)
+        epoch, index = divmod(self.first + position, self.per_epoch)
+        if self._epoch is None or self._epoch[0] != epoch:
+            batches = EpochBatches(self.windows, self.batch_size, self.seed, epoch, 0, self.rank, self.world_size)
+            self._epoch = (epoch, batches)
+        return (epoch, *self._epoch[1][index])
+
+
 def loader(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0, rank: int = 0,
            world_size: int = 1, workers: int = 0, pin_memory: bool = False):
-    """epoch_batches, built by `workers` background processes when workers > 0.
+    """(epoch, batch_index, inputs, targets) from (epoch, start_batch) on, across epochs (RunBatches),
+    built by `workers` background processes when workers > 0.
 
     Same batches, same order, same resumable start; with pin_memory (for a CUDA device) the
     workers' batches arrive in page-locked memory, ready for a non-blocking copy (Device.put).
     workers=0 builds each batch in the training process: slicing windows out of one tensor is cheap,
-    and workers cost a start-up per epoch and a copy between processes for every batch.
+    and workers cost a start-up (once per loader) and a copy between processes for every batch.
     """
+    batches = RunBatches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
     if workers <= 0:
-        yield from epoch_batches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
+        for position in range(len(batches)):
+            yield batches[position]
         return
-    batches = EpochBatches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
     # batch_size=None: the dataset's items already are batches, passed through unchanged.
     data_loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False, num_workers=workers,
                                               pin_memory=pin_memory and torch.cuda.is_available())
-    for index, inputs, targets in data_loader:
-        yield int(index), inputs, targets
+    for epoch_number, index, inputs, targets in data_loader:
+        yield int(epoch_number), int(index), inputs, targets
 
 
 def sequential_batches(windows: Windows, batch_size: int):

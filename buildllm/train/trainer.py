@@ -59,9 +59,7 @@ class DataCursor:
         self.epoch, self.batch, self._batches = 0, 0, None
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.batch >= self.batches_per_epoch:
-            self.epoch, self.batch, self._batches = self.epoch + 1, 0, None
-        if self._batches is None:
+        if self._batches is None:  # one loader for the rest of the run: its workers start once
             self._batches = loader(
                 self.windows,
                 self.batch_size,
@@ -73,7 +71,7 @@ class DataCursor:
                 self.workers,
                 self.pin_memory,
             )
-        index, inputs, targets = next(self._batches)
+        self.epoch, index, inputs, targets = next(self._batches)
         self.batch = index + 1
         return inputs, targets
 

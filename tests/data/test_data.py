@@ -1,5 +1,7 @@
 """The data module: token file checks, windows, deterministic resumable order, worker loading."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -7,6 +9,8 @@ from buildllm.data.tokenization import token_dtype
 from buildllm.data.windows import (EpochBatches, Windows, epoch_batches, epoch_order, load_tokens, loader,
                                    sequential_batches)
 from buildllm.errors import UserError
+from buildllm.train.distributed import World
+from buildllm.train.trainer import DataCursor
 
 
 def save(tmp_path, value, name="tokens.pt"):
@@ -88,13 +92,36 @@ def test_ranks_together_see_what_one_process_sees_with_the_larger_batch():
         assert torch.equal(one[1], torch.cat([left[1], right[1]]))
 
 
-def test_loader_with_workers_gives_the_same_batches_in_the_same_order():
+def test_loader_with_workers_gives_the_same_batches_in_the_same_order_across_epochs():
     windows = Windows(torch.arange(3000).to(torch.uint16), sequence_length=16, limit=150)
-    plain = list(loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3))
-    workers = list(loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3, workers=2, pin_memory=True))
-    assert len(plain) == len(workers) == 150 // 8 - 3
-    for (i, x, y), (j, u, v) in zip(plain, workers):
-        assert i == j and isinstance(j, int) and torch.equal(x, u) and torch.equal(y, v)
+    per_epoch = 150 // 8
+    count = 2 * per_epoch + 4  # the rest of epoch 1 from batch 3, all of epoch 2, the start of epoch 3
+    plain = list(itertools.islice(loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3), count))
+    workers = list(itertools.islice(
+        loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3, workers=2, pin_memory=True), count))
+    expected = [(e, i, x, y) for e in (1, 2, 3) for i, x, y in epoch_batches(windows, 8, 5, e, 3 if e == 1 else 0)]
+    for (e, i, x, y), (f, j, u, v), (g, k, s, t) in zip(plain, workers, expected[:count], strict=True):
+        assert e == f == g and i == j == k and isinstance(j, int) and isinstance(f, int)
+        assert torch.equal(x, u) and torch.equal(x, s) and torch.equal(y, v) and torch.equal(y, t)
+    assert [e for e, *_ in plain].count(2) == per_epoch
+
+
+def test_workers_start_once_for_a_run_of_several_epochs(monkeypatch):
+    """The measured windows hold no worker start-up: one DataLoader (so one set of worker processes)
+    serves every epoch, however short. A loader per epoch, as before, would make three here."""
+    made = []
+
+    class Counted(torch.utils.data.DataLoader):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("num_workers"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(torch.utils.data, "DataLoader", Counted)
+    windows = Windows(torch.arange(2000).to(torch.uint16), sequence_length=16, limit=40)
+    cursor = DataCursor(windows, batch_size=8, seed=1, world=World(), workers=2)
+    for _ in range(3 * 5 + 1):  # three epochs of 5 batches, and the first of the fourth
+        cursor.next()
+    assert made == [2] and cursor.state()["epoch"] == 3 and cursor.state()["batch"] == 1
 
 
 def test_epoch_batches_dataset_refuses_positions_past_its_end():

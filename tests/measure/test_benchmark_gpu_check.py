@@ -1,8 +1,8 @@
 """scripts/gpu_check.sh and its runner scripts/gpu_check.py, without a GPU: the syntax, the refusal
-without CUDA, how a step's outcome is judged, and the whole staged check on a CPU stand-in of the
-GPU machine (GPU_CHECK_DEVICE=cpu, preset tiny): a Python that cannot import DVC, the corpus package
-or anything else that machine lacks (tests/standin.py), only the carried data/tokens and tokenizer
-folders (no data/corpus), under a time budget."""
+without CUDA, how a step's outcome is judged, the budget, and the whole route rehearsed on a CPU
+stand-in of the GPU machine (GPU_CHECK_DEVICE=cpu, preset tiny): a fresh Python that has only that
+machine's packages and gets DVC from a carried wheelhouse with the network off, only the carried
+folders, the runs brought home into a clone of the project, imported, and compared there."""
 
 from __future__ import annotations
 
@@ -10,22 +10,21 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import standin
 import torch
-from conftest import ROOT, needs_cpu_bf16, run_env
-from train_fixtures import make_token_files
+from conftest import ROOT, clone_project, once_per_run, run_env
+
+from buildllm.remote.wheelhouse import wheel_name
 
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
-# The stand-in's budget: its steps took 6 minutes on a 2-core machine shared with other jobs (load 12),
-# with the compile alone 2 minutes; each step runs only while its estimate fits what is left.
-BUDGET_S = 480
-RESULT_FILES = {"results.jsonl", "summary.txt", "log.txt", "env.json", "pytest.log"}
+BUDGET_S = 400
+RESULT_FILES = {"runs.tar.gz", "results.jsonl", "summary.txt", "log.txt", "env.json"}  # no pytest step here
 
 
 def runner():
@@ -63,20 +62,19 @@ def test_without_cuda_it_stops_at_once_with_one_line(tmp_path):
 
 def test_only_a_named_refusal_passes_and_any_other_failure_is_a_miss():
     check = runner()
-    bench = check.Step("bench", 1, 1, [], kind="benchmark")
-    fp16 = check.Step("bench_fp16", 1, 1, [], kind="benchmark", refusal="fp16_on_cpu")
-    refusal = "error: precision fp16 requested on the CPU, which has no fast fp16 training path"
+    bench = check.Step("cuda-it1-fp32", 1, [], kind="pack")
+    bf16 = check.Step("cuda-it1-bf16", 1, [], kind="pack", refusal="bf16_on_cpu")
+    refusal = "error: bf16 requested on this CPU, which has no bf16 matmul path"
     good = {"tokens_per_second": 10.0, "mfu": 0.1}
-    assert check.judge(fp16, 2, refusal, {})[0] == "refused"
-    assert check.judge(fp16, 0, "", good)[0] == "miss"  # a refusal that did not happen is a miss too
-    assert check.judge(bench, 2, refusal, {})[0] == "miss"  # the same refusal, not expected here
+    assert check.judge(bf16, 3, refusal, {})[0] == "refused"
+    assert check.judge(bf16, 0, "", good)[0] == "miss"  # a refusal that did not happen is a miss too
+    assert check.judge(bench, 3, refusal, {})[0] == "miss"  # the same refusal, not expected here
     assert check.judge(bench, 2, "error: no token file data/tokens/...", {})[0] == "miss"  # a config error
     assert check.judge(bench, 3, "error: training loss became nan at step 4", {})[0] == "miss"
     assert check.judge(bench, 0, "", {**good, "mfu": float("nan")}) == ("miss", "non-finite figures: mfu")
+    assert check.judge(bench, 0, "", {})[0] == "miss"  # a run that brought nothing home
     assert check.judge(bench, 0, "", good)[0] == "ok"
-    verify = check.Step("verify_memory", 2, 1, None, kind="verify")
-    assert check.judge(verify, 1, "a shape missed its range", {})[0] == "miss"
-    tests = check.Step("cuda_tests", 1, 1, [], kind="pytest")
+    tests = check.Step("cuda_tests", 1, [], kind="pytest")
     assert check.judge(tests, 0, "7 skipped in 2.90s", {})[0] == "miss"  # nothing ran: not a pass
     assert check.judge(tests, 0, "5 passed, 2 skipped in 9s", {})[0] == "ok"
 
@@ -124,127 +122,162 @@ def test_the_stand_in_cannot_import_what_the_gpu_machine_lacks(tmp_path):
     assert "8/16 tests collected" in result.stdout  # the CUDA parameter of each of the 8 bodies
 
 
-def carried_tree(tmp_path):
-    """What travels to the GPU machine: the tracked tree, plus the carried data/tokens and tokenizer
-    folders; no data/corpus, no .venv, not installed."""
-    project = tmp_path / "project"
-    for name in ("buildllm", "scripts", "stages"):
-        shutil.copytree(ROOT / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "params.yaml", "dvc.yaml", "README.md"):
-        shutil.copy2(ROOT / name, project / name)
-    (project / "tests" / "device").mkdir(parents=True)
-    for name in ("conftest.py", "train_fixtures.py", "device/test_cuda.py"):
-        shutil.copy2(ROOT / "tests" / name, project / "tests" / name)
-    made = make_token_files(tmp_path / "tokens")
-    folder = project / "data" / "tokens" / "wiki_vital_4096"
-    folder.mkdir(parents=True)
-    shutil.copy2(made["train"], folder / "train_tokens.pt")
-    shutil.copy2(made["validation"], folder / "validation_tokens.pt")
-    (project / "tokenizer").mkdir()
-    shutil.copy2(made["tokenizer"], project / "tokenizer" / "wiki_vital_4096_tokenizer.json")
-    return project
+def test_each_step_compiles_into_its_own_cache_folder(tmp_path):
+    """torch.compile's inductor and triton caches default to one folder per user, shared by every
+    process: under the parallel suite a compiled stand-in step failed while other workers compiled
+    beside it. Each step now gets folders of its own, under the call's scratch folder."""
+    check = runner()
+    first, second = check.environment("cuda-it2-bf16", tmp_path), check.environment("cuda-it3-bf16", tmp_path)
+    for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        assert first[key] != second[key] and first[key].startswith(str(tmp_path))
+        assert key not in check.environment() or check.environment()[key] == os.environ[key]
+    # And the step's process is given them.
+    probe = check.Runner("cpu", 60.0, tmp_path / "out", started=time.time())
+    probe.run(check.Step("probe", 0.1, ["sh", "-c", "echo inductor at $TORCHINDUCTOR_CACHE_DIR"]))
+    assert f"inductor at {probe.work / 'caches' / 'probe' / 'inductor'}" in (tmp_path / "out" / "log.txt").read_text()
+    probe.go([])  # removes its scratch folder
 
 
-@pytest.mark.slow
-@needs_cpu_bf16  # the stand-in runs the GPU's bf16 steps on this CPU
-def test_the_staged_check_runs_on_a_cpu_stand_in_of_the_gpu_machine_inside_its_budget(tmp_path):
-    project = carried_tree(tmp_path)
+def test_the_budget_starts_before_torch_skips_what_does_not_fit_and_cuts_what_overruns(tmp_path):
+    check = runner()
     out = tmp_path / "out"
-    result = gpu_check(
-        project,
-        GPU_CHECK_DEVICE="cpu",
-        GPU_CHECK_OUT=str(out),
-        GPU_CHECK_BUDGET_S=str(BUDGET_S),
-        **standin.environment(project),
-    )
-    assert {p.name for p in out.iterdir()} == RESULT_FILES  # at most 8 files come back from $OUT
-    results = {r["name"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
-    status = {name: r["status"] for name, r in results.items()}
-    # The two truth checks compare timings and peaks with their estimates: on a loaded CPU a tiny run
-    # may fall outside a range, which is a real miss. The runner then exits 1 and says so; nothing else
-    # may miss.
-    truths = ("verify_memory", "verify_estimate")
-    missed = [name for name in truths if status[name] == "miss"]
-    assert result.returncode == (1 if missed else 0), result.stdout[-6000:] + result.stderr[-3000:]
-    for name in missed:
-        assert "a truth check missed" in results[name]["note"], results[name]
-    # Every step ran (none skipped for the budget), fp16 was refused by name.
-    assert status["bench_tiny_fp16"] == "refused"
-    ran = [
-        "env",
-        "cuda_tests",
-        "bench_tiny_bf16",
-        "bench_tiny_fp32",
-        "finder_tiny_bf16",
-        "bench_tiny_bf16_found",
-        "bench_tiny_bf16_found_compile",
-    ]
-    assert {name: status[name] for name in ran} == dict.fromkeys(ran, "ok"), result.stdout[-3000:]
-    assert all(status[name] in ("ok", "miss") for name in truths)
-    # The plain loss needs the fused-loss work's flag: until `benchmark` offers it, skipped by name.
-    r = results["bench_tiny_bf16_plain_loss"]
-    assert r["status"] == "ok" or (r["status"] == "skipped" and "offers no" in r["note"])
-    assert max(r["elapsed_seconds"] for r in results.values()) <= BUDGET_S
-    for precision in ("bf16", "fp32"):
-        m = results[f"bench_tiny_{precision}"]["figures"]
-        assert m["precision"] == precision and m["device"] == "cpu" and m["measured_steps"] == 2
-    found = results["finder_tiny_bf16"]["figures"]["found_batch_size"]
-    assert 1 <= found <= 2  # the CPU mode caps the finder at 2
-    plain, compiled = (results[f"bench_tiny_bf16_found{s}"]["figures"] for s in ("", "_compile"))
-    assert plain["batch_size"] == compiled["batch_size"] == found
-    assert not plain["compile_enabled"] and compiled["compile_enabled"]
-    assert "passed" in results["cuda_tests"]["note"] and "passed" in (out / "pytest.log").read_text()
-    assert json.loads((out / "env.json").read_text())["resolved_device"] == "cpu"
+    # 100 s already gone before the runner began (the shell's torch import, the machine's start...).
+    late = check.Runner("cpu", 101.0, out, started=time.time() - 100)
+    late.run(check.Step("small", 0.9, ["true"]))  # 1.3 x 0.9 s does not fit in the 1 s left
+    assert late.results["small"]["status"] == "skipped" and "1.3 x 1 s" in late.results["small"]["note"]
+    late.go([])
+
+    pid_file = tmp_path / "child.pid"
+    budget = check.Runner("cpu", 10.0, out, started=time.time())
+    # A step whose estimate fits but which overruns: killed with its children at the budget's end.
+    budget.run(check.Step("overrun", 1, ["bash", "-c", f"sleep 120 & echo $! > {pid_file}; wait"]))
+    r = budget.results["overrun"]
+    assert r["status"] == "cut" and "cut by the budget" in r["note"] and r["seconds"] < 60, r
+    stat = Path(f"/proc/{pid_file.read_text().strip()}/stat")
+    assert not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z"  # gone, or a zombie
+    assert budget.go([]) == 0  # a cut is the budget's verdict, not a failure of the code
     summary = (out / "summary.txt").read_text()
-    verdict = "-> FAILED" if missed else "-> passed"
-    assert summary.rstrip().endswith(verdict) and "bench_tiny_bf16" in summary
-    assert result.stdout.rstrip().endswith(verdict)  # the summary is the last screen
-    assert not (project / "metrics").exists()  # benchmarks ran in scratch folders
+    assert "1 cut" in summary and summary.rstrip().endswith("-> passed")
+
+
+def test_the_budget_clock_starts_in_the_shell_before_python_starts(tmp_path):
+    """gpu_check.sh reads the clock on its first line: whatever runs before the runner (a Python
+    that takes seconds to start, the shell's own `import torch` on the GPU machine) is counted."""
+    slow_python = tmp_path / "slow-python"
+    slow_python.write_text(f'#!/bin/sh\nsleep 10\nexec "{sys.executable}" "$@"\n')
+    slow_python.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**run_env(), "PYTHON": str(slow_python), "GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_OUT": str(out)}
+    done = subprocess.run(
+        ["bash", str(SCRIPT)], env={**env, "GPU_CHECK_STEPS": "install_dvc"}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    first = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    # The 10 s before the runner began count (a budget clock started in Python would miss them).
+    assert first["name"] == "env" and first["elapsed_seconds"] - first["seconds"] >= 10, first
+
+
+def carried(home, far, wheelhouse) -> int:
+    """What travels to the GPU machine: the project's tracked files, the token files, the tokenizer
+    and the wheelhouse (no .git, no data/corpus, no venv); returns their size in bytes."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=home, capture_output=True, text=True, check=True)
+    for name in filter(None, tracked.stdout.split("\0")):
+        (far / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(home / name, far / name)
+    shutil.copytree(ROOT / "scripts", far / "scripts")  # the test's project copy holds only what DVC runs
+    shutil.copytree(home / "data" / "tokens", far / "data" / "tokens")
+    shutil.copytree(home / "tokenizer", far / "tokenizer")
+    shutil.copytree(wheelhouse, far / "wheelhouse")
+    return sum(p.stat().st_size for p in far.rglob("*") if p.is_file())
+
+
+@pytest.fixture(scope="session")
+def wheelhouse_here(tmp_path_factory):
+    """DVC's wheels for this Python, less what the stand-in has, built once per test run (PyPI)."""
+    has = sorted(standin._closure(standin.GPU_MACHINE))
+
+    def make(folder):
+        command = [sys.executable, "-m", "buildllm", "wheelhouse", "--out", str(folder)]
+        command += ["--python-version", f"{sys.version_info.major}.{sys.version_info.minor}", "--has", *has]
+        return subprocess.run(command, env=run_env(), capture_output=True, text=True, check=True).stdout
+
+    return once_per_run(tmp_path_factory, "wheelhouse", make)
 
 
 @pytest.mark.slow
-def test_a_step_that_does_not_fit_is_skipped_and_a_kill_keeps_every_finished_step(tmp_path):
-    project = carried_tree(tmp_path)
-    environment = {
-        **run_env(),
-        "PYTHON": sys.executable,
-        "GPU_CHECK_DEVICE": "cpu",
-        "GPU_CHECK_PART": "1",
-        **standin.environment(project),
-    }
-    script = ["bash", str(project / "scripts" / "gpu_check.sh")]
-    tight = tmp_path / "tight"
+def test_the_route_rehearsed_on_a_cpu_stand_in_comes_home_as_an_experiment(tmp_path, bounded_run, wheelhouse_here):
+    began = time.monotonic()
+    wheels, made = wheelhouse_here
+    names = [wheel_name(p)[0] for p in wheels.glob("*.whl")]
+    assert "dvc" in names and "torch" not in names and len(names) == len(set(names)), made  # one version a name
+    home = clone_project(bounded_run, tmp_path / "home")
+    far = tmp_path / "far"
+    size = carried(home, far, wheels)
+    python = standin.gpu_machine_python(tmp_path / "far-python")
+    # The far side: its own Python first on PATH, no git binary, no network, no pip configuration.
+    no_git = tmp_path / "no-git"
+    no_git.mkdir()
+    (no_git / "git").write_text("#!/bin/sh\necho 'git: not on this machine' >&2\nexit 127\n")
+    (no_git / "git").chmod(0o755)
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != Path(sys.executable).parent]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(
+        PATH=os.pathsep.join([str(python.parent), str(no_git), *path]),
+        PYTHON=str(python),
+        PIP_CONFIG_FILE=os.devnull,
+        HTTP_PROXY="http://127.0.0.1:9",
+        HTTPS_PROXY="http://127.0.0.1:9",
+        GPU_CHECK_DEVICE="cpu",
+        GPU_CHECK_OUT=str(tmp_path / "out"),
+        GPU_CHECK_BUDGET_S=str(BUDGET_S),
+        GPU_CHECK_STEPS="install_dvc,cuda-it1-fp32",  # the course run adds a train stage: a minute more
+    )
     result = subprocess.run(
-        script,
-        cwd=project,
-        env={**environment, "GPU_CHECK_OUT": str(tight), "GPU_CHECK_BUDGET_S": "40"},
+        ["bash", "scripts/gpu_check.sh"], cwd=far, env=env, capture_output=True, text=True, timeout=BUDGET_S + 60
+    )
+    out = tmp_path / "out"
+    log = (out / "log.txt").read_text() if (out / "log.txt").exists() else ""
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + log[-4000:]
+    assert {p.name for p in out.iterdir()} == RESULT_FILES
+    results = {r["name"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert {n: r["status"] for n, r in results.items()} == {"env": "ok", "install_dvc": "ok", "cuda-it1-fp32": "ok"}
+    assert results["cuda-it1-fp32"]["figures"]["device"] == "cpu"
+    far_seconds = time.monotonic() - began
+
+    # Home: import the archive into the clone, make the CPU twin there, compare; the workspace stays.
+    def state():
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=home, capture_output=True, text=True).stdout
+        return status, {p: p.read_bytes() for p in (home / "metrics").rglob("*") if p.is_file()}
+
+    before = state()
+    report = tmp_path / "report"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_home.py"), str(out), "--report", str(report)],
+        cwd=home,
+        env=run_env(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
-    results = [json.loads(line) for line in (tight / "results.jsonl").read_text().splitlines()]
-    assert [r["name"] for r in results] == ["env", "cuda_tests", *(f"bench_tiny_{p}" for p in ("bf16", "fp16", "fp32"))]
-    # The environment ran; the tests (estimated 45 s) did not fit what was left of 40 s: not started, so not killed.
-    assert results[0]["status"] == "ok" and results[1]["status"] == "skipped" and "left" in results[1]["note"]
-    assert result.returncode == 0 and "skipped" in (tight / "summary.txt").read_text()
-
-    killed = tmp_path / "killed"
-    process = subprocess.Popen(
-        script,
-        cwd=project,
-        env={**environment, "GPU_CHECK_OUT": str(killed)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert state() == before
+    shown = subprocess.run(["dvc", "exp", "show", "--csv"], cwd=home, env=run_env(), capture_output=True, text=True)
+    assert "cuda-it1-fp32" in shown.stdout and "cpu-it1-fp32" in shown.stdout
+    diff = subprocess.run(
+        ["dvc", "metrics", "diff", "cpu-it1-fp32", "cuda-it1-fp32", "--all"],
+        cwd=home,
+        env=run_env(),
+        capture_output=True,
+        text=True,
     )
-    try:
-        deadline, results = time.monotonic() + 120, killed / "results.jsonl"
-        while time.monotonic() < deadline and not (results.exists() and results.read_text().strip()):
-            time.sleep(0.5)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)  # as the device tool's timeout would, mid-way through the tests
-        process.wait()
-    finished = [json.loads(line) for line in (killed / "results.jsonl").read_text().splitlines()]
-    assert finished[0]["name"] == "env" and finished[0]["status"] == "ok"
-    assert json.loads((killed / "env.json").read_text())["resolved_device"] == "cpu"
-    assert "env" in (killed / "summary.txt").read_text()
+    assert diff.returncode == 0 and "tokens_per_s" in diff.stdout, diff.stderr
+    assert "Equal-budget comparison: every control matches" in done.stdout, done.stdout[-3000:]
+    table = (tmp_path / "report_it1-fp32.md").read_text()
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| ")]
+    controls = {cells[1].strip(): cells[-2].strip() for cells in rows if cells[2].strip() in ("params", "data file")}
+    assert controls and set(controls.values()) == {"same"}, controls
+    assert controls["data/tokens"] == "same" and controls["train.batch_size"] == "same"
+    print(
+        f"\nrehearsal: far side {far_seconds:.0f} s, whole {time.monotonic() - began:.0f} s; "
+        f"what travels {size / 2**20:.1f} MiB (tree + tokens + tokenizer + wheelhouse)"
+    )

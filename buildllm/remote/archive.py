@@ -1,0 +1,140 @@
+"""The runs archive: one .tar.gz that carries finished runs from another machine home.
+
+Layout: `buildllm-runs/manifest.json` and, per run, `buildllm-runs/<name>/<path>` for the run's
+params.yaml, dvc.lock and the metrics files of the stages it ran. The manifest names each run, the
+stages it ran, its `-S` overrides and the sha256 of every file, so a truncated or altered archive
+is refused as a whole before anything is written at home. Every write replaces the whole file
+atomically: a kill between two runs leaves the archive of the runs finished before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from buildllm.atomic import atomic_open
+from buildllm.errors import UserError
+
+FORMAT = 1
+TOP = "buildllm-runs"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# What a run may carry: the params, the lock and files under metrics/ (nothing that could land elsewhere).
+ALLOWED = re.compile(r"^(params\.yaml|dvc\.lock|metrics/[A-Za-z0-9._/-]+)$")
+
+
+@dataclass
+class Run:
+    name: str
+    stages: list
+    overrides: list
+    files: dict = field(default_factory=dict)  # relative path -> bytes
+    seconds: float | None = None
+
+    def entry(self) -> dict:
+        digests = {path: hashlib.sha256(data).hexdigest() for path, data in sorted(self.files.items())}
+        return {
+            "name": self.name,
+            "stages": self.stages,
+            "overrides": self.overrides,
+            "seconds": self.seconds,
+            "files": digests,
+        }
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise UserError(
+            f"run name {name!r} is not allowed; use letters, digits, '.', '_' and '-' (at most 100), "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def refuse(path: Path, why: str) -> UserError:
+    return UserError(
+        f"{path} is not a complete runs archive ({why}); nothing was changed: copy it again from the "
+        "machine that made it (its runs are added one at a time, so the last good copy holds every "
+        "finished run)"
+    )
+
+
+def read(path: str | Path) -> list[Run]:
+    """Every run in the archive, each file checked against the manifest; any fault refuses it all."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"no runs archive at {path}; pass the file `buildllm pack-run --into` wrote")
+    try:
+        with tarfile.open(path, "r:gz") as archive:
+            members = {}
+            for member in archive:
+                if member.isfile():
+                    members[member.name] = archive.extractfile(member).read()
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        raise refuse(path, f"{type(exc).__name__}: {str(exc) or 'unreadable'}") from None
+    try:
+        manifest = json.loads(members.pop(f"{TOP}/manifest.json"))
+    except KeyError:
+        raise refuse(path, "no manifest.json") from None
+    except json.JSONDecodeError as exc:
+        raise refuse(path, f"manifest.json is not JSON: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("runs"), list):
+        raise refuse(path, f"manifest.json is not a format-{FORMAT} manifest")
+    runs, expected = [], set()
+    for entry in manifest["runs"]:
+        name = str(entry.get("name", ""))
+        if not NAME.match(name) or not isinstance(entry.get("files"), dict):
+            raise refuse(path, f"a run named {name!r} in manifest.json")
+        files = {}
+        for relative, digest in entry["files"].items():
+            member = f"{TOP}/{name}/{relative}"
+            expected.add(member)
+            if not ALLOWED.match(relative) or ".." in PurePosixPath(relative).parts:
+                raise refuse(path, f"run {name} carries {relative!r}, which a run may not")
+            data = members.get(member)
+            if data is None:
+                raise refuse(path, f"run {name} lacks {relative}")
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise refuse(path, f"run {name}'s {relative} does not match its checksum")
+            files[relative] = data
+        if "params.yaml" not in files or "dvc.lock" not in files:
+            raise refuse(path, f"run {name} lacks its params.yaml or dvc.lock")
+        runs.append(
+            Run(name, list(entry.get("stages") or []), list(entry.get("overrides") or []), files, entry.get("seconds"))
+        )
+    if extra := sorted(set(members) - expected):
+        raise refuse(path, f"{extra[0]} is not in manifest.json")
+    if len({r.name for r in runs}) != len(runs):
+        raise refuse(path, "two runs share a name")
+    return runs
+
+
+def write(path: str | Path, runs: list[Run]) -> None:
+    """The archive holding `runs`, replacing the file in one rename."""
+    manifest = {"format": FORMAT, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": [r.entry() for r in runs]}
+    with atomic_open(path) as handle, tarfile.open(fileobj=handle, mode="w:gz") as archive:
+        _add(archive, f"{TOP}/manifest.json", json.dumps(manifest, indent=1).encode())
+        for run in runs:
+            for relative, data in sorted(run.files.items()):
+                _add(archive, f"{TOP}/{run.name}/{relative}", data)
+
+
+def _add(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+    archive.addfile(info, io.BytesIO(data))
+
+
+def add(path: str | Path, run: Run, force: bool = False) -> int:
+    """Add (or with force replace) one run; returns how many runs the archive now holds."""
+    runs = read(path) if Path(path).exists() else []
+    if any(r.name == run.name for r in runs) and not force:
+        raise UserError(f"{path} already holds a run named {run.name}; choose another name or pass --force")
+    runs = [r for r in runs if r.name != run.name] + [run]
+    write(path, runs)
+    return len(runs)

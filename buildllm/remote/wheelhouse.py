@@ -1,0 +1,168 @@
+"""`buildllm wheelhouse`: a folder of wheels that installs DVC on a machine without network
+(`python -m pip install --no-index --find-links wheelhouse dvc`).
+
+The wheels are for the target's Python and platform, not this machine's (by default the lent GPU
+machine's: CPython 3.12 on manylinux x86_64). antlr4-python3-runtime, which DVC needs through
+hydra, has only a source archive on PyPI: it is built into a wheel here (pure Python, so one wheel
+serves every target). What the target already has (by default the lent machine's packages, from
+../shared/notes/gpu-machine.md) is left out; one version of each name is kept, or pip refuses the
+install. The folder is written beside its place and renamed into it when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from buildllm.errors import UserError
+
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+ANTLR = "antlr4-python3-runtime==4.9.3"  # hydra-core 1.3 pins antlr4 4.9.*
+# The lent GPU machine's Python packages that DVC also needs or may need (gpu-machine.md).
+GPU_MACHINE_HAS = (
+    "torch triton tokenizers numpy pandas pyyaml psutil tqdm matplotlib pytest pytest-xdist requests rich jinja2 "
+    "networkx sympy filelock fsspec aiohttp pygments"
+).split()
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_name(path: Path) -> tuple[str, str]:
+    name, version = path.name.split("-")[:2]
+    return canonical(name), version
+
+
+def _version(text: str):
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
+
+
+def default_dvc() -> str:
+    try:
+        return f"dvc=={metadata.version('dvc')}"  # the DVC this side uses, so both sides agree
+    except metadata.PackageNotFoundError:
+        return "dvc==3.67.1"
+
+
+def pip(*args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "pip", *args])
+    if done.returncode != 0:
+        raise UserError(
+            f"`pip {args[0]}` failed (exit code {done.returncode}, its output is above); check the network "
+            "to PyPI and the target's --python-version and --platform"
+        )
+
+
+def size_of(folder: Path) -> tuple[int, int]:
+    wheels = list(folder.glob("*.whl"))
+    return len(wheels), sum(w.stat().st_size for w in wheels)
+
+
+def make(out: str, python_version: str, platforms: list[str], has: list[str], requirement: str) -> dict:
+    if not re.fullmatch(r"3\.\d+", python_version):
+        raise UserError(f"--python-version {python_version!r}: write the target's as 3.12 (major.minor)")
+    out_path = Path(out).resolve()
+    building = out_path.with_name(out_path.name + ".partial")
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir(parents=True)
+    print(
+        json.dumps(
+            {
+                "wheelhouse": str(out_path),
+                "requirement": requirement,
+                "python": python_version,
+                "platforms": platforms,
+                "left_out": sorted(has),
+            }
+        ),
+        flush=True,
+    )
+    pip("wheel", "-q", "--no-deps", "-w", str(building), ANTLR)
+    platform_flags = [flag for p in [*platforms, "any"] for flag in ("--platform", p)]
+    pip(
+        "download",
+        "-q",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        *platform_flags,
+        "--find-links",
+        str(building),
+        "-d",
+        str(building),
+        requirement,
+    )
+    wheels = sorted(building.glob("*.whl"))
+    left_out, by_name = [], {}
+    skip = {canonical(n) for n in has}
+    for wheel in wheels:
+        name, version = wheel_name(wheel)
+        if name in skip and name != "dvc":
+            left_out.append(wheel.name)
+            wheel.unlink()
+        else:
+            by_name.setdefault(name, []).append((_version(version), wheel))
+    for found in by_name.values():  # two versions of one name stop `pip install --no-index`
+        for _, wheel in sorted(found)[:-1]:
+            left_out.append(wheel.name)
+            wheel.unlink()
+    for other in building.iterdir():
+        if other.suffix != ".whl":
+            other.unlink() if other.is_file() else shutil.rmtree(other)
+    shutil.rmtree(out_path, ignore_errors=True)
+    building.rename(out_path)
+    count, size = size_of(out_path)
+    print(
+        f"wheelhouse {out_path}: {count} wheels, {size / 2**20:.1f} MiB ({len(left_out)} left out: the target has "
+        f"them, or an older version of a name kept once)"
+    )
+    return {"wheels": count, "bytes": size, "left_out": left_out}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", default="wheelhouse", metavar="DIR", help="the folder to write (default %(default)s)")
+    parser.add_argument(
+        "--python-version",
+        default="3.12",
+        metavar="X.Y",
+        help="the target's Python (default %(default)s, the lent GPU machine's)",
+    )
+    parser.add_argument(
+        "--platform",
+        dest="platforms",
+        action="append",
+        metavar="TAG",
+        help=f"a wheel platform tag of the target, repeatable (default: {' '.join(PLATFORMS)})",
+    )
+    parser.add_argument(
+        "--has",
+        nargs="*",
+        metavar="NAME",
+        help="packages the target already has, left out (default, the lent GPU machine's: "
+        + " ".join(GPU_MACHINE_HAS)
+        + ")",
+    )
+    parser.add_argument(
+        "--requirement",
+        default=None,
+        metavar="SPEC",
+        help="what to carry (default: the DVC installed here, else dvc==3.67.1)",
+    )
+
+
+def command(args) -> None:
+    has = GPU_MACHINE_HAS if args.has is None else args.has
+    make(args.out, args.python_version, args.platforms or list(PLATFORMS), has, args.requirement or default_dvc())

@@ -1,0 +1,96 @@
+"""At home, after a GPU machine's runs came back: one command from the folder they came back in
+(the GPU check's $OUT, or wherever a rented machine's runs.tar.gz was copied) to the CPU-vs-CUDA
+report. Run it from the project's root, where the CPU runs are made:
+
+    python scripts/gpu_home.py OUT [--report reports/cpu_vs_cuda]
+
+1. `buildllm import-runs OUT/runs.tar.gz --force`: each run a DVC experiment here.
+2. Runs that differ only in device and precision form a group; each group of iteration 1 gets its
+   CPU twin here, `dvc exp run --temp -n cpu-... -S <the group's values> -S device=cpu -S precision=fp32
+   <the same stages>`, unless an experiment of that name exists (iterations 2 and 3 would take
+   hours on a CPU: they are imported, and `dvc exp show` lists them).
+3. `buildllm compare <twin> <runs>` per group: REPORT_<group>.md, .csv, .png, .html.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from buildllm.errors import UserError, guarded  # noqa: E402
+from buildllm.remote import archive  # noqa: E402
+from buildllm.remote.import_runs import existing_experiments  # noqa: E402
+
+VARIABLE = ("device=", "precision=")
+
+
+def groups(runs: list[archive.Run]) -> dict[str, list[archive.Run]]:
+    found: dict[tuple, list] = {}
+    for run in runs:
+        controls = tuple(o for o in run.overrides if not o.startswith(VARIABLE))
+        found.setdefault((controls, tuple(run.stages)), []).append(run)
+    return {members[0].name: members for members in found.values()}
+
+
+def twin(members: list[archive.Run]) -> tuple[str, list[str]] | None:
+    """The CPU run of a group of iteration 1: its name and `-S` values."""
+    first = members[0]
+    if "iteration=1" not in first.overrides:
+        return None
+    fp32 = next((r for r in members if "precision=fp32" in r.overrides), first)
+    name = "cpu-" + fp32.name.removeprefix("cuda-").replace("bf16", "fp32")
+    values = [o for o in first.overrides if not o.startswith(VARIABLE)] + ["device=cpu", "precision=fp32"]
+    return name, values
+
+
+def call(command: list[str]) -> None:
+    print("$ " + " ".join(command), flush=True)
+    done = subprocess.run(command)
+    if done.returncode != 0:
+        raise UserError(f"`{' '.join(command[:5])} ...` failed (exit code {done.returncode}; its output is above)")
+
+
+def home(folder: str, report: str) -> None:
+    path = Path(folder) / "runs.tar.gz" if Path(folder).is_dir() else Path(folder)
+    runs = archive.read(path)
+    call([sys.executable, "-m", "buildllm", "import-runs", str(path), "--force"])
+    for label, members in groups(runs).items():
+        made = twin(members)
+        if made is None:
+            continue
+        name, values = made
+        if name not in existing_experiments():
+            stages = [s for s in members[0].stages if s != "machine"]
+            call(
+                [
+                    sys.executable,
+                    "-m",
+                    "dvc",
+                    "exp",
+                    "run",
+                    "--temp",
+                    "-n",
+                    name,
+                    *(f for v in values for f in ("-S", v)),
+                    *stages,
+                ]
+            )
+        out = f"{report}_{label.removeprefix('cuda-')}"
+        call([sys.executable, "-m", "buildllm", "compare", name, *(r.name for r in members), "--out", out])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", help="the folder the GPU check's files came back in, or a runs archive")
+    parser.add_argument("--report", default="reports/cpu_vs_cuda", help="report path prefix (default %(default)s)")
+    args = parser.parse_args()
+    return guarded(lambda: home(args.folder, args.report))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
