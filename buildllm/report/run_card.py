@@ -89,6 +89,9 @@ def loss_lines(d: CardData) -> list:
         head = f"last validation loss {loss:.3f} (step {step}; the run did not finish)"
     else:
         head = NOT_RECORDED if loss is None else f"final validation loss {loss:.3f} nats per token"
+    bits = d.get("train", "final_validation_bits_per_byte") or d.get("train", "last_validation_bits_per_byte")
+    if bits is not None:  # buildllm/data/text_bytes.py: comparable across tokenizers
+        head += f", {bits:.4f} bits per byte of the validation text"
     lines = [head]
     if loss is not None and unigram is not None:
         gap = unigram - loss

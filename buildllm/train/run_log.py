@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
+from buildllm.data.text_bytes import bits_per_byte
 from buildllm.metrics import write_metrics
 from buildllm.paths import TRAIN_LOG_CSV, TRAIN_LOG_JSON, metrics_path
 from buildllm.train import distributed
@@ -36,6 +37,7 @@ COLUMNS = (
     "tokens_seen",
     "train_loss",
     "validation_loss",
+    "validation_bits_per_byte",
     "learning_rate",
     "tokens_per_second",
     "elapsed_seconds",
@@ -99,6 +101,7 @@ class RunLog:
             "tokens_seen": tokens_seen,
             "train_loss": sum(self._losses) / len(self._losses) if self._losses else None,
             "validation_loss": validation,
+            "validation_bits_per_byte": self.bits_per_byte(validation),
             "learning_rate": learning_rate,
             "tokens_per_second": rate if seconds else None,
             "elapsed_seconds": self.elapsed(),
@@ -108,6 +111,10 @@ class RunLog:
         if self.world.is_main:
             self.write_csv()
         return row
+
+    def bits_per_byte(self, loss: float | None) -> float | None:
+        """A validation loss (nats per token) in bits per byte of the scored validation text."""
+        return bits_per_byte(loss, self.facts.get("validation_bytes_per_token"))
 
     def write_csv(self, path: str | Path = LOG_PATH, json_path: str | Path = JSON_LOG_PATH) -> Path:
         """The rows as CSV and as JSON (a list of objects, every key in each: DVC needs that)."""
@@ -147,12 +154,18 @@ class RunLog:
             "train_perplexity": _exp(train_loss),
             "final_validation_loss": validation,
             "validation_perplexity": _exp(validation),
+            "final_validation_bits_per_byte": self.bits_per_byte(validation),
             "last_validation_loss": last["validation_loss"] if last else None,
+            "last_validation_bits_per_byte": self.bits_per_byte(last["validation_loss"] if last else None),
             "last_validation_step": last["step"] if last else None,
             "final_validation_note": note,
             "initial_validation_loss": self.rows[0]["validation_loss"]
             if self.rows and self.rows[0]["step"] == 0
             else None,
+            "initial_validation_bits_per_byte": self.bits_per_byte(
+                self.rows[0]["validation_loss"] if self.rows and self.rows[0]["step"] == 0 else None
+            ),
+            "unigram_validation_bits_per_byte": self.bits_per_byte(self.facts.get("unigram_validation_loss")),
             "elapsed_seconds": time.perf_counter() - self.started,
             "session_steps": self.steps,
             "session_train_seconds": self.seconds,
@@ -189,18 +202,26 @@ class RunLog:
                 speed = f"at {metrics['tokens_per_second']:,.0f} tokens/s" if self.steps else "(nothing left to train)"
                 print(
                     f"trained {metrics['optimizer_steps']} steps ({metrics['tokens_processed']:,} tokens) {speed}; "
-                    f"validation loss {metrics['final_validation_loss']:.4f} "
+                    f"validation loss {metrics['final_validation_loss']:.4f}{in_bits(metrics)} "
                     f"(perplexity {metrics['validation_perplexity']:.1f}; {baselines(metrics)}); "
                     f"checkpoint in {metrics['checkpoint_directory']}; metrics in {path}"
                 )
         return metrics
 
 
+def in_bits(metrics: dict) -> str:
+    bits = metrics.get("final_validation_bits_per_byte")
+    return "" if bits is None else f" nats/token, {bits:.4f} bits/byte"
+
+
 def baselines(metrics: dict) -> str:
     """What the loss is to be compared with: the context-free unigram level and a uniform guess."""
     uniform = f"a uniform guess {math.log(metrics['vocab_size']):.4f}"
     unigram = metrics.get("unigram_validation_loss")
-    return uniform if unigram is None else f"unigram level {unigram:.4f}, {uniform}"
+    if unigram is None:
+        return uniform
+    bits = metrics.get("unigram_validation_bits_per_byte")
+    return f"unigram level {unigram:.4f}" + (f" ({bits:.4f} bits/byte)" if bits is not None else "") + f", {uniform}"
 
 
 def _cell(value) -> str:
