@@ -24,6 +24,7 @@ from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
 from buildllm.data.text_bytes import bits_per_byte
+from buildllm.measure.load import LoadSampler
 from buildllm.metrics import write_metrics
 from buildllm.paths import TRAIN_LOG_CSV, TRAIN_LOG_JSON, metrics_path
 from buildllm.train import distributed
@@ -53,9 +54,11 @@ class RunLog:
     count this session only, so a resumed run reports its own speed. Only rank 0 writes files.
     """
 
-    def __init__(self, world: World, tokens_per_step: int, facts: dict):
+    def __init__(self, world: World, tokens_per_step: int, facts: dict, cores_used: int = 1):
         self.world, self.facts = world, facts
         self.tokens_per_step = tokens_per_step  # this process's share of one optimizer step
+        self.cores_used = cores_used  # for the load from other processes (measure/load.py)
+        self.load: LoadSampler | None = None
         self.rows: list[dict] = []
         self.saves: list[tuple[float, int]] = []  # (seconds, bytes) of each checkpoint save
         self.elapsed_before = 0.0  # training time of earlier sessions, as the resumed checkpoint saved it
@@ -69,6 +72,7 @@ class RunLog:
     def begin(self) -> None:
         """The train loop starts: this session's clock, and the log file as the rows stand."""
         self._new_session()
+        self.load = LoadSampler(self.cores_used)  # sampled at each row: whether others took our cores
         if self.world.is_main:
             self.write_csv()
 
@@ -96,6 +100,8 @@ class RunLog:
         # Each process measures its own rate; the run's rate is their sum.
         local = len(self._losses) * self.tokens_per_step / seconds if seconds else 0.0
         rate = distributed.all_sum(self.world, [local])[0]
+        if self.load:
+            self.load.sample()
         row = {
             "step": step,
             "tokens_seen": tokens_seen,
@@ -176,6 +182,7 @@ class RunLog:
             "checkpoint_save_seconds_max": max(seconds) if seconds else None,
             "checkpoint_bytes": self.saves[-1][1] if self.saves else None,
             "oom": False,
+            **(self.load.figures() if self.load else {}),
             **extra,
         }
         return {
@@ -196,8 +203,6 @@ class RunLog:
             measured = against_estimate(metrics)
             metrics.update(measured)
             path = write_metrics(metrics_path("train"), metrics)
-            if measured:
-                print(f"estimate: this run {describe_estimate(measured)}")
             if status == "completed":
                 speed = f"at {metrics['tokens_per_second']:,.0f} tokens/s" if self.steps else "(nothing left to train)"
                 print(
@@ -206,6 +211,12 @@ class RunLog:
                     f"(perplexity {metrics['validation_perplexity']:.1f}; {baselines(metrics)}); "
                     f"checkpoint in {metrics['checkpoint_directory']}; metrics in {path}"
                 )
+            # Last: the estimate's verdict beside whether other processes took this run's cores.
+            load = metrics.get("busy_machine_reason")
+            if measured:
+                print(f"estimate: this run {describe_estimate(measured)}" + (f"; {load}" if load else ""))
+            elif load:
+                print(load)
         return metrics
 
 
