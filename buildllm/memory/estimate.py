@@ -67,6 +67,9 @@ class MemoryEstimate:
     logits: int
     attention_scores: int
     allocator: int  # CPU: freed blocks the allocator keeps, plus the runtime's own first-use memory
+    # What the step's kernels hold beside the tensors: CUDA's cuBLAS workspaces; on the CPU, what a
+    # torch.compile'd step keeps that an eager one does not (its generated code and runtime).
+    workspace: int = 0
 
     @property
     def total(self) -> int:
@@ -79,6 +82,7 @@ class MemoryEstimate:
             + self.logits
             + self.attention_scores
             + self.allocator
+            + self.workspace
         )
 
     # The stated range: the measured peak lies within total x (1 - spread[0], 1 + spread[1]).
@@ -127,6 +131,40 @@ def saved_floats_per_token_per_layer(model: GPTConfig, autocast: bool = False) -
     # transpose-reshape a copy (2d). SwiGLU keeps gate, up, silu(gate) and their product (4 hidden).
     casts = 3 * d if autocast else 2 * d
     return 4 * d, casts + 3 * d + 2 * d + 2 * d + 4 * hidden
+
+
+# cuBLAS's workspace per (handle, stream), which PyTorch allocates through its caching allocator, so
+# max_memory_allocated counts it. PyTorch's default when CUBLAS_WORKSPACE_CONFIG is unset
+# (aten/src/ATen/cuda/CublasHandlePool.cpp): ":4096:8" on Hopper (compute capability 9.x), 8 chunks of
+# 4096 KiB = 32 MiB; ":4096:2:16:8" elsewhere, 2 x 4096 KiB + 8 x 16 KiB = 8.125 MiB.
+HOPPER_CUBLAS_WORKSPACE = ":4096:8"
+OTHER_CUBLAS_WORKSPACE = ":4096:2:16:8"
+# Handles are per thread and device, workspaces per handle and stream: a training step's forward runs
+# on the Python thread, its backward on the autograd engine's thread for that device, each with its
+# own handle, both on the current stream: two workspaces. (Not yet measured on a GPU here; issue 31's
+# truth script on the H200 checks it.)
+CUBLAS_WORKSPACES_PER_STEP = 2
+
+
+def cublas_workspace_bytes(config: str) -> int:
+    """Bytes of one workspace for a CUBLAS_WORKSPACE_CONFIG value (":SIZE_KIB:COUNT" pairs, summed)."""
+    numbers = [int(n) for n in config.split(":") if n.strip()]
+    return sum(size * 1024 * count for size, count in zip(numbers[::2], numbers[1::2]))
+
+
+def cuda_workspace_bytes(device: Device) -> int:
+    """CUDA: the step's cuBLAS workspaces (CUBLAS_WORKSPACE_CONFIG, else PyTorch's default for this GPU)."""
+    if device.kind != "cuda":
+        return 0
+    import os
+
+    import torch
+
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if not config:
+        hopper = torch.cuda.get_device_capability(device.index)[0] == 9
+        config = HOPPER_CUBLAS_WORKSPACE if hopper else OTHER_CUBLAS_WORKSPACE
+    return CUBLAS_WORKSPACES_PER_STEP * cublas_workspace_bytes(config)
 
 
 def attention_scores_materialised(device: Device, dropout: float) -> bool:
@@ -197,6 +235,7 @@ def estimate_training_memory(
         weights=weights,
         optimizer=optimizer,
         allocator=allocator,
+        workspace=cuda_workspace_bytes(device),
         **parts,
         spread=SPREAD.get(device.kind, OTHER_DEVICE_SPREAD),
     )

@@ -71,7 +71,7 @@ FITTED_CHECKPOINTING = [
     Shape("gpt_first_cpu", 8, checkpointing=True),
     Shape("gpt_first_cpu", 24, checkpointing=True),
     Shape("gpt_first_cpu", 48, checkpointing=True),
-    Shape("student", 16, checkpointing=True),
+    Shape("student", 16, architecture="classic", checkpointing=True),  # student was classic when fitted
     Shape("student", 16, architecture="modern", checkpointing=True),
     Shape("tiny", 64, checkpointing=True),
     Shape("small", 4, checkpointing=True),
