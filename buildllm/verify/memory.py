@@ -1,12 +1,11 @@
 """`buildllm verify memory`: the dry run's memory estimate against the measured peak, per shape.
 
 Two sets of shapes, printed apart:
-- fitted: the shapes the CPU constants and gradient checkpointing's range in
-  buildllm/memory/estimate.py were chosen on (each profile at three batch sizes, and seven
-  gradient-checkpointing shapes);
+- fitted: the shapes the CPU constants in buildllm/memory/estimate.py were chosen on (each profile
+  at three batch sizes, seven gradient-checkpointing shapes, two torch.compile shapes);
 - held out: shapes no constant was chosen on (the modern architecture, gradient accumulation,
-  gradient checkpointing, other sequence lengths, odd batch sizes, each in fp32 and bf16). A model
-  that only fits its calibration shapes fails here.
+  gradient checkpointing, torch.compile, other sequence lengths, odd batch sizes, fp32 and bf16).
+  A model that only fits its calibration shapes fails here.
 
 For each shape, fresh processes (one shape's memory cannot colour the next) build the plan, load
 the token files and run two training steps around the peak-memory measurement: the batch finder's
@@ -76,8 +75,13 @@ FITTED_CHECKPOINTING = [
     Shape("tiny", 64, checkpointing=True),
     Shape("small", 4, checkpointing=True),
 ]
+# torch.compile's CPU term (memory/estimate.py, CPU_COMPILED_RUNTIME_BYTES) was chosen on these.
+FITTED_COMPILED = [
+    Shape("tiny", 32, compiled=True),
+    Shape("gpt_first_cpu", 16, compiled=True),
+]
 FITTED = [Shape(profile, batch) for profile, batches in FITTED_BATCHES.items() for batch in batches]
-FITTED += FITTED_CHECKPOINTING
+FITTED += FITTED_CHECKPOINTING + FITTED_COMPILED
 
 # Never used to choose a constant. All use the 4,096-token vocabulary (the iteration-1 token files
 # are enough) and take seconds each on two CPU cores.

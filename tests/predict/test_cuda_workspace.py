@@ -30,6 +30,7 @@ def test_workspace_config_strings_sum_their_chunks():
 @pytest.mark.parametrize("capability, per_workspace", [((9, 0), 32 * MiB), ((8, 0), 8 * MiB + 128 * 1024)])
 def test_two_workspaces_of_the_gpus_default_size(monkeypatch, capability, per_workspace):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
     on_cuda = estimate(CUDA)
     # forward on the Python thread, backward on the autograd engine's device thread: two handles
@@ -41,6 +42,7 @@ def test_two_workspaces_of_the_gpus_default_size(monkeypatch, capability, per_wo
 
 
 def test_cublas_workspace_config_overrides_the_default(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # the deterministic-mode setting
     assert estimate(CUDA).workspace == 2 * 128 * 1024
