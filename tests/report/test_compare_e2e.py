@@ -125,9 +125,9 @@ def test_the_readme_names_the_files_compare_writes(lab):
     no --out writes exactly those."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("**5. Compare the CPU with a GPU.**")[1].split("## ")[0]
-    claim = re.search(r"writes a report\s*\(`([^`]+)\.md`((?:, `\.\w+`)+)\)", section)
+    claim = re.search(r"writes a report\s*\(`([^`]+)\.md`((?:, `[._][\w.]+`)+)\)", section)
     assert claim, "the README no longer says which files compare writes"
-    stem, suffixes = claim.group(1), [".md", *re.findall(r"`(\.\w+)`", claim.group(2))]
+    stem, suffixes = claim.group(1), [".md", *re.findall(r"`([._][\w.]+)`", claim.group(2))]
     laptop = lab["laptop"]
     reports = laptop / "reports"
     before = {p: p.stat().st_mtime_ns for p in reports.glob("*")}
