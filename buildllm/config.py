@@ -306,7 +306,7 @@ def profile_for(config: Config) -> profiles.Profile:
     overrides = {k: v for k, v in vars(config.model).items() if v is not None}
     if config.tokenize.vocab_size is not None:
         overrides["vocab_size"] = config.tokenize.vocab_size
-    return replace(profile, model=replace(profile.model, **overrides))
+    return profile.with_model(**overrides)
 
 
 def knobs(cls: type = Config) -> list[tuple[str, Any, Any]]:

@@ -6,6 +6,7 @@ against its declaration. The knobs themselves are declared in buildllm/config.py
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -142,14 +143,15 @@ def coerce(key: str, value: Any, base: Any) -> Any:
             return value
         raise wrong()
     if base is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
-            try:
-                return float(value)
-            except ValueError:
-                raise wrong() from None
-        raise wrong()
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise wrong()
+        try:
+            number = float(value)  # YAML 1.1 reads "3e-4" as a string
+        except ValueError:
+            raise wrong() from None
+        if not math.isfinite(number):  # nan passes every minimum/maximum comparison
+            raise ConfigError(f"{key}={value!r} is not a finite number; give a finite number")
+        return number
     if base is str:
         if isinstance(value, str):
             return value

@@ -59,7 +59,11 @@ SUMMARY = {
     },
     "estimate": {"minutes": ("estimated_seconds", 1 / 60)},
     "preflight": {"failed": ("checks_failed", 1)},
-    "train": {"tokens_per_s": ("tokens_per_second", 1), "val_loss": ("final_validation_loss", 1)},
+    "train": {
+        "tokens_per_s": ("tokens_per_second", 1),
+        "val_loss": ("final_validation_loss", 1),
+        "val_bits_per_byte": ("final_validation_bits_per_byte", 1),  # comparable across tokenizers
+    },
 }
 SUMMARY_DIGITS = 4  # significant digits: DVC prints five, and timings do not hold more
 _ABSOLUTE = re.compile(r"^(/|~|[A-Za-z]:[\\/]|\\\\)")

@@ -17,6 +17,9 @@ class GPTConfig:
     n_embd: int = 128
     dropout: float = 0.0
     rope_base: float = 10000.0
+    # The output layer shares the token embedding's matrix (profiles/__init__.py says which profile
+    # and architecture keep their own). A checkpoint saved before this field existed was tied.
+    tied_output: bool = True
 
     @property
     def head_dim(self) -> int:

@@ -114,6 +114,8 @@ def reference(args, plan, steps: int):
         bias=True,
     )
     model = module.GPT(config)
+    if not shape.tied_output and hasattr(model, "lm_head"):  # tiny classic: its own output layer, as ours
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
     optimizer = model.configure_optimizers(plan.config.train.weight_decay, plan.learning_rate, (0.9, 0.95), "cpu")
     data = random_tokens(shape.vocab_size, (steps + 1) * plan.batch_size * shape.sequence_length + 1)
     clip = plan.config.train.grad_clip
@@ -418,7 +420,10 @@ def main() -> None:
     )
     parser.add_argument("--batch-size", type=int, default=None, help="default: each profile's CPU batch")
     parser.add_argument(
-        "--architecture", choices=("classic",), default=None, help="the reference has the classic architecture only"
+        "--architecture",
+        choices=("classic",),
+        default="classic",  # student's own default is modern, which the reference does not implement
+        help="the reference has the classic architecture only",
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile our model (train.compile: true)")
     parser.add_argument(

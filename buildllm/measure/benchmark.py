@@ -83,6 +83,8 @@ def measure(
         rates, losses, seconds, step_seconds = [], [], [], []
         if probe:
             probe.sample(1)
+        if watch:
+            watch.mark()  # others' load over the whole measured window, beside the start and the end
         with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not progress) as bar:
             for steps in (n for n in per_interval if n > 0):
                 if probe:

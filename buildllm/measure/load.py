@@ -1,8 +1,11 @@
-"""Is another job sharing the cores a measurement runs on? Measured at its start and its end.
+"""Is another job sharing the cores a measurement runs on? Measured at its start, over its whole
+measured window, and at its end; through a training run, at every log row.
 
 Two benchmarks sharing the cores can each be steady and both slow: their intervals agree, so the
 interval CV (stats.py) does not see it. So every measurement also records the load from other
-processes just before it starts and just after it ends.
+processes just before it starts, over the measured window itself, and just after it ends
+(LoadWatch), and a training run samples it at each log row (LoadSampler): two reads of the
+kernel's counters, no waiting, so a run that misses its estimate can say whether it was crowded.
 
 How: the CPU time spent on this process's CPUs (its affinity set) over a short window, from the
 kernel's per-CPU counters, minus the time this process and its children spent, divided by the
@@ -53,13 +56,22 @@ def _own_seconds() -> float:
     return total
 
 
+def _counters(cpus: list[int]) -> tuple[float, float, float]:
+    return _busy_seconds(cpus), _own_seconds(), time.monotonic()
+
+
+def _others(before: tuple, after: tuple) -> float:
+    """Cores' worth of CPU others used between two _counters readings."""
+    seconds = after[2] - before[2]
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / seconds) if seconds > 0 else 0.0
+
+
 def other_load(window: float = WINDOW_SECONDS) -> float:
     """Cores' worth of CPU that other processes used on this process's CPUs over the next `window` s."""
     cpus = our_cpus()
-    busy, own, start = _busy_seconds(cpus), _own_seconds(), time.monotonic()
+    before = _counters(cpus)
     time.sleep(window)
-    busy, own = _busy_seconds(cpus) - busy, _own_seconds() - own
-    return max(0.0, (busy - own) / (time.monotonic() - start))
+    return _others(before, _counters(cpus))
 
 
 def contended_share(others: float, used: int, available: int) -> float:
@@ -77,17 +89,25 @@ class LoadWatch:
     available: int = 0
     start: float = 0.0
     end_load: float | None = None
+    window: tuple | None = None
 
     def __post_init__(self):
         self.available = self.available or len(our_cpus())
         self.start = other_load()
 
+    def mark(self) -> None:
+        """The measured window starts now (the benchmark's first measured step)."""
+        self.window = _counters(our_cpus())
+
     def end(self) -> dict:
+        window = _others(self.window, _counters(our_cpus())) if self.window else None
         self.end_load = other_load()
-        share = max(contended_share(load, self.used, self.available) for load in (self.start, self.end_load))
+        loads = (self.start, self.end_load) + ((window,) if window is not None else ())
+        share = max(contended_share(load, self.used, self.available) for load in loads)
         busy = share > BUSY_SHARE
         figures = {
             "other_load_start": round(self.start, 3),
+            **({"other_load_window": round(window, 3)} if window is not None else {}),
             "other_load_end": round(self.end_load, 3),
             "cores_used": self.used,
             "cores_available": self.available,
@@ -100,8 +120,9 @@ class LoadWatch:
 
 
 def busy_line(m: dict) -> str:
+    window = f", {m['other_load_window']:.2f} over the measured steps" if "other_load_window" in m else ""
     return (
-        f"busy machine: other processes used {m['other_load_start']:.2f} cores at the start and "
+        f"busy machine: other processes used {m['other_load_start']:.2f} cores at the start{window} and "
         f"{m['other_load_end']:.2f} at the end, of the {m['cores_available']} this run may use "
         f"({m['cores_used']} for it): up to {m['contended_share']:.0%} of its cores were taken, over "
         f"{BUSY_SHARE:.0%}. These figures are slower than this machine can do; rerun when it is idle."
@@ -113,3 +134,53 @@ def busy_warning(metrics: dict) -> str | None:
     if not metrics.get("busy_machine"):
         return None
     return "warning: " + busy_line(metrics)
+
+
+class LoadSampler:
+    """Others' load through a training run: sample() at each log row (no waiting), figures() at its end.
+
+    Busy when the load over the whole run, once it has filled the cores the run leaves idle, took more
+    than BUSY_SHARE of the run's cores; busy_time_share says for how much of the run a log interval did."""
+
+    def __init__(self, used: int, available: int = 0):
+        self.used, self.available = used, available or len(our_cpus())
+        self.cpus = our_cpus()
+        self.first = self.last = _counters(self.cpus)
+        self.samples: list[tuple[float, float]] = []  # (seconds, others' cores) per interval
+
+    def sample(self) -> float:
+        now = _counters(self.cpus)
+        load = _others(self.last, now)
+        self.samples.append((now[2] - self.last[2], load))
+        self.last = now
+        return load
+
+    def figures(self) -> dict:
+        self.sample()
+        mean = _others(self.first, self.last)
+        total = sum(seconds for seconds, _ in self.samples) or 1.0
+        crowded = sum(s for s, load in self.samples if contended_share(load, self.used, self.available) > BUSY_SHARE)
+        share = contended_share(mean, self.used, self.available)
+        figures = {
+            "other_load_mean": round(mean, 3),
+            "other_load_max": round(max(load for _, load in self.samples), 3),
+            "load_samples": len(self.samples),
+            "busy_time_share": round(crowded / total, 3),
+            "cores_used": self.used,
+            "cores_available": self.available,
+            "contended_share": round(share, 3),
+            "busy_machine": share > BUSY_SHARE,
+        }
+        figures["busy_machine_reason"] = run_load_line(figures)
+        return figures
+
+
+def run_load_line(m: dict) -> str:
+    """Whether, and how much, other processes took a training run's cores."""
+    verdict = "busy machine" if m["busy_machine"] else "machine not busy"
+    return (
+        f"{verdict}: other processes used {m['other_load_mean']:.2f} cores on average during training "
+        f"(up to {m['other_load_max']:.2f} in a log interval) of the {m['cores_available']} this run may use "
+        f"({m['cores_used']} for it): {m['contended_share']:.0%} of its cores taken, busy in "
+        f"{m['busy_time_share']:.0%} of the run (threshold {BUSY_SHARE:.0%})"
+    )

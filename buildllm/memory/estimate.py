@@ -22,7 +22,7 @@ The estimate states a range (low, high) for what the model cannot pin down; see 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_bytes_per_row
@@ -39,6 +39,14 @@ CPU_LOW_PRECISION_RUNTIME_BYTES = 12 * MiB
 # Unpinned (the default), glibc serves tensors up to 32 MiB from its heap once such a block has been
 # freed, and keeps freed heap blocks for reuse: the resident growth was another 6-16% of the live tensors.
 CPU_ALLOCATOR_OVERHEAD = 0.12
+# Gradient checkpointing on the CPU: the rebuilt blocks' memory glibc keeps (remade_after_backward), in
+# widths (n_embd-sized vectors) per token and layer, fitted on verify memory's FITTED_CHECKPOINTING shapes.
+CPU_CHECKPOINT_RETAINED_WIDTHS = 10
+# torch.compile on the CPU: what a compiled step holds that an eager one does not. With glibc's mmap
+# threshold pinned (every freed tensor returned, so the growth is live memory) compiled tiny b32 and
+# gpt_first_cpu b16 grew by 70.6 and 71.6 MiB more than eager: inductor's generated code, loaded
+# kernels and their runtime, the same for both shapes (activations alike: AOT autograd saved no more).
+CPU_COMPILED_RUNTIME_BYTES = 72 * MiB
 # How far the measured peak may lie from the estimate, stated as its range (memory_estimate_low/high):
 # (fraction below, fraction above) the total.
 # CPU: glibc's retained blocks are not a fixed share of the live tensors, and they vary from run to
@@ -46,8 +54,7 @@ CPU_ALLOCATOR_OVERHEAD = 0.12
 # 327, 328 and 348 MiB in five fresh processes (estimate 289). Over the fitted and the held-out
 # shapes of `buildllm verify memory --full` the measured peak was 0.90-1.21 x the estimate, the high side
 # on fp32 shapes unlike the fitted ones (accumulation, checkpointing, other sequence lengths):
-# stated as -15% / +25%. With gradient checkpointing the high side also covers glibc keeping every
-# rebuilt block (remade_after_backward).
+# stated as -15% / +25%.
 # CUDA: the allocated peak is the live tensors plus the kernels' workspaces (cuBLAS, attention)
 # and the allocator's 512-byte rounding: ±15% is stated, which the truth script checks there.
 # MPS and XLA: the driver's figures are not modelled beyond the tensors.
@@ -67,6 +74,9 @@ class MemoryEstimate:
     logits: int
     attention_scores: int
     allocator: int  # CPU: freed blocks the allocator keeps, plus the runtime's own first-use memory
+    # What the step's kernels hold beside the tensors: CUDA's cuBLAS workspaces; on the CPU, what a
+    # torch.compile'd step keeps that an eager one does not (its generated code and runtime).
+    workspace: int = 0
 
     @property
     def total(self) -> int:
@@ -79,6 +89,7 @@ class MemoryEstimate:
             + self.logits
             + self.attention_scores
             + self.allocator
+            + self.workspace
         )
 
     # The stated range: the measured peak lies within total x (1 - spread[0], 1 + spread[1]).
@@ -129,6 +140,41 @@ def saved_floats_per_token_per_layer(model: GPTConfig, autocast: bool = False) -
     return 4 * d, casts + 3 * d + 2 * d + 2 * d + 4 * hidden
 
 
+# cuBLAS's workspace per (handle, stream), which PyTorch allocates through its caching allocator, so
+# max_memory_allocated counts it. PyTorch's default when CUBLAS_WORKSPACE_CONFIG is unset
+# (aten/src/ATen/cuda/CublasHandlePool.cpp): ":4096:8" on Hopper (compute capability 9.x), 8 chunks of
+# 4096 KiB = 32 MiB; ":4096:2:16:8" elsewhere, 2 x 4096 KiB + 8 x 16 KiB = 8.125 MiB.
+HOPPER_CUBLAS_WORKSPACE = ":4096:8"
+OTHER_CUBLAS_WORKSPACE = ":4096:2:16:8"
+# Handles are per thread and device, workspaces per handle and stream: a training step's forward runs
+# on the Python thread, its backward on the autograd engine's thread for that device, each with its
+# own handle, both on the current stream: two workspaces. (Not yet measured on a GPU here; issue 31's
+# truth script on the H200 checks it.)
+CUBLAS_WORKSPACES_PER_STEP = 2
+
+
+def cublas_workspace_bytes(config: str) -> int:
+    """Bytes of one workspace for a CUBLAS_WORKSPACE_CONFIG value (":SIZE_KIB:COUNT" pairs, summed)."""
+    numbers = [int(n) for n in config.split(":") if n.strip()]
+    return sum(size * 1024 * count for size, count in zip(numbers[::2], numbers[1::2]))
+
+
+def cuda_workspace_bytes(device: Device) -> int:
+    """CUDA: the step's cuBLAS workspaces (CUBLAS_WORKSPACE_CONFIG, else PyTorch's default for this GPU)."""
+    if device.kind != "cuda":
+        return 0
+    import os
+
+    import torch
+
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if not config:
+        # As PyTorch decides: Hopper's size only where the GPU says it is one (no GPU to ask: the other).
+        hopper = torch.cuda.is_available() and torch.cuda.get_device_capability(device.index)[0] == 9
+        config = HOPPER_CUBLAS_WORKSPACE if hopper else OTHER_CUBLAS_WORKSPACE
+    return CUBLAS_WORKSPACES_PER_STEP * cublas_workspace_bytes(config)
+
+
 def attention_scores_materialised(device: Device, dropout: float) -> bool:
     # With attention dropout even the fused kernels fall back to the math path, which stores T x T.
     return device.materialises_attention or dropout > 0
@@ -144,8 +190,10 @@ def estimate_training_memory(
     grad_accum: int = 1,
     *,
     loss_chunk_rows: int,
+    compiled: bool = False,
 ) -> MemoryEstimate:
-    """loss_chunk_rows: the fused loss's rows per chunk, as the plan decides it (RunPlan.loss)."""
+    """loss_chunk_rows: the fused loss's rows per chunk, as the plan decides it (RunPlan.loss);
+    compiled: the step runs under torch.compile (RunPlan.compile)."""
     tokens = batch_size * model.sequence_length
     fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast=precision_bytes != FP32)
     per_layer = tokens * (fp32_floats * FP32 + low_floats * precision_bytes)
@@ -188,26 +236,27 @@ def estimate_training_memory(
     allocator = 0
     if device.host_memory:
         runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if precision_bytes != FP32 else 0)
+        retained = 0
+        if gradient_checkpointing:  # per_layer's bytes per saved float, times the widths glibc keeps
+            widths = CPU_CHECKPOINT_RETAINED_WIDTHS * model.n_embd / (fp32_floats + low_floats)
+            retained = int(model.n_layer * per_layer * widths)
         allocator = (
-            int(live * CPU_ALLOCATOR_OVERHEAD)
-            + runtime
-            + remade_after_backward(activations, per_layer, gradient_checkpointing, grad_accum)
+            int(live * CPU_ALLOCATOR_OVERHEAD) + runtime + remade_after_backward(activations, retained, grad_accum)
         )
-    estimate = MemoryEstimate(
+    workspace = cuda_workspace_bytes(device)
+    if device.host_memory and compiled:
+        workspace += CPU_COMPILED_RUNTIME_BYTES
+    return MemoryEstimate(
         weights=weights,
         optimizer=optimizer,
         allocator=allocator,
+        workspace=workspace,
         **parts,
         spread=SPREAD.get(device.kind, OTHER_DEVICE_SPREAD),
     )
-    if device.host_memory and gradient_checkpointing:
-        # glibc may keep every block rebuilt in backward, not only the one counted (remade_after_backward).
-        low, high = estimate.spread
-        estimate = replace(estimate, spread=(low, high + (model.n_layer - 1) * per_layer / estimate.total))
-    return estimate
 
 
-def remade_after_backward(activations: int, per_layer: int, gradient_checkpointing: bool, grad_accum: int) -> int:
+def remade_after_backward(activations: int, retained: int, grad_accum: int) -> int:
     """CPU: activations allocated again after a backward pass has reshaped glibc's heap.
 
     glibc keeps freed heap blocks, and a tensor made after a backward lands in them only where a
@@ -219,19 +268,21 @@ def remade_after_backward(activations: int, per_layer: int, gradient_checkpointi
     forward reuses the previous step's blocks in the same order and CPU_ALLOCATOR_OVERHEAD covers it.
 
     Gradient checkpointing rebuilds each block in backward beside the gradient temporaries of the
-    block after it, and how many rebuilt blocks glibc then keeps apart varies with the shape: on
-    seven checkpointed fp32 shapes (buildllm/verify/memory.py, FITTED_CHECKPOINTING) the resident
-    growth beyond the pinned run was 1.75 to 3.8 blocks' activations, and never more than all
-    n_layer of them (then checkpointing saves no resident memory at all). The estimate counts one
-    block here, the least seen, and its stated range reaches all n_layer (estimate_training_memory).
-    Pinning the threshold at 1 MiB would keep the saving (81 MiB against 146-161 at gpt_first_cpu
-    b24), but the step then ran at 0.68x the speed with checkpointing and 0.72x without (medians of 4
-    interleaved pairs each, gpt_first_cpu b24 and b16), so the runtime leaves glibc alone.
+    block after it and the parameter gradients made so far, which land between the rebuilt blocks'
+    freed memory, so glibc keeps much of it apart (`retained`). What recompute keeps *alive* the
+    estimate already counts, and the pinned runs confirm it: the saved block inputs, one rebuilt
+    block and the fused loss's tensors (pinned growth 49-113 MiB against the live part plus runtime of
+    57-119 MiB on the six fitted fp32 shapes). The unpinned growth beyond the pinned one, less
+    CPU_ALLOCATOR_OVERHEAD, was 8 to 11.4 widths (n_embd floats) per token and layer on the fitted
+    shapes (gpt_first_cpu b8/b24/b48, student classic and modern b16, tiny b64; 2026-12-02, 2-core AMD
+    EPYC, 2 fresh processes each): CPU_CHECKPOINT_RETAINED_WIDTHS = 10 of them, in the layer's own
+    mix of fp32 and compute-dtype bytes. (The earlier term, one rebuilt block, read 0.65-0.77 of
+    the measured peak on classic shapes.) Pinning the threshold at 1 MiB would keep the saving (81
+    MiB against 146-161 at gpt_first_cpu b24), but the step then ran at 0.68x the speed with
+    checkpointing and 0.72x without (medians of 4 interleaved pairs each, gpt_first_cpu b24 and b16),
+    so the runtime leaves glibc alone.
     """
-    remade = activations if grad_accum > 1 else 0
-    if gradient_checkpointing:
-        remade += per_layer
-    return remade
+    return (activations if grad_accum > 1 else 0) + retained
 
 
 def plan_memory(plan) -> MemoryEstimate:
@@ -246,4 +297,5 @@ def plan_memory(plan) -> MemoryEstimate:
         train.gradient_checkpointing,
         train.grad_accum,
         loss_chunk_rows=plan.loss.chunk_rows,
+        compiled=plan.compile.enabled,
     )

@@ -3,8 +3,8 @@
 A training step does a forward pass (2 FLOPs per weight per token for each matmul) and a backward
 pass (twice that), so 6 FLOPs per matmul weight per token, plus attention's two T x T products
 (QK^T and attention x V) that no weight counts: 12 * n_layer * n_embd * T per token (PaLM, appendix B).
-The weights counted are those used in matmuls: the tied token embedding once (as the output layer;
-its lookup costs nothing), no position embedding, no norms or biases.
+The weights counted are those used in matmuls: the output layer (the token embedding when tied;
+a lookup costs nothing), no position embedding, no norms or biases.
 
 MFU = FLOPs per token x measured tokens/s / peak FLOP/s of the device in the run's precision.
 """
@@ -19,8 +19,9 @@ from buildllm.shape import GPTConfig
 
 
 def matmul_parameters(model: nn.Module) -> int:
-    position = getattr(model, "position_embedding", None)
-    skip = {id(position.weight)} if position is not None else set()
+    # Lookups are not matmuls: the position table, and the token table unless it is the output layer too.
+    tables = [getattr(model, "position_embedding", None), model.token_embedding]
+    skip = {id(t.weight) for t in tables if t is not None and t.weight is not model.lm_head.weight}
     seen, total = set(), 0
     for p in model.parameters():
         if p.dim() >= 2 and id(p) not in skip and id(p) not in seen:

@@ -137,8 +137,8 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.final_norm = norm_layer(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        # Tied input and output embeddings: fewer parameters, better small models.
-        self.lm_head.weight = self.token_embedding.weight
+        if config.tied_output:  # one matrix for both ends: fewer parameters (docs/pipeline.md, Profiles)
+            self.lm_head.weight = self.token_embedding.weight
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:

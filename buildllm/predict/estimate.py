@@ -6,7 +6,9 @@ The course's formulas:
     plus validation passes, checkpoint saves and start-up.
 The low-high range comes from the slowest and fastest measured interval, widened by the variation
 between runs (RUN_TO_RUN): a whole run can go slower or faster than one benchmark's intervals, as
-a fresh process lands on other cores, memory and neighbours. An estimate is only as
+a fresh process lands on other cores, memory and neighbours. Start-up, validation and checkpoint
+saves are widened by the same share. A run that still lands outside says, beside the verdict,
+whether other processes were using its cores while it trained (train/against_estimate.py). An estimate is only as
 good as the match between benchmark and plan, so a benchmark with other controls is refused:
 the shape and precision, the data loader workers, the validation size (it sets each validation
 pass's time) and the machine (the processor model, or the GPU's name).
@@ -135,8 +137,11 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
         "checkpoint_overhead_seconds": checkpoints,
         "startup_seconds": startup,
         "estimated_seconds": by_steps + overhead,
-        "estimated_seconds_low": (steps / fast if fast > 0 else by_steps) / (1 + RUN_TO_RUN) + overhead,
-        "estimated_seconds_high": (steps / slow if slow > 0 else by_steps) * (1 + RUN_TO_RUN) + overhead,
+        # Start-up, validation and saves enter the range as the steps do: one benchmark measured them
+        # once each, and a fresh process's imports and first allocations vary from run to run too (a
+        # tiny run is mostly start-up: a range around its steps alone is missed by start-up alone).
+        "estimated_seconds_low": ((steps / fast if fast > 0 else by_steps) + overhead) / (1 + RUN_TO_RUN),
+        "estimated_seconds_high": ((steps / slow if slow > 0 else by_steps) + overhead) * (1 + RUN_TO_RUN),
         "run_to_run_spread": RUN_TO_RUN,
         "checkpoint_bytes": benchmark["checkpoint_bytes"],
         "checkpoint_storage_bytes": min(saves, t.keep_checkpoints) * benchmark["checkpoint_bytes"],

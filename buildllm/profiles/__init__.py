@@ -8,7 +8,7 @@ the plan (buildllm/plan/run_plan.py) applies a config's overrides to the profile
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -32,6 +32,15 @@ class Profile:
     model: GPTConfig
     cpu: RuntimeDefaults
     gpu: RuntimeDefaults
+    # Architectures that keep their own output layer in this profile (YAML `own_output_layer`);
+    # the others tie it to the token embedding. See docs/pipeline.md, "Profiles".
+    own_output_layer: tuple[str, ...] = ()
+
+    def with_model(self, **overrides) -> Profile:
+        """This profile with its model shape overridden; whether the output layer is tied follows
+        the architecture chosen."""
+        model = replace(self.model, **overrides)
+        return replace(self, model=replace(model, tied_output=model.architecture not in self.own_output_layer))
 
     def runtime(self, defaults: str) -> RuntimeDefaults:
         """`defaults`: "cpu" or "gpu", as the device says (Device.runtime_defaults)."""
@@ -64,7 +73,8 @@ def load_profile(name: str) -> Profile:
         model=GPTConfig(**data["model"]),
         cpu=RuntimeDefaults(**data["runtime"]["cpu"]),
         gpu=RuntimeDefaults(**data["runtime"]["gpu"]),
-    )
+        own_output_layer=tuple(data.get("own_output_layer", ())),
+    ).with_model()
 
 
 @cache

@@ -26,8 +26,9 @@ MEMORY_PARTS = [
     ("attention_scores", "attention scores"),
     ("logits", "logits"),
     ("allocator", "allocator reserve"),
+    ("workspace", "kernel workspaces, compiled code"),
 ]
-MEMORY_COLORS = ["#4C72B0", "#55A868", "#8172B3", "#64B5CD", "#DD8452", "#DA8BC3", "#C44E52", "#8C8C8C"]
+MEMORY_COLORS = ["#4C72B0", "#55A868", "#8172B3", "#64B5CD", "#DD8452", "#DA8BC3", "#C44E52", "#8C8C8C", "#CCB974"]
 # The benchmark's step breakdown (buildllm/measure/breakdown.py), in the order a step runs.
 STEP_PARTS = [
     ("data", "data loading"),

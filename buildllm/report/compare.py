@@ -33,7 +33,7 @@ from buildllm.measure.stats import NOISY_CV, Paired, from_intervals, is_noisy
 from buildllm.measure.workfolder import remeasure
 from buildllm.paths import metrics_path
 from buildllm.report.controls import VARIABLES, check_runs, controls_table, display
-from buildllm.report.curves import read_curves, target_loss
+from buildllm.report.curves import loss_key, read_curves, target_loss
 from buildllm.report.experiments import Experiment, exp_show, select
 
 # (column, stage, metric): the figures the report shows, in the CSV's first columns.
@@ -64,6 +64,7 @@ SUMMARY = [
     ("train_tokens_per_second", "train", "tokens_per_second"),
     ("train_elapsed_seconds", "train", "elapsed_seconds"),
     ("final_validation_loss", "train", "final_validation_loss"),
+    ("final_validation_bits_per_byte", "train", "final_validation_bits_per_byte"),
 ]
 ENVIRONMENT = (
     "processor",
@@ -93,7 +94,8 @@ class Comparison:
     speedups: dict = field(default_factory=dict)  # name -> Speedup vs the first experiment
     paired: Paired | None = None  # the interleaved re-measurements, with --paired
     curves: dict = field(default_factory=dict)  # name -> training log rows (buildllm/report/curves.py)
-    target_loss: float | None = None  # the validation loss every run reached
+    target_loss: float | None = None  # the validation loss every run reached, in loss_key's unit
+    loss_key: str = "validation_loss"  # the log's column the target is in: bits per byte where all have it
 
     @property
     def equal_budget(self) -> bool:
@@ -251,6 +253,19 @@ def busy(exp: Experiment) -> bool:
     return exp.metric("busy_machine", ("benchmark",)) is True
 
 
+def tokenizer_note(experiments: list) -> list:
+    """Runs with different tokenizers: their per-token losses are not comparable, bits per byte are."""
+    tokenizers = {(e.metric("vocab_size"), e.metric("tokenizer", ("train",))) for e in experiments}
+    if len({vocab for vocab, _ in tokenizers}) < 2 and len(tokenizers) < 2:
+        return []
+    described = " vs ".join(f"{e.name}: vocab_size {e.metric('vocab_size')}" for e in experiments)
+    return [
+        f"the runs' tokenizers differ ({described}): a loss per token moves with how many bytes a token "
+        "holds, not only with the model, so their per-token losses are not compared; bits per byte of the "
+        "validation text are (the same text, whatever tokenizer cut it)"
+    ]
+
+
 def caveats(experiments: list) -> list:
     """What the reader must know: noisy or busy measurements, figures a run did not record."""
     notes = [
@@ -261,6 +276,7 @@ def caveats(experiments: list) -> list:
         for e in experiments
         if busy(e)
     ]
+    notes += tokenizer_note(experiments)
     notes += [
         f"{e.name}: throughput varied {e.metric('throughput_cv', ('benchmark',)):.0%} between measured "
         f"intervals, over the {NOISY_CV:.0%} noise threshold (the machine was busy or throttling); rerun it on "
@@ -358,5 +374,6 @@ def compare(
         comparison.speedups = {}
     comparison.frame = summary_frame(kept, comparison.speedups_shown, comparison.speedups, comparison.paired)
     comparison.curves = read_curves(kept)
-    comparison.target_loss = target_loss(comparison.curves)
+    comparison.loss_key = loss_key(comparison.curves)
+    comparison.target_loss = target_loss(comparison.curves, comparison.loss_key)
     return comparison

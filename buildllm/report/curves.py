@@ -10,6 +10,8 @@ The time to a stated loss: the target is the highest of the experiments' best va
 rounded up to the next 0.01, so that every experiment with a validation reaches it; each one's time
 is the elapsed second of its first validation at or below the target. Validation runs every
 eval_interval steps, so the time is resolved to that: a run may have crossed the target earlier.
+The loss is in bits per byte of the validation text where every log has it (buildllm/data/text_bytes.py:
+comparable across tokenizers), else in nats per token, which only runs with one tokenizer share.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from buildllm.report.card_charts import COLORS, say  # noqa: E402
 from buildllm.report.card_data import Files, log_rows  # noqa: E402
 
 TARGET_NOTE = (
-    "Time to the target loss: the target is the highest of the experiments' best validation losses, "
-    "rounded up to the next 0.01, so every experiment with a validation reaches it; the time is the "
-    "elapsed training seconds (validation and checkpoint saves included) at the first validation at or "
-    "below it, resolved to the validation interval."
+    "Time to the target loss: the target is the highest of the experiments' best validation losses "
+    "(in bits per byte where every run records it), rounded up to the next 0.01, so every experiment "
+    "with a validation reaches it; the time is the elapsed training seconds (validation and checkpoint "
+    "saves included) at the first validation at or below it, resolved to the validation interval."
 )
+BITS, NATS = "validation_bits_per_byte", "validation_loss"
+UNITS = {BITS: "bits per byte", NATS: "nats per token"}
 
 
 def read_curves(experiments: list) -> dict:
@@ -43,22 +47,28 @@ def read_curves(experiments: list) -> dict:
     return curves
 
 
-def _validations(rows: list) -> list:
-    return [r for r in rows if isinstance(r.get("validation_loss"), (int, float))]
+def _validations(rows: list, key: str = NATS) -> list:
+    return [r for r in rows if isinstance(r.get(key), (int, float))]
 
 
-def target_loss(curves: dict) -> float | None:
-    """The loss every experiment with a validation reaches (None if fewer than two have one)."""
-    bests = [min(r["validation_loss"] for r in v) for v in map(_validations, curves.values()) if v]
+def loss_key(curves: dict) -> str:
+    """Bits per byte when every log with a validation records it, else nats per token."""
+    validated = [rows for rows in curves.values() if _validations(rows)]
+    return BITS if validated and all(_validations(rows, BITS) for rows in validated) else NATS
+
+
+def target_loss(curves: dict, key: str = NATS) -> float | None:
+    """The loss (in `key`'s unit) every experiment with a validation reaches (None if fewer than two have one)."""
+    bests = [min(r[key] for r in v) for v in (_validations(rows, key) for rows in curves.values()) if v]
     return math.ceil(max(bests) * 100) / 100 if len(bests) >= 2 else None
 
 
-def time_to(rows: list, target: float | None) -> tuple[float, int] | None:
+def time_to(rows: list, target: float | None, key: str = NATS) -> tuple[float, int] | None:
     """(elapsed seconds, step) of the first validation at or below the target; None if never."""
     if target is None:
         return None
-    for r in _validations(rows):
-        if r["validation_loss"] <= target and r.get("elapsed_seconds") is not None:
+    for r in _validations(rows, key):
+        if r[key] <= target and r.get("elapsed_seconds") is not None:
             return float(r["elapsed_seconds"]), int(r["step"])
     return None
 
@@ -68,12 +78,14 @@ def _series(rows: list, x: str, y: str) -> tuple[list, list]:
     return ([p[0] for p in points], [p[1] for p in points]) if points else ([], [])
 
 
-def write_curves(curves: dict, target: float | None, path: Path) -> Path:
-    """Loss against step, loss against elapsed seconds (with the target), tokens/s against step."""
+def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS) -> Path:
+    """Loss against step, loss against elapsed seconds (with the target), tokens/s against step; the
+    validation loss in `key`'s unit (the train loss, per token only, is drawn only in nats per token)."""
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), constrained_layout=True)
+    unit = f"validation loss ({UNITS[key]})" if key == BITS else "loss (nats per token)"
     titles = [
-        ("step", "Loss against optimizer step", "optimizer step", "loss (nats per token)"),
-        ("elapsed_seconds", "Loss against elapsed training time", "elapsed training time (s)", "loss (nats per token)"),
+        ("step", "Loss against optimizer step", "optimizer step", unit),
+        ("elapsed_seconds", "Loss against elapsed training time", "elapsed training time (s)", unit),
         ("step", "Training throughput per log interval", "optimizer step", "tokens/s"),
     ]
     for ax, (_x, title, xlabel, ylabel) in zip(axes, titles):
@@ -85,20 +97,21 @@ def write_curves(curves: dict, target: float | None, path: Path) -> Path:
     for i, (name, rows) in enumerate(curves.items()):
         color = COLORS[i % len(COLORS)]
         for ax, x in zip(axes[:2], ("step", "elapsed_seconds")):
-            ax.plot(*_series(rows, x, "train_loss"), color=color, alpha=0.45, linewidth=1)
+            if key == NATS:
+                ax.plot(*_series(rows, x, "train_loss"), color=color, alpha=0.45, linewidth=1)
             ax.plot(
-                *_series(rows, x, "validation_loss"),
+                *_series(rows, x, key),
                 color=color,
                 marker="o",
                 markersize=4,
-                label=f"{name}: validation (line: train)",
+                label=f"{name}: validation" + (" (line: train)" if key == NATS else ""),
             )
         axes[2].plot(*_series(rows, "step", "tokens_per_second"), color=color, label=name)
-        reached = time_to(rows, target)
+        reached = time_to(rows, target, key)
         if reached is not None:
             axes[1].axvline(reached[0], color=color, linestyle=":", linewidth=1)
     if target is not None:
-        axes[1].axhline(target, color="#444", linestyle="--", linewidth=1, label=f"target loss {target:.2f}")
+        axes[1].axhline(target, color="#444", linestyle="--", linewidth=1, label=f"target {target:.2f} {UNITS[key]}")
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)

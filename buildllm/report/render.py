@@ -19,8 +19,8 @@ from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.config import control_keys
 from buildllm.measure.stats import NOISY_CV, is_noisy
 from buildllm.report.chart import write_chart
-from buildllm.report.compare import Comparison
-from buildllm.report.curves import TARGET_NOTE, time_to, write_curves
+from buildllm.report.compare import Comparison, tokenizer_note
+from buildllm.report.curves import TARGET_NOTE, UNITS, time_to, write_curves
 from buildllm.report.document import (
     Bullets,
     Code,
@@ -168,9 +168,13 @@ def results_rows(c: Comparison) -> list:
         ("planned tokens", list(map(number("{:,.0f}"), f["planned_tokens"]))),
         ("training tokens/s (train stage)", list(map(number("{:,.0f}"), f["train_tokens_per_second"]))),
         ("training time (train stage)", list(map(duration, f["train_elapsed_seconds"]))),
-        ("final validation loss (train stage)", list(map(number("{:.3f}"), f["final_validation_loss"]))),
+        ("final validation loss, nats/token (train stage)", per_token_cells(c, f["final_validation_loss"])),
         (
-            f"time to validation loss ≤ {c.target_loss:.2f} (train stage)"
+            "final validation loss, bits/byte (train stage)",
+            list(map(number("{:.4f}"), f["final_validation_bits_per_byte"])),
+        ),
+        (
+            f"time to validation loss ≤ {c.target_loss:.2f} {UNITS[c.loss_key]} (train stage)"
             if c.target_loss is not None
             else "time to a validation loss both reach (train stage)",
             time_to_target_cells(c),
@@ -179,11 +183,18 @@ def results_rows(c: Comparison) -> list:
     return rows
 
 
+def per_token_cells(c: Comparison, losses) -> list:
+    """Nats per token, or why not where the runs' tokenizers differ (compare.tokenizer_note)."""
+    if tokenizer_note(c.experiments):
+        return ["not compared: tokenizers differ (bits/byte below)"] * len(c.experiments)
+    return list(map(number("{:.3f}"), losses))
+
+
 def time_to_target_cells(c: Comparison) -> list:
     cells = []
     for exp in c.experiments:
         rows = c.curves.get(exp.name) or []
-        reached = time_to(rows, c.target_loss)
+        reached = time_to(rows, c.target_loss, c.loss_key)
         cells.append(
             NOT_RECORDED
             if not rows or c.target_loss is None
@@ -364,7 +375,7 @@ def write_report(c: Comparison, out: Path) -> list:
     out = out.with_suffix("") if out.suffix in (".md", ".csv", ".png", ".html") else out
     base = out.parent / out.name
     png_path = write_chart(c, base.with_name(base.name + ".png"))
-    curves_path = write_curves(c.curves, c.target_loss, base.with_name(base.name + "_curves.png"))
+    curves_path = write_curves(c.curves, c.target_loss, base.with_name(base.name + "_curves.png"), c.loss_key)
     md_path, csv_path, html_path = (base.with_name(base.name + s) for s in (".md", ".csv", ".html"))
     blocks = sections(c, out, png_path.read_bytes(), curves_path.read_bytes())
     atomic_write_text(md_path, to_markdown(blocks))

@@ -89,6 +89,9 @@ def loss_lines(d: CardData) -> list:
         head = f"last validation loss {loss:.3f} (step {step}; the run did not finish)"
     else:
         head = NOT_RECORDED if loss is None else f"final validation loss {loss:.3f} nats per token"
+    bits = d.get("train", "final_validation_bits_per_byte") or d.get("train", "last_validation_bits_per_byte")
+    if bits is not None:  # buildllm/data/text_bytes.py: comparable across tokenizers
+        head += f", {bits:.4f} bits per byte of the validation text"
     lines = [head]
     if loss is not None and unigram is not None:
         gap = unigram - loss
@@ -99,6 +102,15 @@ def loss_lines(d: CardData) -> list:
     if uniform is not None:
         lines.append(f"uniform guess ln {vocab:,} = {uniform:.3f}")
     return lines
+
+
+def load_words(t: dict) -> str:
+    """Whether other processes took the training run's cores, and how much (measure/load.py)."""
+    return (
+        f"{'busy machine' if t.get('busy_machine') else 'machine not busy'}: other processes used "
+        f"{t['other_load_mean']:.2f} cores on average while it trained (up to {t.get('other_load_max', 0):.2f}), "
+        f"{t.get('contended_share', 0):.0%} of its {t.get('cores_used', '?')} cores taken"
+    )
 
 
 def estimate_line(d: CardData) -> str:
@@ -121,6 +133,8 @@ def headline(d: CardData) -> list:
         )
     else:
         versus = f"{_duration(seconds)} measured; estimate {_duration(e.get('estimated_seconds'))}"
+    if t.get("other_load_mean") is not None:  # beside the verdict: were the run's cores its own?
+        versus += f"; {load_words(t)}"
     peak, source = b.get("peak_flops"), d.note("benchmark", "peak_flops_source")
     method = d.note("benchmark", "peak_memory_method")
     mfu = (

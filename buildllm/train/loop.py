@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from buildllm.config import Config
 from buildllm.data.run_data import load_run_data
+from buildllm.data.text_bytes import validation_bytes
 from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
 from buildllm.disk import DiskFull
 from buildllm.errors import TrainingFailed, UserError
@@ -58,6 +59,8 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         trainer.log.facts["unigram_validation_loss"] = unigram_loss(
             train_windows, validation_windows, plan.model.vocab_size
         )
+        # The bytes the validation targets stand for: the loss in bits per byte, comparable across tokenizers.
+        trainer.log.facts.update(validation_bytes(tokenizer, validation_windows, plan.model.vocab_size))
         # Only rank 0 writes, so only rank 0 locks; every rank follows its resume decision.
         lock = checkpoint.DirectoryLock(directory)
         decision = None

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
+from buildllm.data.text_bytes import bits_per_byte
+from buildllm.measure.load import LoadSampler
 from buildllm.metrics import write_metrics
 from buildllm.paths import TRAIN_LOG_CSV, TRAIN_LOG_JSON, metrics_path
 from buildllm.train import distributed
@@ -36,6 +38,7 @@ COLUMNS = (
     "tokens_seen",
     "train_loss",
     "validation_loss",
+    "validation_bits_per_byte",
     "learning_rate",
     "tokens_per_second",
     "elapsed_seconds",
@@ -51,9 +54,11 @@ class RunLog:
     count this session only, so a resumed run reports its own speed. Only rank 0 writes files.
     """
 
-    def __init__(self, world: World, tokens_per_step: int, facts: dict):
+    def __init__(self, world: World, tokens_per_step: int, facts: dict, cores_used: int = 1):
         self.world, self.facts = world, facts
         self.tokens_per_step = tokens_per_step  # this process's share of one optimizer step
+        self.cores_used = cores_used  # for the load from other processes (measure/load.py)
+        self.load: LoadSampler | None = None
         self.rows: list[dict] = []
         self.saves: list[tuple[float, int]] = []  # (seconds, bytes) of each checkpoint save
         self.elapsed_before = 0.0  # training time of earlier sessions, as the resumed checkpoint saved it
@@ -67,6 +72,7 @@ class RunLog:
     def begin(self) -> None:
         """The train loop starts: this session's clock, and the log file as the rows stand."""
         self._new_session()
+        self.load = LoadSampler(self.cores_used)  # sampled at each row: whether others took our cores
         if self.world.is_main:
             self.write_csv()
 
@@ -94,11 +100,14 @@ class RunLog:
         # Each process measures its own rate; the run's rate is their sum.
         local = len(self._losses) * self.tokens_per_step / seconds if seconds else 0.0
         rate = distributed.all_sum(self.world, [local])[0]
+        if self.load:
+            self.load.sample()
         row = {
             "step": step,
             "tokens_seen": tokens_seen,
             "train_loss": sum(self._losses) / len(self._losses) if self._losses else None,
             "validation_loss": validation,
+            "validation_bits_per_byte": self.bits_per_byte(validation),
             "learning_rate": learning_rate,
             "tokens_per_second": rate if seconds else None,
             "elapsed_seconds": self.elapsed(),
@@ -108,6 +117,10 @@ class RunLog:
         if self.world.is_main:
             self.write_csv()
         return row
+
+    def bits_per_byte(self, loss: float | None) -> float | None:
+        """A validation loss (nats per token) in bits per byte of the scored validation text."""
+        return bits_per_byte(loss, self.facts.get("validation_bytes_per_token"))
 
     def write_csv(self, path: str | Path = LOG_PATH, json_path: str | Path = JSON_LOG_PATH) -> Path:
         """The rows as CSV and as JSON (a list of objects, every key in each: DVC needs that)."""
@@ -147,12 +160,18 @@ class RunLog:
             "train_perplexity": _exp(train_loss),
             "final_validation_loss": validation,
             "validation_perplexity": _exp(validation),
+            "final_validation_bits_per_byte": self.bits_per_byte(validation),
             "last_validation_loss": last["validation_loss"] if last else None,
+            "last_validation_bits_per_byte": self.bits_per_byte(last["validation_loss"] if last else None),
             "last_validation_step": last["step"] if last else None,
             "final_validation_note": note,
             "initial_validation_loss": self.rows[0]["validation_loss"]
             if self.rows and self.rows[0]["step"] == 0
             else None,
+            "initial_validation_bits_per_byte": self.bits_per_byte(
+                self.rows[0]["validation_loss"] if self.rows and self.rows[0]["step"] == 0 else None
+            ),
+            "unigram_validation_bits_per_byte": self.bits_per_byte(self.facts.get("unigram_validation_loss")),
             "elapsed_seconds": time.perf_counter() - self.started,
             "session_steps": self.steps,
             "session_train_seconds": self.seconds,
@@ -163,6 +182,7 @@ class RunLog:
             "checkpoint_save_seconds_max": max(seconds) if seconds else None,
             "checkpoint_bytes": self.saves[-1][1] if self.saves else None,
             "oom": False,
+            **(self.load.figures() if self.load else {}),
             **extra,
         }
         return {
@@ -183,24 +203,36 @@ class RunLog:
             measured = against_estimate(metrics)
             metrics.update(measured)
             path = write_metrics(metrics_path("train"), metrics)
-            if measured:
-                print(f"estimate: this run {describe_estimate(measured)}")
             if status == "completed":
                 speed = f"at {metrics['tokens_per_second']:,.0f} tokens/s" if self.steps else "(nothing left to train)"
                 print(
                     f"trained {metrics['optimizer_steps']} steps ({metrics['tokens_processed']:,} tokens) {speed}; "
-                    f"validation loss {metrics['final_validation_loss']:.4f} "
+                    f"validation loss {metrics['final_validation_loss']:.4f}{in_bits(metrics)} "
                     f"(perplexity {metrics['validation_perplexity']:.1f}; {baselines(metrics)}); "
                     f"checkpoint in {metrics['checkpoint_directory']}; metrics in {path}"
                 )
+            # Last: the estimate's verdict beside whether other processes took this run's cores.
+            load = metrics.get("busy_machine_reason")
+            if measured:
+                print(f"estimate: this run {describe_estimate(measured)}" + (f"; {load}" if load else ""))
+            elif load:
+                print(load)
         return metrics
+
+
+def in_bits(metrics: dict) -> str:
+    bits = metrics.get("final_validation_bits_per_byte")
+    return "" if bits is None else f" nats/token, {bits:.4f} bits/byte"
 
 
 def baselines(metrics: dict) -> str:
     """What the loss is to be compared with: the context-free unigram level and a uniform guess."""
     uniform = f"a uniform guess {math.log(metrics['vocab_size']):.4f}"
     unigram = metrics.get("unigram_validation_loss")
-    return uniform if unigram is None else f"unigram level {unigram:.4f}, {uniform}"
+    if unigram is None:
+        return uniform
+    bits = metrics.get("unigram_validation_bits_per_byte")
+    return f"unigram level {unigram:.4f}" + (f" ({bits:.4f} bits/byte)" if bits is not None else "") + f", {uniform}"
 
 
 def _cell(value) -> str:

@@ -151,7 +151,8 @@ class Trainer:
             "checkpoint_directory": str(self.directory),
             "tokenizer": self.tokenizer,
         }
-        self.log = RunLog(self.world, plan.tokens_per_step, {**facts(plan), **self.sizes})
+        cores = plan.threads if plan.device.threads_apply else 1  # an accelerator still needs a core to feed it
+        self.log = RunLog(self.world, plan.tokens_per_step, {**facts(plan), **self.sizes}, cores)
         # The same initial weights and random draws whoever builds the trainer, and in every process.
         self.model = build_model(plan.model, self.device.device, seed=plan.config.seed)
         self.model.gradient_checkpointing = cfg.gradient_checkpointing

@@ -66,6 +66,32 @@ def test_cli_bad_value_is_one_line_exit_2_no_traceback(tmp_path):
     assert "iteration=4" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("text", [".nan", "nan", ".inf", "-.inf", "inf"])
+def test_every_float_knob_refuses_a_non_finite_value(tmp_path, text):
+    from buildllm.knob import base_type, leaf_knobs
+
+    floats = [key for key, _, hint in leaf_knobs(Config) if base_type(hint) is float]
+    assert "train.learning_rate" in floats
+    for key in floats:
+        *parents, leaf = key.split(".")
+        body = "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parents)) + f"{'  ' * len(parents)}{leaf}: {text}\n"
+        with pytest.raises(ConfigError) as excinfo:
+            load_config(write(tmp_path, body))
+        assert f"{key}=" in str(excinfo.value) and "not a finite number" in str(excinfo.value)
+
+
+def test_cli_non_finite_learning_rate_is_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "buildllm", "train", "--learning-rate", "nan"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert "train.learning_rate=nan is not a finite number" in result.stderr
+
+
 def test_cli_flags_override_params_file(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     write(tmp_path, "train:\n  batch_size: 4\n")

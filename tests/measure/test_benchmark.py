@@ -170,8 +170,8 @@ def test_sweep_prints_one_row_per_combination(tokens, workdir, capsys):
         assert r["tokens_per_second"] == pytest.approx(r["steps_per_second"] * r["batch_size"] * sequence[r["preset"]])
     sweep = read(workdir, "sweep")
     assert set(sweep) == {
-        f"{p}_classic_{t}t_{k}"
-        for p in ("tiny", "student")
+        f"{p}_{a}_{t}t_{k}"
+        for p, a in (("tiny", "classic"), ("student", "modern"))  # each preset's own architecture
         for t in (1, 2)
         for k in ("steps_per_second", "tokens_per_second", "data_share", "other_load", "busy_machine")
     }

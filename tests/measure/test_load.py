@@ -91,3 +91,19 @@ def test_a_benchmark_on_a_busy_machine_says_so(tokens, workdir, capsys):
     assert m["busy_machine"] is True and m["other_load_start"] > 0.5 and m["cores_used"] == 1
     assert m["busy_machine_reason"].startswith("busy machine:")
     assert "warning: busy machine: other processes used" in capsys.readouterr().err
+    # Over the measured window itself too, not only at its two ends.
+    assert m["other_load_window"] > 0.5
+
+
+def test_a_training_run_samples_others_load_and_says_so_beside_the_verdict(tokens, workdir, capsys):
+    """A real run with busy loops on every core it may use: the log rows' samples see them, the metrics
+    say busy and by how much, and the console's last line says it."""
+    from train_fixtures import train_args
+
+    with competitors(len(our_cpus())):
+        assert main(train_args(tokens, workdir / "run", "--log-interval", "2")) == 0
+    m = read_metrics(workdir / "metrics" / "train.json", with_notes=True)
+    assert m["busy_machine"] is True and m["other_load_mean"] > 0.5 and m["load_samples"] >= 10
+    assert m["busy_time_share"] > 0.5 and m["cores_used"] == 1 and m["other_load_max"] >= m["other_load_mean"]
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "busy machine: other processes used" in last and f"{m['other_load_mean']:.2f} cores on average" in last

@@ -9,7 +9,7 @@ from buildllm.profiles import load_profile
 
 
 @pytest.mark.parametrize("architecture", ["classic", "modern"])
-@pytest.mark.parametrize("profile", ["gpt_first_cpu", "student"])
+@pytest.mark.parametrize("profile", ["gpt_first_cpu", "student", "tiny"])
 def test_formula_matches_flop_counter_on_one_training_step(profile, architecture):
     base = load_profile(profile).model
     config = GPTConfig(**{**vars(base), "architecture": architecture})
@@ -30,6 +30,8 @@ def test_matmul_parameters_count_tied_embedding_once_and_skip_positions():
     model = build_model(config, "meta")
     d, L, V = config.n_embd, config.n_layer, config.vocab_size
     assert matmul_parameters(model) == 12 * L * d * d + V * d
+    untied = build_model(GPTConfig(**{**vars(config), "tied_output": False}), "meta")
+    assert matmul_parameters(untied) == 12 * L * d * d + V * d  # the lookup table is no matmul
 
 
 @pytest.mark.parametrize("architecture", ["classic", "modern"])

@@ -12,8 +12,8 @@ from buildllm.profiles import available_profiles, load_profile
         ("gpt_first_cpu", 1.3e6, 0.05),
         ("gpt_42m", 42e6, 0.02),
         ("gpt_100m", 98.5e6, 0.01),
-        ("tiny", 0.4e6, 0.15),
-        ("student", 2.6e6, 0.05),
+        ("tiny", 0.636e6, 0.02),  # classic, with its own output layer
+        ("student", 2.6e6, 0.02),  # modern
         ("small", 10e6, 0.07),
     ],
 )
@@ -84,3 +84,58 @@ def test_modern_architecture_with_an_odd_head_size_is_refused():
     config = load_config(None, {"device": "cpu", "model.architecture": "modern", "model.n_embd": 60, "model.n_head": 4})
     with pytest.raises(ConfigError, match="even head size"):
         make_plan(config)
+
+
+@pytest.mark.parametrize(
+    "preset, architecture, tied, expected",
+    [("tiny", "classic", False, 0.636e6), ("tiny", "modern", True, 0.369e6), ("student", "modern", True, 2.6e6)],
+)
+def test_presets_as_the_hardware_guide_lists_them(preset, architecture, tied, expected):
+    model = profile_for(load_config(None, {"preset": preset, "model.architecture": architecture})).model
+    built = build_model(model, "meta")
+    assert model.tied_output is tied and (built.lm_head.weight is built.token_embedding.weight) is tied
+    assert abs(built.num_parameters() - expected) / expected <= 0.02, built.num_parameters()
+
+
+def test_student_is_modern_and_the_iterations_stay_tied():
+    assert profile_for(load_config(None, {"preset": "student"})).model.architecture == "modern"
+    for name in ("gpt_first_cpu", "gpt_42m", "gpt_100m", "small"):
+        assert load_profile(name).model.tied_output, name
+
+
+def _old_tiny_checkpoint(tmp_path):
+    """A checkpoint of the old tiny preset: tied, saved before GPTConfig had tied_output."""
+    from dataclasses import asdict
+
+    from buildllm.train import checkpoint
+
+    old = GPTConfig(**{**vars(load_profile("tiny").model), "tied_output": True})
+    model = build_model(old, seed=3)
+    model_config = {k: v for k, v in asdict(old).items() if k != "tied_output"}
+    signature = {"profile": "tiny", **{f"model.{k}": v for k, v in model_config.items()}}
+    state = {"step": 2, "model": model.state_dict(), "model_config": model_config, "signature": signature}
+    checkpoint.save(tmp_path / "run", state, keep=2)
+    return model, signature
+
+
+def test_an_old_tied_tiny_checkpoint_still_loads_and_generates_the_same(tmp_path):
+    from buildllm.train.checkpoint import list_checkpoints
+    from buildllm.train.generate import load_model
+
+    old, _ = _old_tiny_checkpoint(tmp_path)
+    loaded, _ = load_model(list_checkpoints(tmp_path / "run")[-1], "cpu")
+    assert loaded.lm_head.weight is loaded.token_embedding.weight
+    idx = torch.randint(0, old.config.vocab_size, (1, 8))
+    torch.testing.assert_close(loaded(idx)[0], old.eval()(idx)[0])
+
+
+def test_resuming_an_old_tiny_checkpoint_as_the_new_tiny_is_refused_in_one_line(tmp_path):
+    from buildllm.errors import UserError
+    from buildllm.train import checkpoint
+
+    _, signature = _old_tiny_checkpoint(tmp_path)
+    new = {**signature, "model.tied_output": False}
+    with pytest.raises(UserError) as excinfo:
+        checkpoint.state_to_resume(tmp_path / "run", new, resume=True, force=True)
+    message = str(excinfo.value)
+    assert "different model" in message and "model.tied_output None -> False" in message and "\n" not in message

@@ -665,3 +665,59 @@ def test_a_busy_machine_is_flagged_in_the_report_and_its_speedup_is_inconclusive
         "figures slowed) |"
     ) in md
     assert list(c.frame.set_index("experiment")["busy_machine"]) == [False, True]
+
+
+def train_record(vocab_size, nats, bits):
+    return {
+        "vocab_size": vocab_size,
+        "tokenizer": f"tokenizer/wiki_vital_{vocab_size}_tokenizer.json",
+        "final_validation_loss": nats,
+        "final_validation_bits_per_byte": bits,
+        "tokens_per_second": 9000.0,
+        "elapsed_seconds": 60.0,
+    }
+
+
+def test_runs_with_different_tokenizers_compare_bits_per_byte_not_per_token_loss(tmp_path):
+    small = experiment(
+        "v4096",
+        "6" * 40,
+        {"tokenize.vocab_size": 4096},
+        {"benchmark": benchmark(), "estimate": estimate(), "train": train_record(4096, 4.10, 1.6203)},
+        6,
+    )
+    large = experiment(
+        "v8192",
+        "7" * 40,
+        {"tokenize.vocab_size": 8192},
+        {"benchmark": benchmark(), "estimate": estimate(), "train": train_record(8192, 4.60, 1.5877)},
+        7,
+    )
+    c = compare(["v4096", "v8192"], rows=rows(small, large))
+    note = next(n for n in c.notes if "tokenizers differ" in n)
+    assert "vocab_size 4096" in note and "vocab_size 8192" in note and "per-token losses are not compared" in note
+    md = Path(write_report(c, tmp_path / "r")[0]).read_text()
+    assert "| final validation loss, bits/byte (train stage) | 1.6203 | 1.5877 |" in md
+    assert "| final validation loss, nats/token (train stage) | not compared: tokenizers differ" in md
+    assert "4.100" not in md and "4.600" not in md
+    same = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, BF16))
+    assert not any("tokenizers differ" in n for n in same.notes)
+
+
+def test_time_to_target_is_in_bits_per_byte_when_every_log_has_it():
+    from buildllm.report.curves import BITS, NATS, loss_key, target_loss, time_to
+
+    a = [
+        {"step": 10, "validation_loss": 4.0, "validation_bits_per_byte": 1.70, "elapsed_seconds": 5.0},
+        {"step": 20, "validation_loss": 3.6, "validation_bits_per_byte": 1.52, "elapsed_seconds": 10.0},
+    ]
+    b = [
+        {"step": 10, "validation_loss": 4.4, "validation_bits_per_byte": 1.60, "elapsed_seconds": 4.0},
+        {"step": 20, "validation_loss": 4.2, "validation_bits_per_byte": 1.49, "elapsed_seconds": 8.0},
+    ]
+    assert loss_key({"a": a, "b": b}) == BITS
+    target = target_loss({"a": a, "b": b}, BITS)
+    assert target == 1.52  # per token, b (a larger vocabulary) would look worse: 4.2 against 3.6
+    assert time_to(a, target, BITS) == (10.0, 20) and time_to(b, target, BITS) == (8.0, 20)
+    old = [{k: v for k, v in r.items() if k != BITS} for r in b]
+    assert loss_key({"a": a, "b": old}) == NATS

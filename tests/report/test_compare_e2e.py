@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import BOUNDED, clone_project, needs_cpu_bf16, run
+from conftest import BOUNDED, ROOT, clone_project, needs_cpu_bf16, run
 
 from buildllm.device import cpu_bf16
 
@@ -117,6 +118,23 @@ def test_two_real_runs_make_all_four_files_with_the_metrics(lab):
     # The baseline ran the whole pipeline; these runs ran benchmark and estimate only: the dry run's and
     # the training's records are their baseline's, said so, not reported as theirs.
     assert "cpu-bf16: metrics/dry_run.json, metrics/train.json unchanged from its baseline" in md
+
+
+def test_the_readme_names_the_files_compare_writes(lab):
+    """The README's "Compare the CPU with a GPU" section names the report's files: a real compare with
+    no --out writes exactly those."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("**5. Compare the CPU with a GPU.**")[1].split("## ")[0]
+    claim = re.search(r"writes a report\s*\(`([^`]+)\.md`((?:, `[._][\w.]+`)+)\)", section)
+    assert claim, "the README no longer says which files compare writes"
+    stem, suffixes = claim.group(1), [".md", *re.findall(r"`([._][\w.]+)`", claim.group(2))]
+    laptop = lab["laptop"]
+    reports = laptop / "reports"
+    before = {p: p.stat().st_mtime_ns for p in reports.glob("*")}
+    time.sleep(0.01)  # a rewritten file gets a later modification time
+    buildllm(laptop, "compare", "cpu-fp32", SECOND)
+    written = {p.relative_to(laptop).as_posix() for p in reports.glob("*") if before.get(p) != p.stat().st_mtime_ns}
+    assert written == {stem + suffix for suffix in suffixes}
 
 
 def test_a_different_batch_size_is_flagged(lab):

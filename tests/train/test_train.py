@@ -109,7 +109,9 @@ def test_a_run_writes_metrics_log_png_and_keeps_the_last_checkpoints(paths, work
         "checkpoint_00000020.pt",
     ]
     rows = (workdir / "metrics" / "train_log.csv").read_text().splitlines()
-    assert rows[0] == "step,tokens_seen,train_loss,validation_loss,learning_rate,tokens_per_second,elapsed_seconds"
+    assert rows[0] == (
+        "step,tokens_seen,train_loss,validation_loss,validation_bits_per_byte,learning_rate,tokens_per_second,elapsed_seconds"
+    )
     assert [r.split(",")[0] for r in rows[1:]] == [str(s) for s in range(0, 21, 2)]
     assert rows[-1].split(",")[3] != "" and rows[2].split(",")[3] == ""  # validation at step 20, not at 2
     assert (workdir / "plots" / "train_loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -106,7 +106,8 @@ def test_the_summary_and_metrics_carry_the_unigram_level(tokens, workdir, capsys
     assert main(train_args(tokens, workdir / "run")) == 0
     metrics = json.loads((workdir / "metrics" / "train.json").read_text())
     level = metrics["unigram_validation_loss"]
-    assert f"unigram level {level:.4f}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"unigram level {level:.4f}" in out
     # Below a uniform guess (the text's words are not equally frequent), and the same as a direct count.
     assert level < math.log(metrics["vocab_size"])
     train_tokens, validation_tokens = load_tokens(tokens["train"]), load_tokens(tokens["validation"])
@@ -116,3 +117,17 @@ def test_the_summary_and_metrics_carry_the_unigram_level(tokens, workdir, capsys
     counts = torch.bincount(train_tokens[: 320 * 64 + 1].long(), minlength=4096).double() + 1
     targets = validation_tokens[1 : 32 * 64 + 1].long()
     assert level == pytest.approx(-(counts / counts.sum()).log()[targets].mean().item())
+    # Bits per byte: the scored validation targets' own bytes, decoded with the run's tokenizer.
+    from tokenizers import Tokenizer
+
+    text = Tokenizer.from_file(str(tokens["tokenizer"])).decode(targets.tolist())
+    assert metrics["validation_tokens_scored"] == 32 * 64
+    assert metrics["validation_bytes_scored"] == len(text.encode("utf-8"))
+    for nats, bits in (
+        ("final_validation_loss", "final_validation_bits_per_byte"),
+        ("unigram_validation_loss", "unigram_validation_bits_per_byte"),
+    ):
+        assert metrics[bits] == pytest.approx(metrics[nats] * 32 * 64 / math.log(2) / len(text.encode("utf-8")))
+    assert f"{metrics['final_validation_bits_per_byte']:.4f} bits/byte" in out
+    rows = json.loads((workdir / "metrics" / "train_log.json").read_text())
+    assert rows[-1]["validation_bits_per_byte"] == pytest.approx(metrics["final_validation_bits_per_byte"], rel=1e-5)

@@ -20,11 +20,12 @@ def test_held_out_shapes_are_never_fitted_shapes_and_cover_each_kind():
     fitted = {(profile, batch) for profile, batches in memory.FITTED_BATCHES.items() for batch in batches}
     plain = memory.Shape("x", 1)
     for shape in memory.HELD_OUT:
-        varied = (shape.architecture, shape.grad_accum, shape.checkpointing, shape.sequence_length) != (
+        varied = (shape.architecture, shape.grad_accum, shape.checkpointing, shape.sequence_length, shape.compiled) != (
             plain.architecture,
             plain.grad_accum,
             plain.checkpointing,
             plain.sequence_length,
+            plain.compiled,
         )
         assert varied or (shape.profile, shape.batch_size) not in fitted, shape
     assert not {s.label for s in memory.FITTED} & {s.label for s in memory.HELD_OUT}
@@ -34,10 +35,13 @@ def test_held_out_shapes_are_never_fitted_shapes_and_cover_each_kind():
         "checkpointing": any(s.checkpointing for s in memory.HELD_OUT),
         "sequence length": any(s.sequence_length for s in memory.HELD_OUT),
         "odd batch": any(s.batch_size % 2 for s in memory.HELD_OUT),
+        "compiled": any(s.compiled for s in memory.HELD_OUT),
+        "checkpointed and compiled": any(s.compiled and s.checkpointing for s in memory.HELD_OUT),
     }
     assert all(kinds.values()), kinds
-    # Each held-out shape in fp32 and in bf16 (but the three committed with issue 21, each in one precision).
-    paired = [s for s in memory.HELD_OUT if s not in memory.HELD_OUT_COMMITTED]
+    # Each held-out shape in fp32 and in bf16 (but those committed with issues 21 and 33, each in one precision).
+    alone = memory.HELD_OUT_COMMITTED + memory.HELD_OUT_CKPT_COMPILE
+    paired = [s for s in memory.HELD_OUT if s not in alone]
     by_precision = {p: {s.label.replace(p, "") for s in paired if s.precision == p} for p in ("fp32", "bf16")}
     assert by_precision["fp32"] == by_precision["bf16"] and len(by_precision["fp32"]) >= 5
 

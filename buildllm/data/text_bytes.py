@@ -1,0 +1,69 @@
+"""Bits per byte: the validation loss in a unit that does not move with the tokenizer.
+
+A loss in nats per token depends on how much text a token holds: a larger vocabulary packs more
+bytes into each token, so its per-token loss is higher for the same model quality. Dividing the
+nats over the scored validation positions by the UTF-8 bytes those positions' target tokens stand
+for, and by ln 2, gives bits per byte: the compressed size of the validation text, comparable
+across vocabularies and tokenizers (nanochat reports it for this reason).
+
+Exact, not an average ratio: each target token of the validation windows actually scored (window i
+scores tokens i*L+1 .. i*L+L) counts its own bytes. A byte-level BPE token's string holds one
+symbol per byte (the 256-symbol byte alphabet), so its length is its byte count, partial UTF-8
+characters included. The end-of-text token between documents stands for no text: 0 bytes, while
+its loss still counts (knowing where a document ends is part of the text's information).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, pre_tokenizers
+
+from buildllm.data.tokenization import load_tokenizer
+from buildllm.data.windows import Windows
+
+
+def token_byte_lengths(tokenizer: Tokenizer) -> torch.Tensor:
+    """The UTF-8 bytes each token id stands for, as an int64 tensor of the vocabulary's size."""
+    alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+    special = {token.content for token in tokenizer.get_added_tokens_decoder().values() if token.special}
+    lengths = []
+    for token_id in range(tokenizer.get_vocab_size()):
+        piece = tokenizer.id_to_token(token_id)
+        if piece is None or piece in special:
+            lengths.append(0)
+        elif set(piece) <= alphabet:  # byte-level symbols: one per byte
+            lengths.append(len(piece))
+        else:  # a tokenizer that is not byte-level: its text's UTF-8 length
+            lengths.append(len(tokenizer.decode([token_id], skip_special_tokens=False).encode("utf-8")))
+    return torch.tensor(lengths, dtype=torch.int64)
+
+
+def scored_bytes(windows: Windows, lengths: torch.Tensor) -> int:
+    """UTF-8 bytes of the targets the validation pass scores: tokens 1 .. n*L of the windows' tensor."""
+    targets = windows.tokens[1 : len(windows) * windows.sequence_length + 1].to(torch.int64)
+    return int(lengths[targets].sum())
+
+
+def bits_per_byte(nats_per_token: float | None, bytes_per_token: float | None) -> float | None:
+    """The mean per-token loss (nats) over positions that hold bytes_per_token bytes on average, in
+    bits per byte; None when either is unknown."""
+    if nats_per_token is None or not bytes_per_token or not math.isfinite(nats_per_token):
+        return None
+    return nats_per_token / math.log(2) / bytes_per_token
+
+
+def validation_bytes(tokenizer_path, windows: Windows, vocab_size: int) -> dict:
+    """The scored validation positions' tokens and bytes, for a run's facts; {} without a tokenizer file
+    (a run may go without one: then no bits per byte are reported)."""
+    if not tokenizer_path or not Path(tokenizer_path).is_file():
+        return {}
+    tokens = len(windows) * windows.sequence_length
+    scored = scored_bytes(windows, token_byte_lengths(load_tokenizer(tokenizer_path, vocab_size)))
+    return {
+        "validation_tokens_scored": tokens,
+        "validation_bytes_scored": scored,
+        "validation_bytes_per_token": scored / tokens,
+    }
