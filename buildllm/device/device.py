@@ -164,6 +164,11 @@ class Device:
         return self.kind in ("mps", "xla")
 
     @property
+    def uses_cublas(self) -> bool:
+        """Its matmuls run through cuBLAS, whose per-handle workspaces count in the allocator's peak."""
+        return self.kind == "cuda"
+
+    @property
     def caching_allocator(self) -> bool:
         """CUDA's caching allocator reserves more than it hands out: its reserved peak is worth showing."""
         return self.kind == "cuda"

@@ -161,7 +161,7 @@ def cublas_workspace_bytes(config: str) -> int:
 
 def cuda_workspace_bytes(device: Device) -> int:
     """CUDA: the step's cuBLAS workspaces (CUBLAS_WORKSPACE_CONFIG, else PyTorch's default for this GPU)."""
-    if device.kind != "cuda":
+    if not device.uses_cublas:
         return 0
     import os
 
