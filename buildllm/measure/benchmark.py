@@ -30,12 +30,12 @@ from buildllm.data.windows import Windows, load_windows
 from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.device.hardware import environment
 from buildllm.device.health import interval_trend
+from buildllm.device.load import LoadWatch, busy_warning
 from buildllm.device.oom import advice, out_of_memory
 from buildllm.device.peak_flops import MatmulProbe, sample_peak, step_probe, table_or_none
 from buildllm.errors import TrainingFailed
 from buildllm.measure.breakdown import describe as describe_parts
 from buildllm.measure.breakdown import overheads, step_breakdown
-from buildllm.measure.load import LoadWatch, busy_warning
 from buildllm.measure.stats import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
 from buildllm.memory.estimate import plan_memory
 from buildllm.metrics import write_metrics

@@ -27,8 +27,8 @@ from datetime import datetime
 
 import pandas as pd
 
+from buildllm.device.load import BUSY_SHARE
 from buildllm.errors import UserError
-from buildllm.measure.load import BUSY_SHARE
 from buildllm.measure.stats import NOISY_CV, Paired, from_intervals, is_noisy
 from buildllm.measure.workfolder import remeasure
 from buildllm.paths import metrics_path
@@ -41,7 +41,7 @@ SUMMARY = [
     ("tokens_per_second", "benchmark", "tokens_per_second"),
     ("steps_per_second", "benchmark", "steps_per_second"),
     ("throughput_cv", "benchmark", "throughput_cv"),
-    # Other processes' CPU load when the benchmark started and ended (measure/load.py).
+    # Other processes' CPU load when the benchmark started and ended (device/load.py).
     ("busy_machine", "benchmark", "busy_machine"),
     ("other_load_start", "benchmark", "other_load_start"),
     ("other_load_end", "benchmark", "other_load_end"),
@@ -249,7 +249,7 @@ def summary_frame(
 
 
 def busy(exp: Experiment) -> bool:
-    """The experiment's benchmark ran while other processes took its cores (measure/load.py)."""
+    """The experiment's benchmark ran while other processes took its cores (device/load.py)."""
     return exp.metric("busy_machine", ("benchmark",)) is True
 
 

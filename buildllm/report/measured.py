@@ -145,7 +145,7 @@ def render(root: Path = BENCHMARKS) -> str:
             "do not edit it by hand (`tests/report/test_measured.py` fails when this file and those files "
             "disagree). Each machine is named by its `machine_id` (`buildllm/device/machine.py`); each run "
             "folder holds the stages' own metrics records. A run marked **busy** was measured while other "
-            "processes took the cores it ran on (`buildllm/measure/load.py`): its speed is lower than the "
+            "processes took the cores it ran on (`buildllm/device/load.py`): its speed is lower than the "
             "machine's."
         ),
     ]

@@ -105,7 +105,7 @@ def loss_lines(d: CardData) -> list:
 
 
 def load_words(t: dict) -> str:
-    """Whether other processes took the training run's cores, and how much (measure/load.py)."""
+    """Whether other processes took the training run's cores, and how much (device/load.py)."""
     return (
         f"{'busy machine' if t.get('busy_machine') else 'machine not busy'}: other processes used "
         f"{t['other_load_mean']:.2f} cores on average while it trained (up to {t.get('other_load_max', 0):.2f}), "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
 from buildllm.data.text_bytes import bits_per_byte
-from buildllm.measure.load import LoadSampler
+from buildllm.device.load import LoadSampler
 from buildllm.metrics import write_metrics
 from buildllm.paths import TRAIN_LOG_CSV, TRAIN_LOG_JSON, metrics_path
 from buildllm.train import distributed
@@ -57,7 +57,7 @@ class RunLog:
     def __init__(self, world: World, tokens_per_step: int, facts: dict, cores_used: int = 1):
         self.world, self.facts = world, facts
         self.tokens_per_step = tokens_per_step  # this process's share of one optimizer step
-        self.cores_used = cores_used  # for the load from other processes (measure/load.py)
+        self.cores_used = cores_used  # for the load from other processes (device/load.py)
         self.load: LoadSampler | None = None
         self.rows: list[dict] = []
         self.saves: list[tuple[float, int]] = []  # (seconds, bytes) of each checkpoint save

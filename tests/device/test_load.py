@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from buildllm.cli import main
-from buildllm.measure.load import BUSY_SHARE, LoadWatch, contended_share, our_cpus
+from buildllm.device.load import BUSY_SHARE, LoadWatch, contended_share, our_cpus
 from buildllm.metrics import read_metrics
 
 
