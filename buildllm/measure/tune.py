@@ -33,6 +33,7 @@ from tqdm import tqdm
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import Windows, windows_or_random
 from buildllm.device.device import processor_name
+from buildllm.device.load import LoadWatch, busy_line
 from buildllm.device.precision import fp32_only_reason, tunable_precisions
 from buildllm.measure.stats import compare, interleave
 from buildllm.measure.tune_budget import MIN_ROUNDS, NO_TIME, Budget, steps_per_turn
@@ -168,7 +169,9 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
     apply_plan(reference)
     device = reference.device
     budget = Budget(config.tune.seconds, device.timed)
-    load_start = os.getloadavg()[0]
+    # Others' load, not the load average: that counts tune's own threads and lags by a minute.
+    watch = LoadWatch(used=reference.threads if device.threads_apply else 1)
+    watch.mark()
     announce(
         "tune",
         reference,
@@ -193,7 +196,6 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
         "shape": tuned.shape_label(m, config.train.gradient_checkpointing),
         "tokens": tokens,
         "budget_seconds": config.tune.seconds,
-        "load_average_start": round(load_start, 2),
     }
     skipped: list[str] = []
     # The trainers' scratch folder (nothing is saved there) goes when tune ends, even on an error.
@@ -226,7 +228,7 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
         bar.update()
     record.update(
         seconds_taken=round(budget.clock() - budget.start, 1),
-        load_average_end=round(os.getloadavg()[0], 2),
+        **watch.end(),
         skipped=skipped,
     )
     record["decisions"] = measured_decisions(record, reference)
@@ -239,8 +241,7 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
 def summary(record: dict) -> str:
     lines = [
         f"tune {record['profile']} on {record['device']} ({record['processor']}, machine {record['machine_id']}): "
-        f"{record['seconds_taken']:.0f} s of {record['budget_seconds']:.0f} s, load average "
-        f"{record['load_average_start']} -> {record['load_average_end']} (figures on a busy machine are noisy)"
+        f"{record['seconds_taken']:.0f} s of {record['budget_seconds']:.0f} s, {load_text(record)}"
     ]
     for name, figure in record["precision"].items():
         if isinstance(figure, dict) and "ratio" in figure:
@@ -268,3 +269,12 @@ def summary(record: dict) -> str:
     lines += [f"  decision {name}: {reason}" for name, reason in record["decisions"].items()]
     lines += [f"  skipped to stay within tune.seconds: {what}" for what in record["skipped"]]
     return "\n".join(lines)
+
+
+def load_text(record: dict) -> str:
+    if record["busy_machine"]:
+        return busy_line(record)
+    return (
+        f"machine not busy: other processes used {record['other_load_start']:.2f} cores at the start, "
+        f"{record['other_load_window']:.2f} over the measurements and {record['other_load_end']:.2f} at the end"
+    )

@@ -48,12 +48,13 @@ def cpu_flags() -> str:
 
 def machine() -> dict:
     from buildllm.device.hardware import processor_name
+    from buildllm.device.load import other_load
 
     return {
         "processor": processor_name(),
         "cpu_flags": cpu_flags(),
         "logical_cores": os.cpu_count() or 0,
-        "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0,
+        "other_load_at_start": round(other_load(), 3),  # cores others used (device/load.py), ours excluded
     }
 
 

@@ -112,7 +112,8 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
     # Under the 30 s a compilation needs: skipped, and said on the console and in the record.
     assert "speedup" not in record["compile"] and any(s.startswith("torch.compile") for s in record["skipped"])
     assert "skipped to stay within tune.seconds: torch.compile" in out
-    assert record["processor"] and record["load_average_start"] >= 0
+    assert record["processor"] and record["other_load_window"] >= 0 and isinstance(record["busy_machine"], bool)
+    assert ("busy machine: other processes used" if record["busy_machine"] else "machine not busy") in out
 
     # The dry run's plan reads this machine's record: its reasons say "measured here".
     assert main(["dry-run", *tune_args(tokens)]) == 0
