@@ -288,6 +288,9 @@ class Runner:
             return self.record(
                 step, "cut", time.monotonic() - began, f"cut by the budget: still running after {left:.0f} s"
             )
+        except BaseException:  # a SIGTERM's SystemExit or a Ctrl-C: the step's own processes go too
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
         seconds = time.monotonic() - began
         output = "".join(line + "\n" for line in output.splitlines() if "\r" not in line)
         self.log(output)
@@ -302,11 +305,16 @@ class Runner:
         self.record(step, status, seconds, note, figures)
 
     def go(self, chosen: list[Step]) -> int:
+        # A SIGTERM (the device tool's limit, a timeout) unwinds through the finally below, which removes
+        # the scratch folder, and through run(), which kills the step's processes; by default it would
+        # leave both behind.
+        previous = signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
         try:
             for step in chosen:
                 self.run(step)
         finally:  # what the steps wrote there that matters is already in out/
             shutil.rmtree(self.work, ignore_errors=True)
+            signal.signal(signal.SIGTERM, previous)
         print(summary(self.results.values(), self.device, self.budget, self.elapsed()), flush=True)
         return 1 if any(r["status"] == "miss" for r in self.results.values()) else 0
 

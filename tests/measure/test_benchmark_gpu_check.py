@@ -160,6 +160,30 @@ def test_the_budget_starts_before_torch_skips_what_does_not_fit_and_cuts_what_ov
     assert "1 cut" in summary and summary.rstrip().endswith("-> passed")
 
 
+def test_a_sigterm_kills_the_running_step_and_leaves_no_scratch_folder(tmp_path):
+    """The device tool's limit ends a call with SIGTERM: the running step's processes and the call's
+    scratch folder go with it, and what finished is already in out/."""
+    scratch, pid_file, out = tmp_path / "tmp", tmp_path / "step.pid", tmp_path / "out"
+    scratch.mkdir()
+    code = (
+        "import sys, time; sys.path.insert(0, 'scripts'); import gpu_check as c; "
+        "steps = [c.Step('quick', 1, ['true']), "
+        f"c.Step('long', 1, ['sh', '-c', 'echo $$ > {pid_file}; exec sleep 120'])]; "
+        f"sys.exit(c.Runner('cpu', 300.0, c.Path({str(out)!r}), time.time()).go(steps))"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env={**run_env(), "TMPDIR": str(scratch)})
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline and process.poll() is None, "the long step never started"
+        time.sleep(0.1)
+    process.terminate()
+    assert process.wait(timeout=30) == 128 + 15
+    assert list(scratch.iterdir()) == []  # the scratch folder is gone
+    stat = Path(f"/proc/{pid_file.read_text().strip()}/stat")
+    assert not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z"  # the step is gone
+    assert [json.loads(line)["name"] for line in (out / "results.jsonl").read_text().splitlines()] == ["quick"]
+
+
 def test_the_budget_clock_starts_in_the_shell_before_python_starts(tmp_path):
     """gpu_check.sh reads the clock on its first line: whatever runs before the runner (a Python
     that takes seconds to start, the shell's own `import torch` on the GPU machine) is counted."""
