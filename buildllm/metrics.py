@@ -49,7 +49,8 @@ SHORTENED = (
 # stage -> {name in the summary: (key in the full record, scale)}; a key the record lacks (a benchmark
 # that ran out of memory has no speed) is left out of the summary.
 SUMMARY = {
-    "corpus": {"characters": ("characters", 1)},
+    # Short names: `dvc metrics show` puts every stage's figures in one table that fits 160 columns.
+    "corpus": {"chars": ("characters", 1)},
     "tokenize": {"tokens": ("train_tokens", 1)},
     "dry_run": {"parameters": ("parameters", 1), "estimate_mib": ("memory_estimate_total_bytes", 2**-20)},
     "benchmark": {
@@ -62,7 +63,7 @@ SUMMARY = {
     "train": {
         "tokens_per_s": ("tokens_per_second", 1),
         "val_loss": ("final_validation_loss", 1),
-        "val_bits_per_byte": ("final_validation_bits_per_byte", 1),  # comparable across tokenizers
+        "val_bpb": ("final_validation_bits_per_byte", 1),  # bits per byte: comparable across tokenizers
     },
 }
 SUMMARY_DIGITS = 4  # significant digits: DVC prints five, and timings do not hold more
