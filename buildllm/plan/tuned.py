@@ -77,5 +77,13 @@ def faster(figure: dict) -> bool:
     return figure["low"] > 1.0 and figure.get("coverage", 0.0) >= 0.95
 
 
+def fastest(candidates: dict[int, dict], unit: str) -> tuple[int | None, str]:
+    """(the candidate measured conclusively faster than the default by the largest ratio, or None;
+    every candidate's figures as one phrase) for the counts tune compares against a default."""
+    said = "; ".join(f"{n} {unit} {ratio_text(f)}" for n, f in sorted(candidates.items()))
+    quicker = {n: f for n, f in candidates.items() if faster(f)}
+    return (max(quicker, key=lambda n: quicker[n]["ratio"]) if quicker else None), said
+
+
 def slower(figure: dict) -> bool:
     return figure["high"] < 1.0 and figure.get("coverage", 0.0) >= 0.95

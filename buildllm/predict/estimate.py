@@ -63,6 +63,13 @@ def planned_examples(plan: RunPlan, split: str = "train") -> int:
     return len(split_windows(plan.config, plan.model, split))
 
 
+def benchmark_controls(plan: RunPlan) -> dict:
+    """The CONTROLS as the plan sets them; on the CPU the thread count too, which sets the speed
+    as much as the batch size does."""
+    resolved = facts(plan)
+    return {key: resolved[key] for key in CONTROLS + (("threads",) if plan.device.threads_apply else ())}
+
+
 def control_differences(benchmark: dict, plan_controls: dict) -> list[str]:
     return [
         f"{key} {benchmark.get(key)!r} (benchmark) vs {value!r} (plan)"
@@ -79,11 +86,8 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
             "rerun the benchmark with a smaller --batch-size"
         )
     plan = make_plan(config)
-    resolved = facts(plan)
-    # On the CPU the thread count sets the speed as much as the batch size does.
-    keys = CONTROLS + (("threads",) if plan.device.threads_apply else ())
     plan_controls = {
-        **{key: resolved[key] for key in keys},
+        **benchmark_controls(plan),
         "validation_examples": planned_examples(plan, "validation"),
         "machine": machine_name(plan.device),
     }

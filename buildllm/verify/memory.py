@@ -22,7 +22,9 @@ import statistics
 from dataclasses import dataclass, replace
 
 from buildllm import profiles
-from buildllm.verify.harness import check_config, finish, machine
+from buildllm.config import load_config
+from buildllm.errors import UserError
+from buildllm.verify.harness import finish, machine
 
 TARGET = 0.15  # the point estimate's aim, printed beside the stated range
 
@@ -222,14 +224,13 @@ def chosen_shapes(args) -> dict[str, list[Shape]]:
 
 def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
     """(the line's start or a skip note, the figures or None)."""
-    from buildllm.errors import UserError
     from buildllm.measure.batch_finder import try_in_child
     from buildllm.memory.estimate import plan_memory
     from buildllm.paths import token_paths
     from buildllm.plan.run_plan import make_plan
 
     try:
-        config = check_config(args.params, shape_settings(shape, args.device))
+        config = load_config(args.params, shape_settings(shape, args.device))
         plan = make_plan(config)
     except UserError as exc:
         return f"{shape.label:<48}  skipped: {exc}", None
@@ -305,7 +306,6 @@ def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict) ->
 
 
 def command(args) -> int:
-    from buildllm.errors import UserError
     from buildllm.plan.device import resolve_device
 
     if args.repeats < 1:
