@@ -102,10 +102,6 @@ def suggestion(fit: MemoryFit) -> str:
     return "not even batch size 1 fits: use a smaller profile or --gradient-checkpointing"
 
 
-def refusal(fit: MemoryFit) -> str:
-    return f"this plan {fit.reason}; {suggestion(fit)}, or --force-memory to try anyway"
-
-
 def refuse_unless_fits(plan) -> None:
     """Stop a plan that cannot fit, before anything is allocated (--force-memory: warn and go on)."""
     fit = plan.memory
@@ -114,7 +110,7 @@ def refuse_unless_fits(plan) -> None:
             print(f"warning: this plan {fit.reason}", file=sys.stderr, flush=True)
         return
     if not plan.config.train.force_memory:
-        raise WontFit(refusal(fit))
+        raise WontFit(f"this plan {fit.reason}; {suggestion(fit)}, or --force-memory to try anyway")
     print(f"warning: this plan {fit.reason}; trying anyway (--force-memory)", file=sys.stderr, flush=True)
 
 
