@@ -48,31 +48,26 @@ def add_arguments(parser) -> None:
     )
 
 
-def settings(args) -> dict:
-    return plan_overrides(args, {"train.batch_size": args.batch_size, "train.resume": False})
-
-
 def planned(args):
     """The check's config: the bounded form sizes the training run to --factor x the benchmark."""
     from buildllm.plan.run_plan import make_plan
 
-    config = load_config(args.params, settings(args))
+    chosen = plan_overrides(args, {"train.batch_size": args.batch_size, "train.resume": False})
     if args.full:
-        return config
+        return load_config(args.params, chosen)
     if args.factor < 1:
         raise UserError(f"--factor {args.factor}: give at least 1 (training steps = factor x benchmark steps)")
-    bounded = {
-        "benchmark.warmup_steps": args.warmup_steps,
-        "benchmark.measured_steps": args.measured_steps,
-        "benchmark.intervals": args.intervals,
-    }
-    config = load_config(args.params, {**settings(args), **bounded})
-    plan = make_plan(config)
-    steps = args.factor * (config.benchmark.warmup_steps + config.benchmark.measured_steps)
-    return load_config(
-        args.params,
-        {**settings(args), **bounded, "train.training_examples": steps * plan.batch_size * config.train.grad_accum},
+    chosen.update(
+        {
+            "benchmark.warmup_steps": args.warmup_steps,
+            "benchmark.measured_steps": args.measured_steps,
+            "benchmark.intervals": args.intervals,
+        }
     )
+    config = load_config(args.params, chosen)
+    steps = args.factor * (config.benchmark.warmup_steps + config.benchmark.measured_steps)
+    examples = steps * make_plan(config).batch_size * config.train.grad_accum
+    return load_config(args.params, {**chosen, "train.training_examples": examples})
 
 
 def run_steps(config, folder: Path) -> dict:
