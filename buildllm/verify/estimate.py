@@ -14,6 +14,7 @@ the check exits 1 when it fell outside. --recorded judges the last run recorded 
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -145,14 +146,11 @@ def command(args) -> int:
     base = {"full": args.full, "recorded": args.recorded, **machine()}
     if args.recorded:
         record, inside = judge(Path(), None)
-        return finish("estimate", args.out, {**base, **record}, 0 if inside else 1, 1)
-    config = planned(args)
-    folder = Path(args.keep or tempfile.mkdtemp(prefix="buildllm-verify-estimate-")).resolve()
-    wall = run_steps(config, folder)
-    record, inside = judge(folder, wall)
-    record["train_command_seconds"] = wall["train"]
-    if not args.keep:
-        import shutil
-
-        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        folder = Path(args.keep or tempfile.mkdtemp(prefix="buildllm-verify-estimate-")).resolve()
+        wall = run_steps(planned(args), folder)
+        record, inside = judge(folder, wall)
+        record["train_command_seconds"] = wall["train"]
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
     return finish("estimate", args.out, {**base, **record}, 0 if inside else 1, 1)
