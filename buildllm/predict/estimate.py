@@ -70,6 +70,12 @@ def benchmark_controls(plan: RunPlan) -> dict:
     return {key: resolved[key] for key in CONTROLS + (("threads",) if plan.device.threads_apply else ())}
 
 
+def projected_run(plan: RunPlan) -> dict:
+    """What an estimate records of the run it projects: preflight calls an estimate stale when any differs."""
+    resolved = {**facts(plan), "epochs": plan.config.train.epochs}
+    return {key: resolved[key] for key in ("profile", "device", "precision", "batch_size", "grad_accum", "epochs")}
+
+
 def control_differences(benchmark: dict, plan_controls: dict) -> list[str]:
     return [
         f"{key} {benchmark.get(key)!r} (benchmark) vs {value!r} (plan)"
@@ -122,12 +128,7 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
     overhead = validation + checkpoints + startup
     slow, fast = benchmark["interval_steps_per_second_min"], benchmark["interval_steps_per_second_max"]
     result = {
-        "profile": plan.profile.name,
-        "device": plan.device.device,
-        "precision": plan.precision.precision,
-        "batch_size": plan.batch_size,
-        "grad_accum": t.grad_accum,
-        "epochs": t.epochs,
+        **projected_run(plan),
         "planned_examples": examples,
         "planned_optimizer_steps": steps,
         "planned_tokens": tokens,
