@@ -28,15 +28,18 @@ except ImportError:  # Windows
     resource = None
 
 
+def cpuinfo(*names: str) -> str:
+    """The value of the first /proc/cpuinfo line whose name starts with one of `names` ("" off Linux)."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith(names)), "")
+    except OSError:
+        return ""
+
+
 def processor_name() -> str:
-    if sys.platform.startswith("linux"):
-        try:
-            with open("/proc/cpuinfo") as handle:
-                for line in handle:
-                    if line.startswith("model name"):
-                        return line.split(":", 1)[1].strip()
-        except OSError:
-            pass
+    if name := cpuinfo("model name"):
+        return name
     if sys.platform == "darwin":
         try:
             return subprocess.run(

@@ -43,6 +43,7 @@ def environment(device: Device) -> dict:
     """One flat record of the machine and the device a run resolved (the GPU described is that one)."""
     memory = psutil.virtual_memory()
     cuda = torch.cuda.is_available()
+    native = cpu_bf16.native_bf16()
     info = {
         "buildllm_version": __version__,
         "python_version": platform.python_version(),
@@ -64,9 +65,16 @@ def environment(device: Device) -> dict:
         "gpu_name": "",
         "gpu_memory_bytes": 0,
         "gpu_compute_capability": "",
-        "bf16_supported": False,
+        # bf16 trains on a CPU with a bf16 matmul path only (device/cpu_bf16.py); on CUDA the GPU answers below.
+        "bf16_supported": native,
         "dvc_version": _version("dvc"),
         "tokenizers_version": _version("tokenizers"),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16_native": native,
+        "resolved_device": device.device,
+        "device_reason": device.reason,
+        "machine": machine_name(device),
+        "machine_id": machine_id(fingerprint()),
     }
     if cuda:
         props = torch.cuda.get_device_properties(device.index if device.kind == "cuda" else 0)
@@ -76,17 +84,6 @@ def environment(device: Device) -> dict:
             gpu_compute_capability=f"{props.major}.{props.minor}",
             bf16_supported=(props.major, props.minor) >= (8, 0),
         )
-    else:
-        # bf16 trains on a CPU with a bf16 matmul path only; elsewhere it is refused (device/cpu_bf16.py).
-        info["bf16_supported"] = cpu_bf16.native_bf16()
-    info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-    info["cpu_bf16_native"] = cpu_bf16.native_bf16()
-    info.update(
-        resolved_device=device.device,
-        device_reason=device.reason,
-        machine=machine_name(device),
-        machine_id=machine_id(fingerprint()),
-    )
     return info
 
 

@@ -43,7 +43,7 @@ def power_warning() -> str:
     return ""
 
 
-def sensors(device: Device | None = None) -> dict:
+def sensors(device: Device) -> dict:
     """Temperatures and clocks the machine reports (flat; absent what it does not report)."""
     found: dict = {}
     try:
@@ -61,7 +61,7 @@ def sensors(device: Device | None = None) -> dict:
         found["cpu_clock_mhz"] = round(frequency.current)
         if frequency.max:
             found["cpu_clock_max_mhz"] = round(frequency.max)
-    if device is not None and device.kind == "cuda":
+    if device.kind == "cuda":
         for key, probe in (("gpu_temperature_c", torch.cuda.temperature), ("gpu_clock_mhz", torch.cuda.clock_rate)):
             try:  # both need NVML (pynvml); without it the GPU's sensors stay unread
                 found[key] = probe(device.index)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 
 import psutil
 
@@ -81,19 +80,13 @@ def contended_share(others: float, used: int, available: int) -> float:
     return min(1.0, max(0.0, others + used - available) / used)
 
 
-@dataclass
 class LoadWatch:
     """Others' load at a measurement's start (made here) and end (`end()`), and whether it was busy."""
 
-    used: int
-    available: int = 0
-    start: float = 0.0
-    end_load: float | None = None
-    window: tuple | None = None
-
-    def __post_init__(self):
-        self.available = self.available or len(our_cpus())
+    def __init__(self, used: int):
+        self.used, self.available = used, len(our_cpus())
         self.start = other_load()
+        self.window: tuple | None = None
 
     def mark(self) -> None:
         """The measured window starts now (the benchmark's first measured step)."""
@@ -101,14 +94,14 @@ class LoadWatch:
 
     def end(self) -> dict:
         window = _others(self.window, _counters(our_cpus())) if self.window else None
-        self.end_load = other_load()
-        loads = (self.start, self.end_load) + ((window,) if window is not None else ())
+        end = other_load()
+        loads = (self.start, end) + ((window,) if window is not None else ())
         share = max(contended_share(load, self.used, self.available) for load in loads)
         busy = share > BUSY_SHARE
         figures = {
             "other_load_start": round(self.start, 3),
             **({"other_load_window": round(window, 3)} if window is not None else {}),
-            "other_load_end": round(self.end_load, 3),
+            "other_load_end": round(end, 3),
             "cores_used": self.used,
             "cores_available": self.available,
             "contended_share": round(share, 3),
@@ -142,9 +135,9 @@ class LoadSampler:
     Busy when the load over the whole run, once it has filled the cores the run leaves idle, took more
     than BUSY_SHARE of the run's cores; busy_time_share says for how much of the run a log interval did."""
 
-    def __init__(self, used: int, available: int = 0):
-        self.used, self.available = used, available or len(our_cpus())
+    def __init__(self, used: int):
         self.cpus = our_cpus()
+        self.used, self.available = used, len(self.cpus)
         self.first = self.last = _counters(self.cpus)
         self.samples: list[tuple[float, float]] = []  # (seconds, others' cores) per interval
 

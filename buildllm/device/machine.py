@@ -24,11 +24,10 @@ import os
 import platform
 import re
 import subprocess
-import sys
 
 import psutil
 
-from buildllm.device.device import processor_name
+from buildllm.device.device import cpuinfo, processor_name
 from buildllm.errors import UserError
 
 OVERRIDE = "BUILDLLM_MACHINE_OVERRIDE"
@@ -42,18 +41,6 @@ ISA_FLAGS = {
     "avx512_fp16": "avx512_fp16",
 }
 _NOISE = re.compile(r"\((?:R|TM|tm|r)\)|\b(?:CPU|Processor|with Radeon Graphics)\b|\s*@.*$|\d+-Core")
-
-
-def _cpu_flags() -> set[str]:
-    if sys.platform.startswith("linux"):
-        try:
-            with open("/proc/cpuinfo") as handle:
-                for line in handle:
-                    if line.startswith(("flags", "Features")):
-                        return set(line.split(":", 1)[1].split())
-        except OSError:
-            pass
-    return set()
 
 
 def _quota_cores() -> float:
@@ -108,7 +95,7 @@ def fingerprint() -> dict:
 
     from buildllm.device.available import best_device
 
-    flags = _cpu_flags()
+    flags = set(cpuinfo("flags", "Features").split())  # "Features" on ARM
     record = {
         "cpu_model": processor_name(),
         "architecture": platform.machine(),

@@ -112,19 +112,15 @@ def table_or_none(device, precision: str, tf32: bool) -> Peak | None:
     return table_peak(device.name, precision, tf32) if device.kind == "cuda" else None
 
 
-def measured_peak(device, precision: str, rates: list[float]) -> Peak:
-    """The median of this run's timed matmuls (the benchmark's: taken between its measured steps).
+def peak_flops(device, precision: str, tf32: bool, threads: int, rates: list[float] | None = None) -> Peak:
+    """The datasheet figure, else the median of `rates` (or of a sample taken now). `threads` is
+    the run's count, already applied to torch: the measurement runs with it.
 
     The median, not the best: a typical rate under the same conditions as the steps, so a steady
     background load slows numerator and denominator alike, where the best of a few would be one
     lucky moment that a rerun does not repeat (MFU must agree between two runs within 3%)."""
-    return Peak(statistics.median(rates), f"measured: {matmul_size(device)}^3 {precision} matmuls")
-
-
-def peak_flops(device, precision: str, tf32: bool, threads: int, rates: list[float] | None = None) -> Peak:
-    """The datasheet figure, else the median of `rates` (or of a sample taken now). `threads` is
-    the run's count, already applied to torch: the measurement runs with it."""
     known = table_or_none(device, precision, tf32)
     if known is not None:
         return known
-    return measured_peak(device, precision, rates or sample_peak(device, precision))
+    rates = rates or sample_peak(device, precision)
+    return Peak(statistics.median(rates), f"measured: {matmul_size(device)}^3 {precision} matmuls")

@@ -79,18 +79,13 @@ class MemoryEstimate:
     workspace: int = 0
 
     @property
+    def parts(self) -> dict[str, int]:
+        """The bytes of each kind, by field name (every field but the spread)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "spread"}
+
+    @property
     def total(self) -> int:
-        return (
-            self.weights
-            + self.gradients
-            + self.optimizer
-            + self.autocast_weights
-            + self.activations
-            + self.logits
-            + self.attention_scores
-            + self.allocator
-            + self.workspace
-        )
+        return sum(self.parts.values())
 
     # The stated range: the measured peak lies within total x (1 - spread[0], 1 + spread[1]).
     spread: tuple[float, float] = (0.0, 0.0)
@@ -109,9 +104,8 @@ class MemoryEstimate:
 
     def as_metrics(self, prefix: str = "memory_estimate_") -> dict:
         """The parts and their total (the parts sum to it), then the stated range."""
-        parts = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "spread"}
         return {
-            **{f"{prefix}{name}_bytes": value for name, value in {**parts, "total": self.total}.items()},
+            **{f"{prefix}{name}_bytes": value for name, value in {**self.parts, "total": self.total}.items()},
             **self.range_metrics(prefix),
         }
 
@@ -175,11 +169,6 @@ def cuda_workspace_bytes(device: Device) -> int:
     return CUBLAS_WORKSPACES_PER_STEP * cublas_workspace_bytes(config)
 
 
-def attention_scores_materialised(device: Device, dropout: float) -> bool:
-    # With attention dropout even the fused kernels fall back to the math path, which stores T x T.
-    return device.materialises_attention or dropout > 0
-
-
 def estimate_training_memory(
     model: GPTConfig,
     parameters: int,
@@ -212,9 +201,9 @@ def estimate_training_memory(
     # backward. Its input gradient replaces the head input the plain Linear saved (in activations).
     chunk = min(loss_chunk_rows, tokens) * chunk_bytes_per_row(model.vocab_size, precision_bytes)
     logits = chunk + model.vocab_size * model.n_embd * FP32
-    held_logits = 0  # the model returns no logits with a loss: nothing is held to the optimizer step
     scores = 0
-    if attention_scores_materialised(device, model.dropout):
+    # With attention dropout even the fused kernels fall back to the math path, which stores T x T.
+    if device.materialises_attention or model.dropout > 0:
         scores = 2 * batch_size * model.n_head * model.sequence_length**2 * precision_bytes
     # Autocast caches one low-precision copy of each weight for the forward; backward keeps them.
     autocast_weights = parameters * precision_bytes if precision_bytes != FP32 else 0
@@ -222,7 +211,7 @@ def estimate_training_memory(
     # With accumulation, micro-batches after the first run beside the gradients summed so far.
     early_gradients = gradients if grad_accum > 1 else 0
     backward_start = early_gradients + autocast_weights + activations + logits + scores
-    if backward_start >= gradients + held_logits:
+    if backward_start >= gradients:
         parts = dict(
             gradients=early_gradients,
             autocast_weights=autocast_weights,
@@ -230,8 +219,8 @@ def estimate_training_memory(
             logits=logits,
             attention_scores=scores,
         )
-    else:  # the optimizer step
-        parts = dict(gradients=gradients, autocast_weights=0, activations=0, logits=held_logits, attention_scores=0)
+    else:  # the optimizer step: the model returns no logits with a loss, so none are held to it
+        parts = dict(gradients=gradients, autocast_weights=0, activations=0, logits=0, attention_scores=0)
     live = weights + optimizer + sum(parts.values())
     allocator = 0
     if device.host_memory:

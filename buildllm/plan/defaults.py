@@ -7,8 +7,8 @@ from __future__ import annotations
 from buildllm.profiles import Profile, RuntimeDefaults
 
 
-def pick(name: str, requested, default, profile: Profile, defaults_for: str) -> tuple:
-    """(value, reason) for one knob: the request when given, else the profile's default for `kind`."""
+def pick(requested, default, profile: Profile, defaults_for: str) -> tuple:
+    """(value, reason) for one knob: the request when given, else the profile's default for `defaults_for`."""
     if requested is not None:
         return requested, f"requested: {requested}"
     return default, f"{default}: profile {profile.name}'s {defaults_for} default"
@@ -19,6 +19,6 @@ def decide_defaults(train, profile: Profile, defaults_for: str) -> dict[str, tup
     defaults_for: "cpu" or "gpu" (Device.runtime_defaults)."""
     defaults: RuntimeDefaults = profile.runtime(defaults_for)
     return {
-        name: pick(name, getattr(train, name), getattr(defaults, name), profile, defaults_for)
+        name: pick(getattr(train, name), getattr(defaults, name), profile, defaults_for)
         for name in ("batch_size", "workers", "learning_rate")
     }

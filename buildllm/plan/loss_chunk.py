@@ -21,11 +21,13 @@ A chunk size `buildllm tune` measured faster on this machine is preferred (plan_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_bytes_per_row
-from buildllm.plan.tuned import faster, ratio_text
+from buildllm.plan.tuned import fastest
+from buildllm.units import size
 
 # CPU: chunk logits of at most this many bytes (fp32). Measured at iteration 1 (2048 rows,
 # vocabulary 4096; scripts/fused_loss_chunks.py, forward + backward against the plain computation).
@@ -44,7 +46,6 @@ DEVICE_MEMORY_SHARE = 1 / 32
 MIN_ROWS = 4096
 # Whole tiles for the matmul kernels (multiples of 128 and 256).
 ROW_MULTIPLE = 1024
-GiB = 2**30
 
 
 @dataclass(frozen=True)
@@ -56,15 +57,13 @@ class LossDecision:
     @property
     def chunks(self) -> int:
         """Chunks per micro-batch (per forward pass)."""
-        return ceil_div(self.rows, self.chunk_rows)
+        return math.ceil(self.rows / self.chunk_rows)
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def size(nbytes: float) -> str:
-    return f"{nbytes / GiB:.2f} GiB" if nbytes >= GiB else f"{nbytes / 2**20:.1f} MiB"
+def chunked(chunk: int, rows: int, why: str, buffers: str = "") -> LossDecision:
+    """A decision of `chunk`-row chunks for micro-batches of `rows` rows, with its reason."""
+    per_batch = math.ceil(rows / chunk)
+    return LossDecision(chunk, rows, f"{chunk} rows per chunk ({per_batch} per micro-batch of {rows}{buffers}): {why}")
 
 
 def decide_loss(
@@ -79,21 +78,13 @@ def decide_loss(
     bf16/fp16 autocast). capacity: the device's memory (asked of the device when None; the fits
     table passes the sizes it tabulates). measured_rows: a measured best chunk size, preferred."""
     if measured_rows is not None:
-        chunk = max(1, min(rows, measured_rows))
-        return LossDecision(
-            chunk,
-            rows,
-            f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}): "
-            f"measured best on this machine ({measured_rows} rows)",
-        )
+        return chunked(max(1, min(rows, measured_rows)), rows, f"measured best on this machine ({measured_rows} rows)")
     if device.cache_sized_work:
-        chunk = max(1, min(rows, CPU_CHUNK_BYTES // (4 * vocab_size)))
-        return LossDecision(
-            chunk,
+        return chunked(
+            max(1, min(rows, CPU_CHUNK_BYTES // (4 * vocab_size))),
             rows,
-            f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}): "
-            f"fp32 logits of at most {CPU_CHUNK_BYTES // 2**20} MiB stay in the "
-            "CPU's cache (measured fastest on a 2-core EPYC)",
+            f"fp32 logits of at most {CPU_CHUNK_BYTES // 2**20} MiB stay in the CPU's cache "
+            "(measured fastest on a 2-core EPYC)",
         )
     capacity = device.memory_capacity() if capacity is None else capacity
     per_row = chunk_bytes_per_row(vocab_size, precision_bytes)
@@ -114,12 +105,7 @@ def decide_loss(
         if fitting >= MIN_ROWS
         else f"the floor of {MIN_ROWS} rows that keeps the matmuls large, past the budget ({share})"
     )
-    return LossDecision(
-        chunk,
-        rows,
-        f"{chunk} rows per chunk ({ceil_div(rows, chunk)} per micro-batch of {rows}, "
-        f"{size(chunk * per_row)} of loss buffers): {why}",
-    )
+    return chunked(chunk, rows, why, f", {size(chunk * per_row)} of loss buffers")
 
 
 def plan_loss(
@@ -143,10 +129,7 @@ def measured_choice(record: dict | None, why_not: str, default_rows: int) -> tup
     if not figures or "skipped" in figures or figures.get("default_rows") != default_rows:
         why = (figures or {}).get("skipped", "measured against another default")
         return None, f"measured here: not compared ({why})"
-    others = {int(rows): f for rows, f in figures["candidates"].items()}
-    said = "; ".join(f"{rows} rows {ratio_text(f)}" for rows, f in sorted(others.items()))
-    quicker = {rows: f for rows, f in others.items() if faster(f)}
-    if quicker:
-        best = max(quicker, key=lambda rows: quicker[rows]["ratio"])
+    best, said = fastest({int(rows): f for rows, f in figures["candidates"].items()}, "rows")
+    if best is not None:
         return best, f"{best} rows: measured here against the default {default_rows}: {said}"
     return default_rows, f"{default_rows} rows (the default), kept; measured here against it: {said}"

@@ -14,6 +14,7 @@ capped by a container's or `ulimit`'s limit (Device.free_memory). XLA reports no
 
 from __future__ import annotations
 
+import bisect
 import sys
 from dataclasses import dataclass
 
@@ -101,10 +102,6 @@ def suggestion(fit: MemoryFit) -> str:
     return "not even batch size 1 fits: use a smaller profile or --gradient-checkpointing"
 
 
-def refusal(fit: MemoryFit) -> str:
-    return f"this plan {fit.reason}; {suggestion(fit)}, or --force-memory to try anyway"
-
-
 def refuse_unless_fits(plan) -> None:
     """Stop a plan that cannot fit, before anything is allocated (--force-memory: warn and go on)."""
     fit = plan.memory
@@ -113,7 +110,7 @@ def refuse_unless_fits(plan) -> None:
             print(f"warning: this plan {fit.reason}", file=sys.stderr, flush=True)
         return
     if not plan.config.train.force_memory:
-        raise WontFit(refusal(fit))
+        raise WontFit(f"this plan {fit.reason}; {suggestion(fit)}, or --force-memory to try anyway")
     print(f"warning: this plan {fit.reason}; trying anyway (--force-memory)", file=sys.stderr, flush=True)
 
 
@@ -170,12 +167,6 @@ def largest_batch(
             <= usable
         )
 
-    if not fits(1):
-        return 0
-    low, high = 1, LARGEST
-    if fits(high):
-        return high
-    while high - low > 1:  # fits(low) and not fits(high)
-        middle = (low + high) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle)
-    return low
+    # fits() holds for every batch up to the answer and for none above it: bisect finds the first
+    # batch of 1..LARGEST that does not fit, and the count of those before it is the answer.
+    return bisect.bisect_left(range(1, LARGEST + 1), True, key=lambda batch: not fits(batch))

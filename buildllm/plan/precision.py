@@ -47,28 +47,25 @@ def measured_choice(record: dict | None, why_not: str, default: str) -> tuple[st
     if record is None:
         return default, why_not
     figures = record.get("precision", {})
-    where = f"at {record['profile']}"
-    if default == "fp32":
-        bf16 = figures.get("bf16")
-        if bf16 is None:
-            return default, f"measured here: bf16 not measured ({figures.get('skipped', 'no figures')}): {default}"
-        speed = f"measured here: bf16 {ratio_text(bf16)} fp32's speed {where}"
-        if not faster(bf16):
-            return default, f"{speed}, not conclusively faster: keeping {default}"
-        check = figures.get("loss_check", {})
-        if not check.get("done"):
-            return default, f"{speed}, but no loss check ({check.get('skipped', 'not run')}): keeping {default}"
-        losses = (
-            f"validation loss {check['bf16']:.3f} against fp32's {check['fp32']:.3f} after "
-            f"{check['steps']} steps (tolerance {check['tolerance']})"
-        )
-        if abs(check["bf16"] - check["fp32"]) > check["tolerance"]:
-            return default, f"{speed}, but {losses}: keeping {default}"
-        return "bf16", f"{speed} and {losses}: bf16"
-    low = figures.get(default)
-    if low is None:
-        return default, f"measured here: {default} not measured ({figures.get('skipped', 'no figures')}): {default}"
-    speed = f"measured here: {default} {ratio_text(low)} fp32's speed {where}"
-    if slower(low):
-        return "fp32", f"{speed}, conclusively slower: fp32"
-    return default, f"{speed}: {default}"
+    # Where the default is fp32, bf16 is the candidate; where it is a low precision, that one.
+    candidate = "bf16" if default == "fp32" else default
+    figure = figures.get(candidate)
+    if figure is None:
+        return default, f"measured here: {candidate} not measured ({figures.get('skipped', 'no figures')}): {default}"
+    speed = f"measured here: {candidate} {ratio_text(figure)} fp32's speed at {record['profile']}"
+    if default != "fp32":  # a GPU's low precision stays unless measured conclusively slower
+        if slower(figure):
+            return "fp32", f"{speed}, conclusively slower: fp32"
+        return default, f"{speed}: {default}"
+    if not faster(figure):
+        return default, f"{speed}, not conclusively faster: keeping {default}"
+    check = figures.get("loss_check", {})
+    if not check.get("done"):
+        return default, f"{speed}, but no loss check ({check.get('skipped', 'not run')}): keeping {default}"
+    losses = (
+        f"validation loss {check['bf16']:.3f} against fp32's {check['fp32']:.3f} after "
+        f"{check['steps']} steps (tolerance {check['tolerance']})"
+    )
+    if abs(check["bf16"] - check["fp32"]) > check["tolerance"]:
+        return default, f"{speed}, but {losses}: keeping {default}"
+    return "bf16", f"{speed} and {losses}: bf16"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -253,5 +252,4 @@ def announce(action: str, plan: RunPlan, **sizes) -> dict:
     add to the plan's facts or replace them (a benchmark plans its own steps)."""
     line = {"action": action, **facts(plan), **sizes, "decisions": plan.decisions}
     print(json.dumps(line), flush=True)
-    sys.stdout.flush()
     return line

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from buildllm.plan.tuned import faster, ratio_text
+from buildllm.plan.tuned import fastest
 
 # torch's own thread count, read at import, before any plan sets one.
 DEFAULT_THREADS = torch.get_num_threads()
@@ -35,9 +35,7 @@ def measured_choice(record: dict | None, why_not: str, default: int) -> tuple[in
     others = {int(n): f for n, f in figures.get("candidates", {}).items()}
     if not others:
         return default, f"{default}: torch's default; measured here: no other thread count to compare"
-    quicker = {n: f for n, f in others.items() if faster(f)}
-    said = "; ".join(f"{n} threads {ratio_text(f)}" for n, f in sorted(others.items()))
-    if quicker:
-        best = max(quicker, key=lambda n: quicker[n]["ratio"])
+    best, said = fastest(others, "threads")
+    if best is not None:
         return best, f"{best}: measured here against torch's default {default}: {said}"
     return default, f"{default}: torch's default, kept; measured here against it: {said}"

@@ -22,11 +22,11 @@ FORMAT = 1
 NOT_MEASURED = "not measured on this machine: run `buildllm tune`"
 
 
-def read_all(path: Path = PATH) -> dict:
+def read_all() -> dict:
     """Every record in the file, {machine id: {profile: {device: record}}}; {} when there is none
     (an unreadable file counts as none: tune rewrites it)."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(PATH.read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("machines"), dict):
@@ -34,13 +34,13 @@ def read_all(path: Path = PATH) -> dict:
     return data["machines"]
 
 
-def write_record(record: dict, path: Path = PATH) -> Path:
+def write_record(record: dict) -> Path:
     """Add (or replace) one record under its machine id, profile and device, keeping the others;
     written atomically."""
-    machines = read_all(path)
+    machines = read_all()
     machines.setdefault(record["machine_id"], {}).setdefault(record["profile"], {})[record["device"]] = record
-    atomic_write_text(path, json.dumps({"format": FORMAT, "machines": machines}, indent=2, sort_keys=True) + "\n")
-    return Path(path)
+    atomic_write_text(PATH, json.dumps({"format": FORMAT, "machines": machines}, indent=2, sort_keys=True) + "\n")
+    return PATH
 
 
 def shape_label(model, gradient_checkpointing: bool = False) -> str:
@@ -51,11 +51,9 @@ def shape_label(model, gradient_checkpointing: bool = False) -> str:
     )
 
 
-def lookup(
-    machine_id: str, profile: str, device: str, batch_size: int, shape: str, path: Path = PATH
-) -> tuple[dict | None, str]:
+def lookup(machine_id: str, profile: str, device: str, batch_size: int, shape: str) -> tuple[dict | None, str]:
     """(record, "") for this machine, profile, device, batch and shape; else (None, why not)."""
-    entry = read_all(path).get(machine_id, {}).get(profile, {}).get(device)
+    entry = read_all().get(machine_id, {}).get(profile, {}).get(device)
     if entry is None:
         return None, NOT_MEASURED
     if entry.get("batch_size") != batch_size or entry.get("shape") != shape:
@@ -75,6 +73,14 @@ def faster(figure: dict) -> bool:
     """Conclusively faster: the median ratio's interval lies above 1 and covers at least 95% (6 pairs
     or more; with fewer, even min to max covers less)."""
     return figure["low"] > 1.0 and figure.get("coverage", 0.0) >= 0.95
+
+
+def fastest(candidates: dict[int, dict], unit: str) -> tuple[int | None, str]:
+    """(the candidate measured conclusively faster than the default by the largest ratio, or None;
+    every candidate's figures as one phrase) for the counts tune compares against a default."""
+    said = "; ".join(f"{n} {unit} {ratio_text(f)}" for n, f in sorted(candidates.items()))
+    quicker = {n: f for n, f in candidates.items() if faster(f)}
+    return (max(quicker, key=lambda n: quicker[n]["ratio"]) if quicker else None), said
 
 
 def slower(figure: dict) -> bool:

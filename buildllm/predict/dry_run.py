@@ -10,7 +10,7 @@ from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.memory.estimate import plan_memory
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
-from buildllm.plan.memory import WontFit, refusal
+from buildllm.plan.memory import refuse_unless_fits
 from buildllm.plan.run_plan import announce, facts, make_plan
 from buildllm.train.storage import checkpoint_bytes
 from buildllm.units import size
@@ -33,17 +33,8 @@ def dry_run(config: Config) -> dict:
         f"on {plan.device.device} in {plan.precision.precision}, "
         f"batch {plan.batch_size} x {plan.model.sequence_length} tokens"
     )
-    parts = {
-        "weights": estimate.weights,
-        "gradients": estimate.gradients,
-        "AdamW": estimate.optimizer,
-        "autocast copies": estimate.autocast_weights,
-        "activations": estimate.activations,
-        "logits": estimate.logits,
-        "attention scores": estimate.attention_scores,
-        "allocator": estimate.allocator,
-    }
-    shown = ", ".join(f"{name} {size(part)}" for name, part in parts.items() if part)
+    names = {"optimizer": "AdamW", "autocast_weights": "autocast copies"}
+    shown = ", ".join(f"{names.get(k, k.replace('_', ' '))} {size(v)}" for k, v in estimate.parts.items() if v)
     print(f"estimated peak training memory: {size(estimate.total)} at the {estimate.peak_moment} ({shown})")
     print(f"torch.compile: {plan.compile.reason}")
     if advice:
@@ -51,6 +42,5 @@ def dry_run(config: Config) -> dict:
     print(f"checkpoint size about {size(checkpoint_bytes(plan.parameters))}; metrics written to {path}")
     print(f"memory: {plan.memory.reason}")
     # Exit as train would: a plan train would refuse fails here too (its figures are written above).
-    if not plan.memory.fits and not config.train.force_memory:
-        raise WontFit(refusal(plan.memory))
+    refuse_unless_fits(plan)
     return metrics

@@ -63,6 +63,19 @@ def planned_examples(plan: RunPlan, split: str = "train") -> int:
     return len(split_windows(plan.config, plan.model, split))
 
 
+def benchmark_controls(plan: RunPlan) -> dict:
+    """The CONTROLS as the plan sets them; on the CPU the thread count too, which sets the speed
+    as much as the batch size does."""
+    resolved = facts(plan)
+    return {key: resolved[key] for key in CONTROLS + (("threads",) if plan.device.threads_apply else ())}
+
+
+def projected_run(plan: RunPlan) -> dict:
+    """What an estimate records of the run it projects: preflight calls an estimate stale when any differs."""
+    resolved = {**facts(plan), "epochs": plan.config.train.epochs}
+    return {key: resolved[key] for key in ("profile", "device", "precision", "batch_size", "grad_accum", "epochs")}
+
+
 def control_differences(benchmark: dict, plan_controls: dict) -> list[str]:
     return [
         f"{key} {benchmark.get(key)!r} (benchmark) vs {value!r} (plan)"
@@ -79,11 +92,8 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
             "rerun the benchmark with a smaller --batch-size"
         )
     plan = make_plan(config)
-    resolved = facts(plan)
-    # On the CPU the thread count sets the speed as much as the batch size does.
-    keys = CONTROLS + (("threads",) if plan.device.threads_apply else ())
     plan_controls = {
-        **{key: resolved[key] for key in keys},
+        **benchmark_controls(plan),
         "validation_examples": planned_examples(plan, "validation"),
         "machine": machine_name(plan.device),
     }
@@ -118,12 +128,7 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
     overhead = validation + checkpoints + startup
     slow, fast = benchmark["interval_steps_per_second_min"], benchmark["interval_steps_per_second_max"]
     result = {
-        "profile": plan.profile.name,
-        "device": plan.device.device,
-        "precision": plan.precision.precision,
-        "batch_size": plan.batch_size,
-        "grad_accum": t.grad_accum,
-        "epochs": t.epochs,
+        **projected_run(plan),
         "planned_examples": examples,
         "planned_optimizer_steps": steps,
         "planned_tokens": tokens,

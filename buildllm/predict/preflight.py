@@ -25,8 +25,8 @@ from buildllm.errors import UserError
 from buildllm.metrics import read_metrics, write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan.device import resolve_device
-from buildllm.plan.run_plan import RunPlan, facts, make_plan
-from buildllm.predict.estimate import CONTROLS, planned_examples
+from buildllm.plan.run_plan import RunPlan, make_plan
+from buildllm.predict.estimate import benchmark_controls, planned_examples, projected_run
 from buildllm.train import checkpoint, storage
 from buildllm.train.trainer import run_signature
 from buildllm.units import duration, size
@@ -89,13 +89,12 @@ def matching_benchmark(plan: RunPlan) -> tuple[dict | None, str]:
     benchmark = read_metrics(path)
     if benchmark.get("oom"):
         return benchmark, ""
-    resolved = facts(plan)
-    keys = CONTROLS + (("threads",) if plan.device.threads_apply else ())
-    differing = [key for key in keys if benchmark.get(key) != resolved[key]]
+    controls = benchmark_controls(plan)
+    differing = [key for key, value in controls.items() if benchmark.get(key) != value]
     if differing:
         key = differing[0]
         more = f" (+{len(differing) - 1} more)" if len(differing) > 1 else ""
-        return None, f"measured {key} {benchmark.get(key)}, plan {resolved[key]}{more}"
+        return None, f"measured {key} {benchmark.get(key)}, plan {controls[key]}{more}"
     return benchmark, ""
 
 
@@ -106,16 +105,7 @@ def estimate_check(plan: RunPlan, benchmark: dict | None) -> tuple[Check, dict |
     if not path.exists():
         return row("warn", f"no {path}", rerun), None
     estimate = read_metrics(path)
-    t = plan.config.train
-    wanted = {
-        "profile": plan.profile.name,
-        "device": plan.device.device,
-        "precision": plan.precision.precision,
-        "batch_size": plan.batch_size,
-        "grad_accum": t.grad_accum,
-        "epochs": t.epochs,
-    }
-    stale = [key for key, value in wanted.items() if estimate.get(key) != value]
+    stale = [key for key, value in projected_run(plan).items() if estimate.get(key) != value]
     if benchmark and estimate.get("measured_tokens_per_second") != benchmark.get("tokens_per_second"):
         stale.append("benchmark")
     if stale:

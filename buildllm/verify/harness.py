@@ -8,10 +8,8 @@ and the load when it started), and `verdict` "inside" or "miss". The exit code f
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
 
-from buildllm.config import Config, load_config
 from buildllm.errors import UserError
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
@@ -19,16 +17,23 @@ from buildllm.paths import metrics_path
 MISS = 1  # the exit code of a check with a figure outside its range
 
 
-def profile_choice(iteration: int | None, preset: str | None) -> dict:
-    """Dotted overrides for the profile a check was asked for (none: params.yaml's)."""
-    if preset:
-        return {"preset": preset}
-    return {"iteration": iteration, "preset": None} if iteration else {}
+def add_plan_arguments(parser) -> None:
+    """The flags that choose the plan a check runs; each defaults to params.yaml's."""
+    parser.add_argument("--iteration", type=int, metavar="N", help="course iteration (default: params.yaml's)")
+    parser.add_argument("--preset", metavar="PRESET", help="a preset instead of the iteration (tiny, student, small)")
+    parser.add_argument("--device", help="device (default: params.yaml's)")
+    parser.add_argument("--precision", help="precision (default: params.yaml's)")
+    parser.add_argument("--threads", type=int, metavar="N")
 
 
-def check_config(params: str, overrides: dict) -> Config:
-    """params.yaml (or --params) with the check's overrides, validated as any command's config."""
-    return load_config(params, overrides)
+def plan_overrides(args, extra: dict) -> dict:
+    """Dotted overrides for the plan flags given and `extra` (none given: params.yaml's plan)."""
+    if args.preset:
+        profile = {"preset": args.preset}
+    else:
+        profile = {"iteration": args.iteration, "preset": None} if args.iteration else {}
+    chosen = {**profile, "device": args.device, "precision": args.precision, "train.threads": args.threads, **extra}
+    return {key: value for key, value in chosen.items() if value is not None or key == "preset"}
 
 
 def record_path(check: str, out: str | None) -> Path:
@@ -37,11 +42,9 @@ def record_path(check: str, out: str | None) -> Path:
 
 def cpu_flags() -> str:
     """The ISA features that decide kernels here (from /proc/cpuinfo, as lscpu shows them)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.machine()
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    from buildllm.device.device import cpuinfo
+
+    flags = cpuinfo("flags").split()
     wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # at most 33 characters: a short label
     return " ".join(flag for flag in wanted if flag in flags) or "none of avx2/avx512/amx"
 

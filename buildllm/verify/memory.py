@@ -22,7 +22,9 @@ import statistics
 from dataclasses import dataclass, replace
 
 from buildllm import profiles
-from buildllm.verify.harness import check_config, finish, machine
+from buildllm.config import load_config
+from buildllm.errors import UserError
+from buildllm.verify.harness import finish, machine
 
 TARGET = 0.15  # the point estimate's aim, printed beside the stated range
 
@@ -222,14 +224,13 @@ def chosen_shapes(args) -> dict[str, list[Shape]]:
 
 def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
     """(the line's start or a skip note, the figures or None)."""
-    from buildllm.errors import UserError
     from buildllm.measure.batch_finder import try_in_child
     from buildllm.memory.estimate import plan_memory
     from buildllm.paths import token_paths
     from buildllm.plan.run_plan import make_plan
 
     try:
-        config = check_config(args.params, shape_settings(shape, args.device))
+        config = load_config(args.params, shape_settings(shape, args.device))
         plan = make_plan(config)
     except UserError as exc:
         return f"{shape.label:<48}  skipped: {exc}", None
@@ -254,11 +255,9 @@ def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
     }
 
 
-def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict) -> tuple[int, int]:
-    """Measure each shape and print its line; returns (shapes inside the stated range, shapes measured)."""
-    from buildllm.plan.device import resolve_device
-
-    cuda = resolve_device(args.device).caching_allocator
+def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict, cuda: bool) -> tuple[int, int]:
+    """Measure each shape and print its line; returns (shapes inside the stated range, shapes measured).
+    cuda: the device's caching allocator reserves more than it allocates, which is shown beside it."""
     print(
         f"\n{name} set ({len(shapes)} shapes): the measured peak must lie inside the estimate's stated range",
         flush=True,
@@ -305,7 +304,6 @@ def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict) ->
 
 
 def command(args) -> int:
-    from buildllm.errors import UserError
     from buildllm.plan.device import resolve_device
 
     if args.repeats < 1:
@@ -313,11 +311,12 @@ def command(args) -> int:
     sets = chosen_shapes(args)
     if not any(sets.values()):
         raise UserError("no shape of the chosen --profiles is in the chosen --sets; add --full or other profiles")
-    limit = resolve_device(args.device).memory_free() * args.max_fraction
+    device = resolve_device(args.device)
+    limit = device.memory_free() * args.max_fraction
     record = {"device": args.device, "full": args.full, "repeats": args.repeats, **machine()}
     inside = judged = 0
     for name, shapes in sets.items():
-        within, measured = run_set(name, shapes, args, limit, record)
+        within, measured = run_set(name, shapes, args, limit, record, device.caching_allocator)
         inside, judged = inside + within, judged + measured
     print()
     return finish("memory", args.out, record, judged - inside, judged)

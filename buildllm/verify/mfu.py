@@ -17,7 +17,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from buildllm.verify.harness import check_config, finish, machine, profile_choice
+from buildllm.config import load_config
+from buildllm.errors import UserError
+from buildllm.verify.harness import add_plan_arguments, finish, machine, plan_overrides
 
 TOLERANCE = 0.03
 FULL_BENCHMARK = {"benchmark.measured_steps": 60, "benchmark.intervals": 12}
@@ -26,11 +28,7 @@ FULL_BENCHMARK = {"benchmark.measured_steps": 60, "benchmark.intervals": 12}
 def add_arguments(parser) -> None:
     parser.add_argument("--full", action="store_true", help="four runs of a longer benchmark (60 steps, 12 intervals)")
     parser.add_argument("--runs", type=int, metavar="N", help="fresh benchmark processes (default 2; 4 with --full)")
-    parser.add_argument("--iteration", type=int, metavar="N", help="course iteration (default: params.yaml's)")
-    parser.add_argument("--preset", metavar="PRESET", help="a preset instead of the iteration (tiny, student, small)")
-    parser.add_argument("--device", help="device (default: params.yaml's)")
-    parser.add_argument("--precision", help="precision (default: params.yaml's)")
-    parser.add_argument("--threads", type=int, metavar="N")
+    add_plan_arguments(parser)
     parser.add_argument(
         "--tolerance",
         type=float,
@@ -40,20 +38,8 @@ def add_arguments(parser) -> None:
     )
 
 
-def mfu_config(args):
-    chosen = {
-        **profile_choice(args.iteration, args.preset),
-        "device": args.device,
-        "precision": args.precision,
-        "train.threads": args.threads,
-        **(FULL_BENCHMARK if args.full else {}),
-    }
-    return check_config(args.params, {k: v for k, v in chosen.items() if v is not None or k == "preset"})
-
-
 def one_run(config, number: int) -> dict:
     """A fresh `buildllm benchmark` in a folder of its own: its metrics."""
-    from buildllm.errors import UserError
     from buildllm.measure.workfolder import config_params, prepare, read_result, run_command
 
     with tempfile.TemporaryDirectory(prefix="buildllm-verify-mfu-") as tmp:
@@ -70,13 +56,12 @@ def one_run(config, number: int) -> dict:
 
 
 def command(args) -> int:
-    from buildllm.errors import UserError
     from buildllm.measure.benchmark import mfu_from_metrics
 
     runs = args.runs or (4 if args.full else 2)
     if runs < 2:
         raise UserError(f"--runs {runs}: give at least 2 (the check compares runs with each other)")
-    config = mfu_config(args)
+    config = load_config(args.params, plan_overrides(args, FULL_BENCHMARK if args.full else {}))
     print(
         f"{'run':>4}{'tokens/s':>12}{'steps/s':>9}{'achieved TFLOP/s':>18}{'peak TFLOP/s':>14}{'before':>8}"
         f"{'after':>8}{'MFU':>8}  peak source",
