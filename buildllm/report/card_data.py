@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from buildllm.paths import TRAIN_LOG_CSV as LOG_PATH
 from buildllm.paths import TRAIN_LOG_JSON as JSON_LOG_PATH
 from buildllm.paths import metrics_path
+from buildllm.report.experiments import Files, exp_show, select
 from buildllm.report.sample import SAMPLE_PATH
 
 CARD_STAGES = ("dry_run", "benchmark", "estimate", "train", "machine")
@@ -57,33 +55,6 @@ class CardData:
             if value is not None:
                 return value
         return None
-
-
-class Files:
-    """Text of a project file in one place: the working tree, a commit, or a metrics folder."""
-
-    def __init__(self, rev: str, source: str = "dvc"):
-        self.rev, self.source = rev, source
-
-    def text(self, path: Path) -> str | None:
-        if self.source == "folder":
-            root = Path(self.rev)
-            root = root.parent if root.is_file() else root
-            for candidate in (root / path, root / path.name):
-                if candidate.is_file():
-                    return candidate.read_text(encoding="utf-8")
-            return None
-        if self.rev == "workspace":
-            return path.read_text(encoding="utf-8") if path.is_file() else None
-        shown = subprocess.run(["git", "show", f"{self.rev}:{path.as_posix()}"], capture_output=True, text=True)
-        return shown.stdout if shown.returncode == 0 else None
-
-    def json(self, path: Path):
-        text = self.text(path)
-        try:
-            return json.loads(text) if text else None
-        except json.JSONDecodeError:
-            return None
 
 
 def log_rows(files: Files) -> list:
@@ -133,8 +104,6 @@ def read_card(name: str = "workspace", rev: str = "workspace", source: str = "dv
 
 def read_named(name: str) -> CardData:
     """An experiment, commit, branch or metrics folder, found as `buildllm compare` finds it."""
-    from buildllm.report.experiments import exp_show, select
-
     chosen, _ = select([name], exp_show, lambda: exp_show(all_commits=True))
     exp = chosen[0]
     return read_card(exp.name, exp.rev, exp.source, tuple(exp.carried))

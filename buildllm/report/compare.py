@@ -189,9 +189,8 @@ class Comparison:
         return " ".join([line] + [self.speedup_line(n) for n in self.speedups])
 
 
-def summary_frame(
-    experiments: list, show_speedups: bool, speedups: dict | None = None, paired: Paired | None = None
-) -> pd.DataFrame:
+def summary_frame(experiments: list, speedups: dict, paired: Paired | None = None) -> pd.DataFrame:
+    """One row per experiment; `speedups` is empty where they are withheld."""
     records = []
     for exp in experiments:
         record = {
@@ -212,38 +211,23 @@ def summary_frame(
             record.update({f"{stage}:{k}": v for k, v in metrics.items()})
         records.append(record)
     frame = pd.DataFrame.from_records(records)
-    column = frame.columns.get_loc("tokens_per_second") + 1
-    speedups = speedups or {}
-    estimates = [
-        1.0 if i == 0 and speedups else speedups[n].estimate if n in speedups else float("nan")
-        for i, n in enumerate(frame["experiment"])
-    ]
-    if not show_speedups:
-        estimates = [float("nan")] * len(frame)
-    bounds = {"speedup_low": "low", "speedup_high": "high"}
-    frame.insert(column, "speedup_vs_first", estimates)
-    for offset, (name, attr) in enumerate(bounds.items(), start=1):
-        frame.insert(
-            column + offset,
-            name,
-            [
-                getattr(speedups[n], attr)
-                if show_speedups and n in speedups and speedups[n].has_interval
-                else float("nan")
-                for n in frame["experiment"]
-            ],
-        )
-    frame.insert(
-        column + 3,
-        "speedup_interval",
-        [speedups[n].method if show_speedups and n in speedups else "" for n in frame["experiment"]],
-    )
+    names, nan = list(frame["experiment"]), float("nan")
+    bounded = {n: s for n, s in speedups.items() if s.has_interval}
+    columns = {
+        "speedup_vs_first": [
+            1.0 if i == 0 and speedups else speedups[n].estimate if n in speedups else nan for i, n in enumerate(names)
+        ],
+        "speedup_low": [bounded[n].low if n in bounded else nan for n in names],
+        "speedup_high": [bounded[n].high if n in bounded else nan for n in names],
+        "speedup_interval": [speedups[n].method if n in speedups else "" for n in names],
+    }
+    after = frame.columns.get_loc("tokens_per_second") + 1
+    for offset, (column, values) in enumerate(columns.items()):
+        frame.insert(after + offset, column, values)
     if paired is not None:
         for column, pick in (("", statistics.median), ("_min", min), ("_max", max)):
-            frame["paired_tokens_per_second" + column] = [
-                pick(paired.tokens_per_second(n)) for n in frame["experiment"]
-            ]
-        frame["paired_throughput_cv"] = [paired.median_cv(n) for n in frame["experiment"]]
+            frame["paired_tokens_per_second" + column] = [pick(paired.tokens_per_second(n)) for n in names]
+        frame["paired_throughput_cv"] = [paired.median_cv(n) for n in names]
         frame["paired_rounds"] = len(paired.rounds)
     return frame
 
@@ -372,7 +356,7 @@ def compare(
         comparison.speedups = {n: s for n, s in found.items() if s is not None}
     if not comparison.speedups_shown:
         comparison.speedups = {}
-    comparison.frame = summary_frame(kept, comparison.speedups_shown, comparison.speedups, comparison.paired)
+    comparison.frame = summary_frame(kept, comparison.speedups, comparison.paired)
     comparison.curves = read_curves(kept)
     comparison.loss_key = loss_key(comparison.curves)
     comparison.target_loss = target_loss(comparison.curves, comparison.loss_key)

@@ -26,7 +26,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from buildllm.atomic import atomic_path  # noqa: E402
 from buildllm.report.card_charts import COLORS, say  # noqa: E402
-from buildllm.report.card_data import Files, log_rows  # noqa: E402
+from buildllm.report.card_data import log_rows  # noqa: E402
+from buildllm.report.experiments import Files  # noqa: E402
 
 TARGET_NOTE = (
     "Time to the target loss: the target is the highest of the experiments' best validation losses "
