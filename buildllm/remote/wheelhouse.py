@@ -64,11 +64,6 @@ def pip(*args: str) -> None:
         )
 
 
-def size_of(folder: Path) -> tuple[int, int]:
-    wheels = list(folder.glob("*.whl"))
-    return len(wheels), sum(w.stat().st_size for w in wheels)
-
-
 def make(out: str, python_version: str, platforms: list[str], has: list[str], requirement: str) -> dict:
     if not re.fullmatch(r"3\.\d+", python_version):
         raise UserError(f"--python-version {python_version!r}: write the target's as 3.12 (major.minor)")
@@ -124,7 +119,8 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
             other.unlink() if other.is_file() else shutil.rmtree(other)
     shutil.rmtree(out_path, ignore_errors=True)
     building.rename(out_path)
-    count, size = size_of(out_path)
+    kept = list(out_path.glob("*.whl"))
+    count, size = len(kept), sum(w.stat().st_size for w in kept)
     print(
         f"wheelhouse {out_path}: {count} wheels, {size / 2**20:.1f} MiB ({len(left_out)} left out: the target has "
         f"them, or an older version of a name kept once)"

@@ -22,6 +22,7 @@ from buildllm.report.experiments import Files, exp_show, select
 from buildllm.report.sample import SAMPLE_PATH
 
 CARD_STAGES = ("dry_run", "benchmark", "estimate", "train", "machine")
+PLAN_STAGES = ("train", "dry_run", "benchmark")  # a fact of the plan: what the run used, else what was planned
 
 
 @dataclass
@@ -41,17 +42,10 @@ class CardData:
         """The full text of a reason or label: the notes' when the stage wrote one, else the metric's."""
         return self.notes.get(stage, {}).get(key, self.get(stage, key))
 
-    def first(self, key: str, stages: tuple = ("train", "dry_run", "benchmark")):
-        """A fact of the plan from the first stage that recorded it: what the run used, else what was planned."""
-        for stage in stages:
-            value = self.get(stage, key)
-            if value is not None:
-                return value
-        return None
-
-    def reason(self, key: str, stages: tuple = ("train", "dry_run", "benchmark")):
-        for stage in stages:
-            value = self.notes.get(stage, {}).get(key)
+    def first(self, key: str, notes: bool = False):
+        """A fact of the plan (with `notes`, its reason) from the first of PLAN_STAGES that recorded it."""
+        for stage in PLAN_STAGES:
+            value = (self.notes if notes else self.records).get(stage, {}).get(key)
             if value is not None:
                 return value
         return None
