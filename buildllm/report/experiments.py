@@ -22,6 +22,7 @@ import yaml
 
 from buildllm.config import config_to_dict, load_config
 from buildllm.errors import UserError
+from buildllm.metrics import read_metrics
 from buildllm.paths import DATA, TOKENIZERS, metrics_path
 
 STAGES = ("benchmark", "estimate", "train", "dry_run")  # metrics files, most specific first
@@ -330,17 +331,8 @@ def read_folder(name: str) -> Experiment:
             f"{name} holds no metrics file ({', '.join(s + '.json' for s in STAGES)}); "
             "point buildllm compare at the folder a run's metrics were copied to"
         )
-    metrics = {}
-    for stage, file in files.items():
-        if not file.is_file():
-            continue
-        try:
-            data = json.loads(file.read_text())
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{file} is not valid JSON ({exc}); copy it again from the machine that ran it") from None
-        if not isinstance(data, dict):
-            raise UserError(f"{file} must hold a JSON object of metrics; copy it again from the machine that ran it")
-        metrics[stage] = data
+    again = "copy it again from the machine that ran it"
+    metrics = {stage: read_metrics(file, advice=again) for stage, file in files.items() if file.is_file()}
     # A lone file's params are its own (x.params.yaml beside x.json); a folder's are its params.yaml.
     lone = _metrics_file(Path(name))
     params_file = path / (f"{Path(name).stem}.params.yaml" if lone else "params.yaml")
