@@ -85,14 +85,12 @@ def short_label(text: str) -> str:
 
 
 def check_flat(metrics: Mapping[str, Any]) -> dict:
-    flat = {}
     for key, value in metrics.items():
         if not isinstance(value, SCALARS):
             raise TypeError(f"metric {key}={value!r} is not a flat scalar")
         if isinstance(value, float) and not math.isfinite(value):
             raise TypeError(f"metric {key}={value!r} is not finite; JSON and DVC cannot hold it")
-        flat[key] = value
-    return flat
+    return dict(metrics)
 
 
 def check_label(key: str, value: Any) -> None:

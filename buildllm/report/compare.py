@@ -4,9 +4,8 @@ The course: "both runs must use the same model, token files, tokenizer, example 
 size, precision, and epoch count. Compare elapsed time and throughput only after confirming those
 controls." So the comparison starts by checking every param and every resolved setting across the
 experiments (buildllm/report/controls.py). Device and precision are the variables (plus whatever
-`--vary` names); any other
-difference makes it "not an equal-budget comparison", and speed-ups are withheld unless
-`--allow-different` is given.
+`--vary` names); any other difference makes it "not an equal-budget comparison", and speed-ups are
+withheld unless `--allow-different` is given.
 
 Experiments come from `dvc exp show --json` or from metrics folders brought from another machine
 (buildllm/report/experiments.py). A run that failed, or whose metrics contradict its own params
@@ -15,8 +14,8 @@ never reported.
 
 Each speed-up carries its 95% interval (buildllm/measure/stats.py): from the runs' measured
 intervals, or, with --paired, from re-measuring the benchmarks interleaved on this machine
-(buildllm/measure/workfolder.py remeasure). A speed-up whose interval includes 1.0, or that rests on a run
-noisier than NOISY_CV, is called inconclusive.
+(buildllm/measure/workfolder.py remeasure). A speed-up whose interval includes 1.0, or that rests on a
+run noisier than NOISY_CV, is called inconclusive.
 """
 
 from __future__ import annotations
@@ -285,14 +284,8 @@ def caveats(experiments: list) -> list:
                 "against the others' (copy the lock file of the commit whose data it used into the folder)"
             )
     for i, e in enumerate(experiments):
-        twin = next(
-            (
-                o
-                for o in experiments[:i]
-                if e.metrics.get("benchmark") and o.metrics.get("benchmark") == e.metrics["benchmark"]
-            ),
-            None,
-        )
+        bench = e.metrics.get("benchmark")
+        twin = next((o for o in experiments[:i] if bench and o.metrics.get("benchmark") == bench), None)
         if twin is not None:
             notes.append(
                 f"{e.name}: its benchmark metrics are identical to {twin.name}'s, timings included: one "

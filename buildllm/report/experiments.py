@@ -194,15 +194,8 @@ def read_experiments(rows: list) -> tuple[list, list]:
         for group in row.get("experiments") or []:
             revs = group.get("revs") or []
             if revs:
-                experiments.append(
-                    _record(
-                        revs[0],
-                        group.get("name") or revs[0].get("name") or revs[0]["rev"][:7],
-                        rev,
-                        row.get("name"),
-                        group.get("executor"),
-                    )
-                )
+                name = group.get("name") or revs[0].get("name") or revs[0]["rev"][:7]
+                experiments.append(_record(revs[0], name, rev, row.get("name"), group.get("executor")))
     experiments.sort(key=lambda e: e.timestamp or "")
     if workspace is not None and baselines:
         workspace.baseline, workspace.baseline_name = baselines[0].rev, baselines[0].name
@@ -232,20 +225,12 @@ def select(names: list, rows_default, rows_all=None) -> tuple[list, list]:
     notes = []
     if not names:
         workspace = next((e for e in experiments if e.rev == "workspace"), None)
-        same = next(
-            (
-                e
-                for e in experiments
-                if workspace
-                and e is not workspace
-                and e.params == workspace.params
-                and all(workspace.metrics.get(s) == m for s, m in e.metrics.items())
-            ),
-            None,
-        )
-        if same is not None:
+        applied = [e for e in experiments if workspace and e is not workspace and _applied(e, workspace)]
+        if applied:
             experiments.remove(workspace)
-            notes.append(f"workspace: identical to experiment {same.name} (its results are applied there); shown once")
+            notes.append(
+                f"workspace: identical to experiment {applied[0].name} (its results are applied there); shown once"
+            )
         return experiments, notes
     pool, more = baselines + experiments, rows_all
     chosen = []
@@ -266,6 +251,11 @@ def select(names: list, rows_default, rows_all=None) -> tuple[list, list]:
             )
         chosen.append(found)
     return chosen, notes
+
+
+def _applied(exp: Experiment, workspace: Experiment) -> bool:
+    """The workspace holds `exp`'s params and results (`dvc exp apply` put them there)."""
+    return exp.params == workspace.params and all(workspace.metrics.get(s) == m for s, m in exp.metrics.items())
 
 
 def _find(name: str, candidates: list):
