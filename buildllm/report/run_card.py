@@ -19,6 +19,7 @@ from pathlib import Path
 from buildllm import units
 from buildllm.atomic import atomic_write, atomic_write_text
 from buildllm.config import Config
+from buildllm.metrics import is_note
 from buildllm.report import card_charts
 from buildllm.report.browser import screenshot
 from buildllm.report.card_data import PLAN_STAGES, CardData, read_card, read_named
@@ -211,7 +212,7 @@ def plan_table(d: CardData) -> Table:
     shown = {reason for _, _, reason in DECISIONS}
     for stage in PLAN_STAGES:
         for key, text in d.notes.get(stage, {}).items():
-            if key.endswith(("_reason", "_advice")) and key not in shown:
+            if is_note(key) and key not in shown:
                 shown.add(key)
                 rows.append([key.replace("_", " "), "", text])
     return Table(["decision", "value", "why"], rows, "plan", text_columns=(2,))
