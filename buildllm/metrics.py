@@ -86,14 +86,12 @@ def short_label(text: str) -> str:
 
 
 def check_flat(metrics: Mapping[str, Any]) -> dict:
-    flat = {}
     for key, value in metrics.items():
         if not isinstance(value, SCALARS):
             raise TypeError(f"metric {key}={value!r} is not a flat scalar")
         if isinstance(value, float) and not math.isfinite(value):
             raise TypeError(f"metric {key}={value!r} is not finite; JSON and DVC cannot hold it")
-        flat[key] = value
-    return flat
+    return dict(metrics)
 
 
 def check_label(key: str, value: Any) -> None:
@@ -163,16 +161,16 @@ def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
     return path
 
 
-def read_metrics(path: str | Path, with_notes: bool = False) -> dict:
+def read_metrics(path: str | Path, with_notes: bool = False, advice: str = "rerun the stage that writes it") -> dict:
     path = Path(path)
     if not path.exists():
         raise UserError(f"metrics file {path} does not exist; run the stage that writes it first")
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise UserError(f"metrics file {path} is not valid JSON ({exc}); rerun the stage that writes it") from None
+        raise UserError(f"metrics file {path} is not valid JSON ({exc}); {advice}") from None
     if not isinstance(data, dict):
-        raise UserError(f"metrics file {path} must hold a JSON object; rerun the stage that writes it")
+        raise UserError(f"metrics file {path} must hold a JSON object; {advice}")
     if with_notes and notes_path(path).exists():
         try:
             data = {**data, **json.loads(notes_path(path).read_text())}

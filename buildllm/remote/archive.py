@@ -71,10 +71,7 @@ def read(path: str | Path) -> list[Run]:
         raise UserError(f"no runs archive at {path}; pass the file `buildllm pack-run --into` wrote")
     try:
         with tarfile.open(path, "r:gz") as archive:
-            members = {}
-            for member in archive:
-                if member.isfile():
-                    members[member.name] = archive.extractfile(member).read()
+            members = {member.name: archive.extractfile(member).read() for member in archive if member.isfile()}
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise refuse(path, f"{type(exc).__name__}: {str(exc) or 'unreadable'}") from None
     try:

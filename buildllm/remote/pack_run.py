@@ -49,14 +49,11 @@ def parse_overrides(items: list[str]) -> dict:
     return values
 
 
-def _link_tree(source: Path, dest: Path) -> None:
-    def link(src, dst):
-        try:
-            os.link(src, dst)
-        except OSError:  # another file system, or no hard links there
-            shutil.copy2(src, dst)
-
-    shutil.copytree(source, dest, copy_function=link, symlinks=True)
+def _link(src, dst) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system, or no hard links there
+        shutil.copy2(src, dst)
 
 
 def scratch_copy(project: Path, dest: Path) -> None:
@@ -72,7 +69,7 @@ def scratch_copy(project: Path, dest: Path) -> None:
             shutil.copy2(item, dest / item.name)
     for name in LINKED:
         if (project / name).is_dir():
-            _link_tree(project / name, dest / name)
+            shutil.copytree(project / name, dest / name, copy_function=_link, symlinks=True)
 
 
 def stage_files(dvc_yaml: dict, stages: list[str]) -> list[str]:

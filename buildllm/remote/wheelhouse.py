@@ -19,7 +19,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from buildllm.errors import UserError
 
@@ -32,20 +33,9 @@ GPU_MACHINE_HAS = (
 ).split()
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def wheel_name(path: Path) -> tuple[str, str]:
-    name, version = path.name.split("-")[:2]
-    return canonical(name), version
-
-
-def _version(text: str):
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return Version("0")
+def wheel_name(path: Path) -> tuple[str, Version]:
+    name, version, _, _ = parse_wheel_filename(path.name)
+    return name, version
 
 
 def default_dvc() -> str:
@@ -62,11 +52,6 @@ def pip(*args: str) -> None:
             f"`pip {args[0]}` failed (exit code {done.returncode}, its output is above); check the network "
             "to PyPI and the target's --python-version and --platform"
         )
-
-
-def size_of(folder: Path) -> tuple[int, int]:
-    wheels = list(folder.glob("*.whl"))
-    return len(wheels), sum(w.stat().st_size for w in wheels)
 
 
 def make(out: str, python_version: str, platforms: list[str], has: list[str], requirement: str) -> dict:
@@ -107,14 +92,14 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
     )
     wheels = sorted(building.glob("*.whl"))
     left_out, by_name = [], {}
-    skip = {canonical(n) for n in has}
+    skip = {canonicalize_name(n) for n in has}
     for wheel in wheels:
         name, version = wheel_name(wheel)
         if name in skip and name != "dvc":
             left_out.append(wheel.name)
             wheel.unlink()
         else:
-            by_name.setdefault(name, []).append((_version(version), wheel))
+            by_name.setdefault(name, []).append((version, wheel))
     for found in by_name.values():  # two versions of one name stop `pip install --no-index`
         for _, wheel in sorted(found)[:-1]:
             left_out.append(wheel.name)
@@ -124,7 +109,8 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
             other.unlink() if other.is_file() else shutil.rmtree(other)
     shutil.rmtree(out_path, ignore_errors=True)
     building.rename(out_path)
-    count, size = size_of(out_path)
+    kept = list(out_path.glob("*.whl"))
+    count, size = len(kept), sum(w.stat().st_size for w in kept)
     print(
         f"wheelhouse {out_path}: {count} wheels, {size / 2**20:.1f} MiB ({len(left_out)} left out: the target has "
         f"them, or an older version of a name kept once)"

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from buildllm.paths import TRAIN_LOG_CSV as LOG_PATH
 from buildllm.paths import TRAIN_LOG_JSON as JSON_LOG_PATH
 from buildllm.paths import metrics_path
+from buildllm.report.experiments import Files, exp_show, select
 from buildllm.report.sample import SAMPLE_PATH
 
 CARD_STAGES = ("dry_run", "benchmark", "estimate", "train", "machine")
+PLAN_STAGES = ("train", "dry_run", "benchmark")  # a fact of the plan: what the run used, else what was planned
 
 
 @dataclass
@@ -43,47 +42,13 @@ class CardData:
         """The full text of a reason or label: the notes' when the stage wrote one, else the metric's."""
         return self.notes.get(stage, {}).get(key, self.get(stage, key))
 
-    def first(self, key: str, stages: tuple = ("train", "dry_run", "benchmark")):
-        """A fact of the plan from the first stage that recorded it: what the run used, else what was planned."""
-        for stage in stages:
-            value = self.get(stage, key)
+    def first(self, key: str, notes: bool = False):
+        """A fact of the plan (with `notes`, its reason) from the first of PLAN_STAGES that recorded it."""
+        for stage in PLAN_STAGES:
+            value = (self.notes if notes else self.records).get(stage, {}).get(key)
             if value is not None:
                 return value
         return None
-
-    def reason(self, key: str, stages: tuple = ("train", "dry_run", "benchmark")):
-        for stage in stages:
-            value = self.notes.get(stage, {}).get(key)
-            if value is not None:
-                return value
-        return None
-
-
-class Files:
-    """Text of a project file in one place: the working tree, a commit, or a metrics folder."""
-
-    def __init__(self, rev: str, source: str = "dvc"):
-        self.rev, self.source = rev, source
-
-    def text(self, path: Path) -> str | None:
-        if self.source == "folder":
-            root = Path(self.rev)
-            root = root.parent if root.is_file() else root
-            for candidate in (root / path, root / path.name):
-                if candidate.is_file():
-                    return candidate.read_text(encoding="utf-8")
-            return None
-        if self.rev == "workspace":
-            return path.read_text(encoding="utf-8") if path.is_file() else None
-        shown = subprocess.run(["git", "show", f"{self.rev}:{path.as_posix()}"], capture_output=True, text=True)
-        return shown.stdout if shown.returncode == 0 else None
-
-    def json(self, path: Path):
-        text = self.text(path)
-        try:
-            return json.loads(text) if text else None
-        except json.JSONDecodeError:
-            return None
 
 
 def log_rows(files: Files) -> list:
@@ -133,8 +98,6 @@ def read_card(name: str = "workspace", rev: str = "workspace", source: str = "dv
 
 def read_named(name: str) -> CardData:
     """An experiment, commit, branch or metrics folder, found as `buildllm compare` finds it."""
-    from buildllm.report.experiments import exp_show, select
-
     chosen, _ = select([name], exp_show, lambda: exp_show(all_commits=True))
     exp = chosen[0]
     return read_card(exp.name, exp.rev, exp.source, tuple(exp.carried))

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from buildllm.atomic import atomic_path  # noqa: E402
-from buildllm.report.card_charts import COLORS, STEP_COLORS, STEP_PARTS, say, seconds_unit  # noqa: E402
+from buildllm.report.card_charts import COLORS, NOT_RECORDED, STEP_COLORS, STEP_PARTS, say, seconds_unit  # noqa: E402
 from buildllm.report.compare import Comparison  # noqa: E402
 
 
@@ -74,6 +74,11 @@ def panels(frame: pd.DataFrame) -> list:
     ]
 
 
+def _label(ax, x: float, y: float, text: str, recorded: bool) -> None:
+    """A bar's figure above it; grey where the experiment did not record it."""
+    ax.text(x, y, text, ha="center", va="bottom", fontsize=9, color="#111" if recorded else "#555")
+
+
 def step_panel(ax, frame: pd.DataFrame, names: list) -> None:
     """One stacked bar per experiment: a step's milliseconds by part, so the limit shows (data
     waiting: add workers; transfer: pin memory; optimizer at a small batch: raise the batch size)."""
@@ -88,15 +93,7 @@ def step_panel(ax, frame: pd.DataFrame, names: list) -> None:
         ax.bar(range(len(names)), heights, bottom=bottoms, color=color, label=phase)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     for i, ok in enumerate(recorded):
-        ax.text(
-            i,
-            bottoms[i],
-            "not recorded" if not ok else f"{bottoms[i]:,.1f}",
-            ha="center",
-            va="bottom",
-            fontsize=9,
-            color="#555" if not ok else "#111",
-        )
+        _label(ax, i, bottoms[i], f"{bottoms[i]:,.1f}" if ok else NOT_RECORDED, ok)
     ax.set_ylim(0, (max(bottoms) or 1.0) * 1.18)
     ax.set_xticks(range(len(names)), names, rotation=15 if len(names) > 3 else 0, fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
@@ -135,18 +132,10 @@ def write_chart(c: Comparison, path: Path) -> Path:
                     tops[i] = max(v, float(high[i]))
         top = max(tops) if any(tops) else 1.0
         for i, (bar, v) in enumerate(zip(bars, values)):
-            label = "not recorded" if pd.isna(v) or not math.isfinite(v) else fmt.format(v)
+            label = NOT_RECORDED if pd.isna(v) or not math.isfinite(v) else fmt.format(v)
             if hatches[i]:
                 label += "\ninconclusive"
-            ax.text(
-                bar.get_x() + bar.get_width() / 2,
-                tops[i] + top * 0.02,
-                label,
-                ha="center",
-                va="bottom",
-                fontsize=9,
-                color="#555" if pd.isna(v) else "#111",
-            )
+            _label(ax, bar.get_x() + bar.get_width() / 2, tops[i] + top * 0.02, label, not pd.isna(v))
         if speedup:
             ax.axhline(1.0, color="#888", linewidth=0.8, linestyle="--")
         ax.set_ylim(0, top * 1.25)

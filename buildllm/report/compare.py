@@ -4,9 +4,8 @@ The course: "both runs must use the same model, token files, tokenizer, example 
 size, precision, and epoch count. Compare elapsed time and throughput only after confirming those
 controls." So the comparison starts by checking every param and every resolved setting across the
 experiments (buildllm/report/controls.py). Device and precision are the variables (plus whatever
-`--vary` names); any other
-difference makes it "not an equal-budget comparison", and speed-ups are withheld unless
-`--allow-different` is given.
+`--vary` names); any other difference makes it "not an equal-budget comparison", and speed-ups are
+withheld unless `--allow-different` is given.
 
 Experiments come from `dvc exp show --json` or from metrics folders brought from another machine
 (buildllm/report/experiments.py). A run that failed, or whose metrics contradict its own params
@@ -15,8 +14,8 @@ never reported.
 
 Each speed-up carries its 95% interval (buildllm/measure/stats.py): from the runs' measured
 intervals, or, with --paired, from re-measuring the benchmarks interleaved on this machine
-(buildllm/measure/workfolder.py remeasure). A speed-up whose interval includes 1.0, or that rests on a run
-noisier than NOISY_CV, is called inconclusive.
+(buildllm/measure/workfolder.py remeasure). A speed-up whose interval includes 1.0, or that rests on a
+run noisier than NOISY_CV, is called inconclusive.
 """
 
 from __future__ import annotations
@@ -189,9 +188,8 @@ class Comparison:
         return " ".join([line] + [self.speedup_line(n) for n in self.speedups])
 
 
-def summary_frame(
-    experiments: list, show_speedups: bool, speedups: dict | None = None, paired: Paired | None = None
-) -> pd.DataFrame:
+def summary_frame(experiments: list, speedups: dict, paired: Paired | None = None) -> pd.DataFrame:
+    """One row per experiment; `speedups` is empty where they are withheld."""
     records = []
     for exp in experiments:
         record = {
@@ -212,38 +210,23 @@ def summary_frame(
             record.update({f"{stage}:{k}": v for k, v in metrics.items()})
         records.append(record)
     frame = pd.DataFrame.from_records(records)
-    column = frame.columns.get_loc("tokens_per_second") + 1
-    speedups = speedups or {}
-    estimates = [
-        1.0 if i == 0 and speedups else speedups[n].estimate if n in speedups else float("nan")
-        for i, n in enumerate(frame["experiment"])
-    ]
-    if not show_speedups:
-        estimates = [float("nan")] * len(frame)
-    bounds = {"speedup_low": "low", "speedup_high": "high"}
-    frame.insert(column, "speedup_vs_first", estimates)
-    for offset, (name, attr) in enumerate(bounds.items(), start=1):
-        frame.insert(
-            column + offset,
-            name,
-            [
-                getattr(speedups[n], attr)
-                if show_speedups and n in speedups and speedups[n].has_interval
-                else float("nan")
-                for n in frame["experiment"]
-            ],
-        )
-    frame.insert(
-        column + 3,
-        "speedup_interval",
-        [speedups[n].method if show_speedups and n in speedups else "" for n in frame["experiment"]],
-    )
+    names, nan = list(frame["experiment"]), float("nan")
+    bounded = {n: s for n, s in speedups.items() if s.has_interval}
+    columns = {
+        "speedup_vs_first": [
+            1.0 if i == 0 and speedups else speedups[n].estimate if n in speedups else nan for i, n in enumerate(names)
+        ],
+        "speedup_low": [bounded[n].low if n in bounded else nan for n in names],
+        "speedup_high": [bounded[n].high if n in bounded else nan for n in names],
+        "speedup_interval": [speedups[n].method if n in speedups else "" for n in names],
+    }
+    after = frame.columns.get_loc("tokens_per_second") + 1
+    for offset, (column, values) in enumerate(columns.items()):
+        frame.insert(after + offset, column, values)
     if paired is not None:
         for column, pick in (("", statistics.median), ("_min", min), ("_max", max)):
-            frame["paired_tokens_per_second" + column] = [
-                pick(paired.tokens_per_second(n)) for n in frame["experiment"]
-            ]
-        frame["paired_throughput_cv"] = [paired.median_cv(n) for n in frame["experiment"]]
+            frame["paired_tokens_per_second" + column] = [pick(paired.tokens_per_second(n)) for n in names]
+        frame["paired_throughput_cv"] = [paired.median_cv(n) for n in names]
         frame["paired_rounds"] = len(paired.rounds)
     return frame
 
@@ -301,14 +284,8 @@ def caveats(experiments: list) -> list:
                 "against the others' (copy the lock file of the commit whose data it used into the folder)"
             )
     for i, e in enumerate(experiments):
-        twin = next(
-            (
-                o
-                for o in experiments[:i]
-                if e.metrics.get("benchmark") and o.metrics.get("benchmark") == e.metrics["benchmark"]
-            ),
-            None,
-        )
+        bench = e.metrics.get("benchmark")
+        twin = next((o for o in experiments[:i] if bench and o.metrics.get("benchmark") == bench), None)
         if twin is not None:
             notes.append(
                 f"{e.name}: its benchmark metrics are identical to {twin.name}'s, timings included: one "
@@ -372,7 +349,7 @@ def compare(
         comparison.speedups = {n: s for n, s in found.items() if s is not None}
     if not comparison.speedups_shown:
         comparison.speedups = {}
-    comparison.frame = summary_frame(kept, comparison.speedups_shown, comparison.speedups, comparison.paired)
+    comparison.frame = summary_frame(kept, comparison.speedups, comparison.paired)
     comparison.curves = read_curves(kept)
     comparison.loss_key = loss_key(comparison.curves)
     comparison.target_loss = target_loss(comparison.curves, comparison.loss_key)

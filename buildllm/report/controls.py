@@ -1,12 +1,7 @@
-"""The controls check of `buildllm compare`: which runs count, and whether they differ only where
-they are meant to.
-
-The course: "both runs must use the same model, token files, tokenizer, example limits, batch
-size, precision, and epoch count. Compare elapsed time and throughput only after confirming those
-controls." Every param and every resolved setting is compared across the experiments; device and
-precision are the variables (plus whatever `--vary` names). A run that failed, or whose metrics
-contradict its own params, is set aside with its reason.
-"""
+"""The controls check of `buildllm compare` (the course's rule is quoted in buildllm/report/compare.py):
+which runs count, and whether they differ only where they are meant to. Every param and every
+resolved setting is compared across the experiments; a run that failed, or whose metrics
+contradict its own params, is set aside with its reason."""
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from buildllm.atomic import atomic_path  # noqa: E402
 from buildllm.report.card_charts import COLORS, say  # noqa: E402
-from buildllm.report.card_data import Files, log_rows  # noqa: E402
+from buildllm.report.card_data import log_rows  # noqa: E402
+from buildllm.report.experiments import Files  # noqa: E402
 
 TARGET_NOTE = (
     "Time to the target loss: the target is the highest of the experiments' best validation losses "
@@ -75,7 +76,7 @@ def time_to(rows: list, target: float | None, key: str = NATS) -> tuple[float, i
 
 def _series(rows: list, x: str, y: str) -> tuple[list, list]:
     points = [(r[x], r[y]) for r in rows if isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))]
-    return ([p[0] for p in points], [p[1] for p in points]) if points else ([], [])
+    return [p[0] for p in points], [p[1] for p in points]
 
 
 def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS) -> Path:

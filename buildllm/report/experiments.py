@@ -22,6 +22,7 @@ import yaml
 
 from buildllm.config import config_to_dict, load_config
 from buildllm.errors import UserError
+from buildllm.metrics import read_metrics
 from buildllm.paths import DATA, TOKENIZERS, metrics_path
 
 STAGES = ("benchmark", "estimate", "train", "dry_run")  # metrics files, most specific first
@@ -64,6 +65,33 @@ class Experiment:
         return " ".join(parts)
 
 
+class Files:
+    """Text of a project file in one place: the working tree, a commit, or a metrics folder."""
+
+    def __init__(self, rev: str, source: str = "dvc"):
+        self.rev, self.source = rev, source
+
+    def text(self, path: Path) -> str | None:
+        if self.source == "folder":
+            root = Path(self.rev)
+            root = root.parent if root.is_file() else root
+            for candidate in (root / path, root / path.name):
+                if candidate.is_file():
+                    return candidate.read_text(encoding="utf-8")
+            return None
+        if self.rev == "workspace":
+            return path.read_text(encoding="utf-8") if path.is_file() else None
+        shown = subprocess.run(["git", "show", f"{self.rev}:{path.as_posix()}"], capture_output=True, text=True)
+        return shown.stdout if shown.returncode == 0 else None
+
+    def json(self, path: Path):
+        text = self.text(path)
+        try:
+            return json.loads(text) if text else None
+        except json.JSONDecodeError:
+            return None
+
+
 def exp_show(all_commits: bool = False) -> list:
     """DVC's own record of the workspace, the baseline(s) and their experiments, with typed values."""
     cmd = [sys.executable, "-m", "dvc", "exp", "show", "--json"] + (["-A"] if all_commits else [])
@@ -103,19 +131,13 @@ def full_record(rev: str | None, stage: str) -> dict | None:
     shows only the stages' summaries (buildllm/metrics.py); the full record is a stage output that
     each experiment commits, so it is read from git. Commits made before the summaries existed
     have it as a DVC metric, which `exp show` gives directly (see _record)."""
-    path = metrics_path(stage)
-    if not rev:
-        return None
-    if rev == "workspace":
-        text = path.read_text() if path.is_file() else None
-    else:
-        shown = subprocess.run(["git", "show", f"{rev}:{path.as_posix()}"], capture_output=True, text=True)
-        text = shown.stdout if shown.returncode == 0 else None
-    try:
-        record = json.loads(text) if text else None
-    except json.JSONDecodeError:
-        return None
+    record = Files(rev).json(metrics_path(stage)) if rev else None
     return record if isinstance(record, dict) else None
+
+
+def is_data(path: str) -> bool:
+    """Under data/ or tokenizer/: the files whose content hashes say two runs read the same data."""
+    return any(path == root or path.startswith(root + "/") for root in (DATA.as_posix(), TOKENIZERS.as_posix()))
 
 
 def _record(entry: dict, name: str, baseline: str, baseline_name: str | None, executor: dict | None) -> Experiment:
@@ -127,14 +149,12 @@ def _record(entry: dict, name: str, baseline: str, baseline_name: str | None, ex
         record = found.get("data") if isinstance(found.get("data"), dict) else full_record(entry.get("rev"), stage)
         if record is not None:
             metrics[stage] = record
-    roots = (DATA.as_posix(), TOKENIZERS.as_posix())
     # Data identity by content hash: the tokenize stage's outputs as dvc.lock records them (exp show
     # merges deps across stages, so a stage that never ran can blank a dep's hash there).
     deps = {}
     for section in ("outs", "deps"):
         for path, info in (data.get(section) or {}).items():
-            inside = any(path == root or path.startswith(root + "/") for root in roots)
-            if inside and isinstance(info, dict) and info.get("hash") and path not in deps:
+            if is_data(path) and isinstance(info, dict) and info.get("hash") and path not in deps:
                 deps[path] = info["hash"]
     state = "failed" if entry.get("error") else "success"
     local = {}
@@ -174,15 +194,8 @@ def read_experiments(rows: list) -> tuple[list, list]:
         for group in row.get("experiments") or []:
             revs = group.get("revs") or []
             if revs:
-                experiments.append(
-                    _record(
-                        revs[0],
-                        group.get("name") or revs[0].get("name") or revs[0]["rev"][:7],
-                        rev,
-                        row.get("name"),
-                        group.get("executor"),
-                    )
-                )
+                name = group.get("name") or revs[0].get("name") or revs[0]["rev"][:7]
+                experiments.append(_record(revs[0], name, rev, row.get("name"), group.get("executor")))
     experiments.sort(key=lambda e: e.timestamp or "")
     if workspace is not None and baselines:
         workspace.baseline, workspace.baseline_name = baselines[0].rev, baselines[0].name
@@ -212,20 +225,12 @@ def select(names: list, rows_default, rows_all=None) -> tuple[list, list]:
     notes = []
     if not names:
         workspace = next((e for e in experiments if e.rev == "workspace"), None)
-        same = next(
-            (
-                e
-                for e in experiments
-                if workspace
-                and e is not workspace
-                and e.params == workspace.params
-                and all(workspace.metrics.get(s) == m for s, m in e.metrics.items())
-            ),
-            None,
-        )
-        if same is not None:
+        applied = [e for e in experiments if workspace and e is not workspace and _applied(e, workspace)]
+        if applied:
             experiments.remove(workspace)
-            notes.append(f"workspace: identical to experiment {same.name} (its results are applied there); shown once")
+            notes.append(
+                f"workspace: identical to experiment {applied[0].name} (its results are applied there); shown once"
+            )
         return experiments, notes
     pool, more = baselines + experiments, rows_all
     chosen = []
@@ -246,6 +251,11 @@ def select(names: list, rows_default, rows_all=None) -> tuple[list, list]:
             )
         chosen.append(found)
     return chosen, notes
+
+
+def _applied(exp: Experiment, workspace: Experiment) -> bool:
+    """The workspace holds `exp`'s params and results (`dvc exp apply` put them there)."""
+    return exp.params == workspace.params and all(workspace.metrics.get(s) == m for s, m in exp.metrics.items())
 
 
 def _find(name: str, candidates: list):
@@ -289,13 +299,11 @@ def _data_hashes(lock: Path) -> dict:
         stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
     except yaml.YAMLError as exc:
         raise UserError(f"{lock} is not valid YAML ({str(exc).splitlines()[0]}); copy the lock file again") from None
-    roots = (DATA.as_posix(), TOKENIZERS.as_posix())
     hashes = {}
     for stage in stages.values():
         for entry in (stage.get("outs") or []) + (stage.get("deps") or []):
             path, digest = entry.get("path", ""), entry.get("md5") or entry.get("hash")
-            inside = any(path == root or path.startswith(root + "/") for root in roots)
-            if inside and isinstance(digest, str) and digest != "md5" and path not in hashes:
+            if is_data(path) and isinstance(digest, str) and digest != "md5" and path not in hashes:
                 hashes[path] = digest
     return hashes
 
@@ -313,17 +321,8 @@ def read_folder(name: str) -> Experiment:
             f"{name} holds no metrics file ({', '.join(s + '.json' for s in STAGES)}); "
             "point buildllm compare at the folder a run's metrics were copied to"
         )
-    metrics = {}
-    for stage, file in files.items():
-        if not file.is_file():
-            continue
-        try:
-            data = json.loads(file.read_text())
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{file} is not valid JSON ({exc}); copy it again from the machine that ran it") from None
-        if not isinstance(data, dict):
-            raise UserError(f"{file} must hold a JSON object of metrics; copy it again from the machine that ran it")
-        metrics[stage] = data
+    again = "copy it again from the machine that ran it"
+    metrics = {stage: read_metrics(file, advice=again) for stage, file in files.items() if file.is_file()}
     # A lone file's params are its own (x.params.yaml beside x.json); a folder's are its params.yaml.
     lone = _metrics_file(Path(name))
     params_file = path / (f"{Path(name).stem}.params.yaml" if lone else "params.yaml")

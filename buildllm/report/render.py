@@ -18,6 +18,7 @@ from buildllm import units
 from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.config import control_keys
 from buildllm.measure.stats import NOISY_CV, is_noisy
+from buildllm.report.card_charts import NOT_RECORDED
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison, tokenizer_note
 from buildllm.report.curves import TARGET_NOTE, UNITS, time_to, write_curves
@@ -45,7 +46,6 @@ KEY_CONTROLS = control_keys() + (
     "batch_size",
     "measured_steps",
 )
-NOT_RECORDED = "not recorded"
 
 
 def duration(seconds) -> str:

@@ -19,9 +19,10 @@ from pathlib import Path
 from buildllm import units
 from buildllm.atomic import atomic_write, atomic_write_text
 from buildllm.config import Config
+from buildllm.metrics import is_note
 from buildllm.report import card_charts
 from buildllm.report.browser import screenshot
-from buildllm.report.card_data import CardData, read_card, read_named
+from buildllm.report.card_data import PLAN_STAGES, CardData, read_card, read_named
 from buildllm.report.document import Bullets, Code, Columns, Heading, Image, Paragraph, Table, to_html
 from buildllm.report.sample import write_sample
 
@@ -204,14 +205,14 @@ def plan_table(d: CardData) -> Table:
         [
             label,
             _shown(d.first(key)),
-            d.reason(reason) if reason and d.reason(reason) else ("reason not recorded" if reason else ""),
+            (d.first(reason, notes=True) or "reason not recorded") if reason else "",
         ]
         for label, key, reason in DECISIONS
     ]
     shown = {reason for _, _, reason in DECISIONS}
-    for stage in ("train", "dry_run", "benchmark"):
+    for stage in PLAN_STAGES:
         for key, text in d.notes.get(stage, {}).items():
-            if key.endswith(("_reason", "_advice")) and key not in shown:
+            if is_note(key) and key not in shown:
                 shown.add(key)
                 rows.append([key.replace("_", " "), "", text])
     return Table(["decision", "value", "why"], rows, "plan", text_columns=(2,))
@@ -319,25 +320,15 @@ def write_card(d: CardData, out: Path) -> dict:
 
 def report(config: Config, experiment: str | None = None, out: str | None = None) -> dict:
     """`buildllm report`: the workspace's card (a fresh sample first), or a named experiment's."""
-    if experiment in (None, "workspace"):
-        target = Path(out) if out else CARD_PATH
-        print(
-            json.dumps(
-                {
-                    "action": "report",
-                    "experiment": "workspace",
-                    "out": str(target),
-                    "sample": "generating from the checkpoint on the CPU",
-                }
-            ),
-            flush=True,
-        )
+    workspace = experiment in (None, "workspace")
+    target = Path(out) if out else CARD_PATH if workspace else Path("reports") / f"run_card_{Path(experiment).name}"
+    plan = {"action": "report", "experiment": experiment or "workspace", "out": str(target)}
+    if workspace:
+        plan["sample"] = "generating from the checkpoint on the CPU"
+    print(json.dumps(plan), flush=True)
+    if workspace:
         write_sample(config)
-        data = read_card()
-    else:
-        target = Path(out) if out else Path("reports") / f"run_card_{Path(experiment).name}"
-        print(json.dumps({"action": "report", "experiment": experiment, "out": str(target)}), flush=True)
-        data = read_named(experiment)
+    data = read_card() if workspace else read_named(experiment)
     written = write_card(data, target)
     print(f"run card written: {written['html']}, {written['png']} (PNG drawn by {written['png_drawn_by']})")
     return written
