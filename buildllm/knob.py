@@ -30,16 +30,16 @@ def knob(
     minimum: float | None = None,
     maximum: float | None = None,
     help: str = "",
-    flag: str | None = None,
+    flag: bool = False,
     metavar: str | None = None,
     control: bool = False,
     resume: bool = False,
     commands: tuple[str, ...] = MODEL_COMMANDS,
 ) -> Any:
     """A config field with everything said about it once: its checks (the declaration is the
-    validation), its command-line flag and help (the CLI is generated from these), whether a report
-    always shows it as a key control, whether a resume must find it unchanged, and which commands
-    offer its flag."""
+    validation), whether it has a command-line flag (named after the field: batch_size is
+    --batch-size) and its help (the CLI is generated from these), whether a report always shows it
+    as a key control, whether a resume must find it unchanged, and which commands offer its flag."""
     meta = {
         "choices": choices,
         "minimum": minimum,
