@@ -86,11 +86,6 @@ def mean_and_any(world: World, values: torch.Tensor, flag: bool) -> tuple[list[f
     return [total / world.size for total in sums], flags > 0
 
 
-def any_rank(world: World, flag: bool) -> bool:
-    """True on every rank when it is true on one: all ranks stop at the same step."""
-    return bool(all_sum(world, [float(flag)])[0]) if world.distributed else flag
-
-
 def from_main(world: World, value):
     """Rank 0's `value` on every rank (a checkpoint read on rank 0 reaches nodes that lack the file)."""
     if not world.distributed:
