@@ -25,12 +25,14 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def add_params(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--params", default="params.yaml", metavar="PATH", help=help_text)
+
+
 def add_run_flags(parser: argparse.ArgumentParser, command: str, skip: tuple[str, ...] = ()) -> None:
     """The course's flags that `command` uses: one per Config knob that declares a flag and names the
     command; `skip` leaves some out for a command that gives them another meaning."""
-    parser.add_argument(
-        "--params", default="params.yaml", metavar="PATH", help="params file (default: ./params.yaml if present)"
-    )
+    add_params(parser, "params file (default: ./params.yaml if present)")
     for key, f, hint in knobs():
         meta, kind = f.metadata, base_type(hint)
         flag = "--" + key.rsplit(".", 1)[-1].replace("_", "-")
@@ -188,9 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("generate", help="print text from a trained checkpoint")
-    p.add_argument(
-        "--params", default="params.yaml", metavar="PATH", help="params file for defaults (default ./params.yaml)"
-    )
+    add_params(p, "params file for defaults (default ./params.yaml)")
     p.add_argument(
         "--checkpoint-directory",
         metavar="DIR",
@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run card: one self-contained HTML page and its PNG (machine, plan, memory, "
         "step time, estimate against the run, loss, a text sample)",
     )
-    p.add_argument("--params", default="params.yaml", metavar="PATH", help="params file (default ./params.yaml)")
+    add_params(p, "params file (default ./params.yaml)")
     p.add_argument(
         "--experiment",
         metavar="NAME",
@@ -290,9 +290,7 @@ def add_verify(sub) -> None:
     checks = p.add_subparsers(dest="check", required=True, parser_class=Parser)
     for check, (module, help_text) in VERIFY.items():
         c = checks.add_parser(check, help=help_text, description=module.__doc__.split("\n\n")[0])
-        c.add_argument(
-            "--params", default="params.yaml", metavar="PATH", help="params file (default: ./params.yaml if present)"
-        )
+        add_params(c, "params file (default: ./params.yaml if present)")
         c.add_argument("--out", metavar="PATH", help=f"the record (default metrics/verify_{check}.json)")
         module.add_arguments(c)
         c.set_defaults(handler=module.command)
