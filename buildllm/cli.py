@@ -108,7 +108,6 @@ def cmd_benchmark(args) -> None:
             args.presets,
             args.architectures,
             threads if len(threads) > 1 else None,
-            True,
             workers if len(workers) > 1 else None,
         )
     else:

@@ -163,7 +163,7 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
     return {"default": default, "steps_per_turn": k, "candidates": compare(seconds, str(default))}
 
 
-def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
+def tune(config: Config) -> dict:
     fixed = {"train.compile": "false", "train.threads": config.train.threads or threads_rule.DEFAULT_THREADS}
     reference = make_plan(with_overrides(config, {**fixed, "precision": "fp32"}))
     apply_plan(reference)
@@ -200,7 +200,7 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
     skipped: list[str] = []
     # The trainers' scratch folder (nothing is saved there) goes when tune ends, even on an error.
     scratch = tempfile.TemporaryDirectory(prefix="buildllm-tune-")
-    with scratch, tqdm(total=5, desc="tune", unit="part", disable=not progress) as bar:
+    with scratch, tqdm(total=5, desc="tune", unit="part") as bar:
         record["precision"], trainers = measure_precision(
             config, plans, train, validation, tokens, budget, skipped, scratch.name
         )
@@ -232,8 +232,7 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
         skipped=skipped,
     )
     record["decisions"] = measured_decisions(record, reference)
-    if write:
-        tuned.write_record(record)
+    tuned.write_record(record)
     print(summary(record))
     return record
 

@@ -25,15 +25,6 @@ from buildllm.plan.loss_chunk import decide_loss
 from buildllm.plan.run_plan import RunPlan
 
 
-def fused_loss_pass(x, weight, targets, chunk_rows: int | None) -> None:
-    """One forward + backward of the fused output layer and loss, `chunk_rows` rows at a time
-    (None: the plain computation, all logits at once)."""
-    if chunk_rows is None:
-        fused_loss.plain_linear_cross_entropy(x, weight, targets).backward()
-    else:
-        fused_loss.linear_cross_entropy(x, weight, targets, chunk_rows).backward()
-
-
 def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     """The fused loss forward + backward at one micro-batch's rows, per chunk size (rows per chunk):
     the default against half, double and four times as many, and against the plain computation."""
@@ -51,9 +42,12 @@ def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     weight = (0.02 * torch.randn(m.vocab_size, m.n_embd, generator=generator)).to(device.device).requires_grad_()
     targets = torch.randint(m.vocab_size, (rows,), generator=generator).to(device.device)
 
-    def turn(chunk_rows: int | None):
+    def turn(chunk_rows: int | None):  # None: the plain computation, all logits at once
         def run():
-            fused_loss_pass(x, weight, targets, chunk_rows)
+            if chunk_rows is None:
+                fused_loss.plain_linear_cross_entropy(x, weight, targets).backward()
+            else:
+                fused_loss.linear_cross_entropy(x, weight, targets, chunk_rows).backward()
             x.grad = weight.grad = None
 
         return run
