@@ -127,16 +127,11 @@ def measure_precision(
     return figures, trainers
 
 
-def thread_counts(default: int) -> list[int]:
-    physical = os.cpu_count() or default
-    return sorted({n for n in (1, default // 2, physical) if 1 <= n and n != default})
-
-
 def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, skipped: list) -> dict:
     default = threads_rule.DEFAULT_THREADS
     if requested is not None:
         return {"default": default, "skipped": f"train.threads is set ({requested}): not compared"}
-    counts = thread_counts(default)
+    counts = sorted({n for n in (1, default // 2, os.cpu_count() or default) if 1 <= n and n != default})
     if not counts:
         return {"default": default, "skipped": "no other thread count on this machine"}
     if budget.left() <= 0:

@@ -38,13 +38,9 @@ class World:
         return self.size > 1
 
 
-def launched_by_torchrun() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
-
-
 def start(device: Device) -> tuple[World, Device]:
     """Join the process group torchrun prepared; return this rank's world and its own device."""
-    if not launched_by_torchrun():
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:  # not launched by torchrun
         return World(), device
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     size = int(os.environ["WORLD_SIZE"])
