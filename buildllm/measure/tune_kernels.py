@@ -1,13 +1,5 @@
-"""The parts of `buildllm tune` that time one kernel rather than the Trainer's step.
-
-- the fused loss's chunk (buildllm.model.fused_loss): the default rows per chunk against half,
-  double and four times as many, forward + backward at the profile's rows, vocabulary and width;
-  and the plain, unfused output layer + cross-entropy beside them (recorded: what fusing saves
-  or costs here);
-- attention: torch's scaled_dot_product_attention dispatch against its math kernel and against
-  the explicit matmul-softmax-matmul a learner would write (recorded: torch picks the kernel,
-  nothing is decided from it).
-"""
+"""The parts of `buildllm tune` that time one kernel rather than the Trainer's step: the fused loss's
+chunk and attention (measure/tune.py says what each compares, and what is decided from it)."""
 
 from __future__ import annotations
 

@@ -69,14 +69,14 @@ def prepare(folder: Path, params: dict, root: Path | None = None) -> Path:
     return folder
 
 
-def run_command(folder: Path, arguments: list[str], timeout: float | None = None) -> Ran:
-    """`python -m buildllm <arguments> --params params.yaml` in `folder`; raises subprocess.TimeoutExpired."""
+def run_command(folder: Path, arguments: list[str], timeout: float | None = None, module: str = "buildllm") -> Ran:
+    """`python -m <module> <arguments> --params params.yaml` in `folder`; raises subprocess.TimeoutExpired."""
     env = dict(os.environ)
     package_root = str(Path(buildllm.__file__).resolve().parents[1])  # this very code, in the child too
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     begin = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "buildllm", *arguments, "--params", "params.yaml"],
+        [sys.executable, "-m", module, *arguments, "--params", "params.yaml"],
         cwd=folder,
         env=env,
         capture_output=True,
