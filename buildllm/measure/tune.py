@@ -148,9 +148,7 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
         return run
 
     try:
-        seconds = budget.take_turns(
-            "threads", {str(n): turn(n) for n in [default, *counts]}, trainer.device.timed, skipped, "threads"
-        )
+        seconds = budget.take_turns("threads", {str(n): turn(n) for n in [default, *counts]}, skipped)
     finally:
         torch.set_num_threads(trainer.plan.threads)
     if seconds is None:

@@ -45,7 +45,7 @@ def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
         return run
 
     turns = {str(r): turn(r) for r in [default_rows, *options]} | {"plain": turn(None)}
-    seconds = budget.take_turns("loss_chunk", turns, device.timed, skipped, "loss chunk")
+    seconds = budget.take_turns("loss_chunk", turns, skipped)
     if seconds is None:
         return {"default_rows": default_rows, "skipped": NO_TIME}
     figures = compare(seconds, str(default_rows))
@@ -87,7 +87,7 @@ def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
         return run
 
     turns = {"dispatch": turn(None), "math": turn(SDPBackend.MATH), "explicit": turn("explicit")}
-    seconds = budget.take_turns("attention", turns, device.timed, skipped, "attention")
+    seconds = budget.take_turns("attention", turns, skipped)
     if seconds is None:
         return {"skipped": NO_TIME}
     return {

@@ -91,9 +91,6 @@ class RunLog:
         self._losses.append(loss)
         self._seconds.append(seconds)
 
-    def add_save(self, seconds: float, size: int) -> None:
-        self.saves.append((seconds, size))
-
     def record(self, step: int, tokens_seen: int, learning_rate: float, validation: float | None) -> dict:
         """Append a row for the steps since the last one; rank 0 rewrites the plot file."""
         seconds = sum(self._seconds)

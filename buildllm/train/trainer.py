@@ -267,5 +267,5 @@ class Trainer:
         if not self.world.is_main:
             return 0.0, 0
         seconds, size, _ = checkpoint.save(self.directory, self.state(), self.config.train.keep_checkpoints)
-        self.log.add_save(seconds, size)
+        self.log.saves.append((seconds, size))
         return seconds, size
