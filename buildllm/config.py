@@ -8,6 +8,7 @@ object and nothing else.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -253,10 +254,7 @@ def knobs() -> list[tuple[str, Any, Any]]:
 
 
 def value_at(config: Config, dotted: str) -> Any:
-    node = config
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
+    return functools.reduce(getattr, dotted.split("."), config)
 
 
 def control_keys() -> tuple[str, ...]:

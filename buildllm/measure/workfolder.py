@@ -135,10 +135,7 @@ def remeasure(
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="buildllm-paired-") as tmp:
-        folders = {}
-        for i, exp in enumerate(experiments):
-            folders[exp.name] = Path(tmp) / f"run{i}"
-            prepare(folders[exp.name], exp.params, root)
+        folders = {exp.name: prepare(Path(tmp) / f"run{i}", exp.params, root) for i, exp in enumerate(experiments)}
         with tqdm(total=rounds * len(experiments), desc="paired", unit="run", disable=not progress) as bar:
             for r in range(rounds):
                 order = experiments if r % 2 == 0 else experiments[::-1]

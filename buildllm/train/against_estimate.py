@@ -57,8 +57,6 @@ def against_estimate(run: dict, path: str | Path | None = None) -> dict:
 
 
 def describe(figures: dict) -> str:
-    if not figures:
-        return ""
     return (
         f"took {figures['run_seconds']:.1f} s against the estimate's {figures['estimated_seconds']:.1f} s "
         f"(x{figures['estimate_ratio']:.2f}; range {figures['estimated_seconds_low']:.1f}-"
