@@ -42,7 +42,6 @@ COLUMNS = (
     "tokens_per_second",
     "elapsed_seconds",
 )
-LOG_PATH, JSON_LOG_PATH = TRAIN_LOG_CSV, TRAIN_LOG_JSON
 PNG_PATH = Path("plots/train_loss.png")
 
 
@@ -119,17 +118,16 @@ class RunLog:
         """A validation loss (nats per token) in bits per byte of the scored validation text."""
         return bits_per_byte(loss, self.facts.get("validation_bytes_per_token"))
 
-    def write_csv(self, path: str | Path = LOG_PATH, json_path: str | Path = JSON_LOG_PATH) -> Path:
+    def write_csv(self) -> None:
         """The rows as CSV and as JSON (a list of objects, every key in each: DVC needs that)."""
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         for row in self.rows:
             writer.writerow({key: _cell(row.get(key)) for key in COLUMNS})
-        atomic_write_text(path, buffer.getvalue())
+        atomic_write_text(TRAIN_LOG_CSV, buffer.getvalue())
         records = [{key: _number(row.get(key)) for key in COLUMNS} for row in self.rows]
-        atomic_write_text(json_path, json.dumps(records, indent=1) + "\n")
-        return Path(path)
+        atomic_write_text(TRAIN_LOG_JSON, json.dumps(records, indent=1) + "\n")
 
     def metrics(self, status: str, progress: dict, extra: dict) -> dict:
         """metrics/train.json: flat; what is unknown (no save yet, no step this session) is left out.
