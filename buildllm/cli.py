@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from buildllm.config import Config, base_type, knobs, load_config
+from buildllm.config import Config, knobs, load_config
 from buildllm.errors import guarded
+from buildllm.knob import base_type
 from buildllm.torch_env import before_torch
 from buildllm.verify import estimate as verify_estimate
 from buildllm.verify import memory as verify_memory
@@ -24,17 +25,19 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def add_params(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--params", default="params.yaml", metavar="PATH", help=help_text)
+
+
 def add_run_flags(parser: argparse.ArgumentParser, command: str, skip: tuple[str, ...] = ()) -> None:
     """The course's flags that `command` uses: one per Config knob that declares a flag and names the
     command; `skip` leaves some out for a command that gives them another meaning."""
-    parser.add_argument(
-        "--params", default="params.yaml", metavar="PATH", help="params file (default: ./params.yaml if present)"
-    )
+    add_params(parser, "params file (default: ./params.yaml if present)")
     for key, f, hint in knobs():
-        flag = f.metadata.get("flag")
-        if not flag or flag in skip or command not in f.metadata["commands"]:
-            continue
         meta, kind = f.metadata, base_type(hint)
+        flag = "--" + key.rsplit(".", 1)[-1].replace("_", "-")
+        if not meta["flag"] or flag in skip or command not in meta["commands"]:
+            continue
         dest = "cfg:" + key
         help_text = f"{meta['help']} ({key})" if meta.get("help") else key
         if kind is bool:  # a switch only ever turns a knob on; params.yaml turns it off
@@ -42,7 +45,9 @@ def add_run_flags(parser: argparse.ArgumentParser, command: str, skip: tuple[str
             continue
         # Allowed values show in the metavar; the Config checks them, so the error reads as any config error.
         choices = meta.get("choices")
-        metavar = meta.get("metavar") or ("{" + ",".join(map(str, choices)) + "}" if choices else "VALUE")
+        metavar = meta["metavar"] or (
+            "{" + ",".join(map(str, choices)) + "}" if choices else "N" if kind is int else "VALUE"
+        )
         # A knob whose choices include "true" keeps its bare switch: --compile means --compile true.
         switch = dict(nargs="?", const="true") if choices and "true" in choices else {}
         parser.add_argument(flag, dest=dest, type=kind, default=None, metavar=metavar, help=help_text, **switch)
@@ -54,10 +59,6 @@ def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Con
     return before_torch(load_config(args.params, overrides))
 
 
-# Each command imports its code when it runs, with plain imports a reader (and static tools) can
-# follow: `buildllm corpus` never imports torch.
-
-
 def cmd_env(args) -> None:
     from buildllm.device.hardware import print_environment
     from buildllm.plan.device import resolve_device
@@ -65,48 +66,28 @@ def cmd_env(args) -> None:
     print_environment(resolve_device(args.device), args.json)
 
 
-def cmd_dry_run(args) -> None:
-    from buildllm.predict.dry_run import dry_run
-
-    dry_run(config_from_args(args))
-
-
-def cmd_corpus(args) -> None:
-    from buildllm.data.corpus import build_corpus
-
-    build_corpus(config_from_args(args))
-
-
-def cmd_tokenize(args) -> None:
-    from buildllm.data.tokenization import tokenize_corpus
-
-    tokenize_corpus(config_from_args(args))
-
-
-def cmd_estimate(args) -> None:
-    from buildllm.predict.estimate import estimate
-
-    estimate(config_from_args(args))
-
-
-def cmd_preflight(args) -> None:
-    from buildllm.predict.preflight import preflight
-
-    preflight(config_from_args(args))
-
-
-def cmd_fits(args) -> None:
-    from buildllm.predict.fits import fits
-
-    fits(config_from_args(args))
-
-
-def cmd_train(args) -> None:
-    if args.dry_run:
-        return cmd_dry_run(args)
-    from buildllm.train.loop import train
-
-    train(config_from_args(args))
+def cmd_config(args) -> None:
+    """The commands that take the validated Config alone. Each imports its code here, when it runs,
+    with a plain import a reader (and static tools) can follow: `buildllm corpus` never imports torch."""
+    config = config_from_args(args)
+    match "dry-run" if getattr(args, "dry_run", False) else args.command:
+        case "dry-run":
+            from buildllm.predict.dry_run import dry_run as command
+        case "corpus":
+            from buildllm.data.corpus import build_corpus as command
+        case "tokenize":
+            from buildllm.data.tokenization import tokenize_corpus as command
+        case "estimate":
+            from buildllm.predict.estimate import estimate as command
+        case "preflight":
+            from buildllm.predict.preflight import preflight as command
+        case "fits":
+            from buildllm.predict.fits import fits as command
+        case "train":
+            from buildllm.train.loop import train as command
+        case "tune":
+            from buildllm.measure.tune import tune as command
+    command(config)
 
 
 def cmd_benchmark(args) -> None:
@@ -127,19 +108,12 @@ def cmd_benchmark(args) -> None:
             args.presets,
             args.architectures,
             threads if len(threads) > 1 else None,
-            True,
             workers if len(workers) > 1 else None,
         )
     else:
         from buildllm.measure.benchmark import benchmark
 
         benchmark(config)
-
-
-def cmd_tune(args) -> None:
-    from buildllm.measure.tune import tune
-
-    tune(config_from_args(args))
 
 
 def cmd_generate(args) -> None:
@@ -169,43 +143,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object instead of lines")
     p.set_defaults(handler=cmd_env)
 
-    for name, help_text, handler in [
-        (
-            "dry-run",
-            "resolve device, precision and profile; count parameters; estimate memory",
-            cmd_dry_run,
-        ),
-        ("corpus", "write the corpus's train and validation documents to data/", cmd_corpus),
-        (
-            "tokenize",
-            "train the BPE tokenizer and encode train and validation tokens",
-            cmd_tokenize,
-        ),
-        (
-            "estimate",
-            "project the full run's time and storage from metrics/benchmark.json",
-            cmd_estimate,
-        ),
-        (
-            "preflight",
-            "stop and check before a full run: device, precision, benchmark, estimate, disk, power, "
-            "cooling, checkpoint directory",
-            cmd_preflight,
-        ),
-        (
-            "fits",
-            "the largest batch each profile and precision fits in 8 to 141 GiB, from the memory model",
-            cmd_fits,
-        ),
-    ]:
+    for name, help_text in {
+        "dry-run": "resolve device, precision and profile; count parameters; estimate memory",
+        "corpus": "write the corpus's train and validation documents to data/",
+        "tokenize": "train the BPE tokenizer and encode train and validation tokens",
+        "estimate": "project the full run's time and storage from metrics/benchmark.json",
+        "preflight": "stop and check before a full run: device, precision, benchmark, estimate, disk, power, "
+        "cooling, checkpoint directory",
+        "fits": "the largest batch each profile and precision fits in 8 to 141 GiB, from the memory model",
+    }.items():
         p = sub.add_parser(name, help=help_text)
         add_run_flags(p, name)
-        p.set_defaults(handler=handler)
+        p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("train", help="train a profile on the token tensors, with checkpoints and resume")
     add_run_flags(p, "train")
     p.add_argument("--dry-run", action="store_true", help="plan and estimate only; train nothing")
-    p.set_defaults(handler=cmd_train)
+    p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("benchmark", help="measure training speed, memory and MFU with the train code path")
     add_run_flags(p, "benchmark", skip=("--threads", "--workers"))
@@ -232,12 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
         "chunk, torch.compile) within --seconds; the plan reads metrics/tune.json",
     )
     add_run_flags(p, "tune", skip=("--precision", "--compile", "--threads"))
-    p.set_defaults(handler=cmd_tune)
+    p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("generate", help="print text from a trained checkpoint")
-    p.add_argument(
-        "--params", default="params.yaml", metavar="PATH", help="params file for defaults (default ./params.yaml)"
-    )
+    add_params(p, "params file for defaults (default ./params.yaml)")
     p.add_argument(
         "--checkpoint-directory",
         metavar="DIR",
@@ -299,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run card: one self-contained HTML page and its PNG (machine, plan, memory, "
         "step time, estimate against the run, loss, a text sample)",
     )
-    p.add_argument("--params", default="params.yaml", metavar="PATH", help="params file (default ./params.yaml)")
+    add_params(p, "params file (default ./params.yaml)")
     p.add_argument(
         "--experiment",
         metavar="NAME",
@@ -337,9 +289,7 @@ def add_verify(sub) -> None:
     checks = p.add_subparsers(dest="check", required=True, parser_class=Parser)
     for check, (module, help_text) in VERIFY.items():
         c = checks.add_parser(check, help=help_text, description=module.__doc__.split("\n\n")[0])
-        c.add_argument(
-            "--params", default="params.yaml", metavar="PATH", help="params file (default: ./params.yaml if present)"
-        )
+        add_params(c, "params file (default: ./params.yaml if present)")
         c.add_argument("--out", metavar="PATH", help=f"the record (default metrics/verify_{check}.json)")
         module.add_arguments(c)
         c.set_defaults(handler=module.command)

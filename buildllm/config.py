@@ -8,9 +8,10 @@ object and nothing else.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +19,7 @@ import yaml
 
 from buildllm import profiles
 from buildllm.errors import ConfigError
-from buildllm.knob import (
-    MODEL_COMMANDS,
-    PLANNING_COMMANDS,
-    TRAIN_COMMANDS,
-    base_type,
-    build,
-    knob,
-    leaf_knobs,
-    set_dotted,
-)
+from buildllm.knob import MODEL_COMMANDS, PLANNING_COMMANDS, TRAIN_COMMANDS, build, knob, leaf_knobs, set_dotted
 
 ARCHITECTURES = ("classic", "modern")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -58,14 +50,12 @@ class ModelConfig:
     """Overrides of the profile's model shape; None keeps the profile's value."""
 
     architecture: str | None = knob(
-        None, choices=ARCHITECTURES, flag="--architecture", help="classic (GPT-2) or modern (RMSNorm, rotary, SwiGLU)"
+        None, choices=ARCHITECTURES, flag=True, help="classic (GPT-2) or modern (RMSNorm, rotary, SwiGLU)"
     )
     n_layer: int | None = knob(None, minimum=1, help="transformer blocks")
     n_head: int | None = knob(None, minimum=1, help="attention heads")
     n_embd: int | None = knob(None, minimum=1, help="model width")
-    sequence_length: int | None = knob(
-        None, minimum=2, flag="--sequence-length", metavar="TOKENS", help="context length in tokens"
-    )
+    sequence_length: int | None = knob(None, minimum=2, flag=True, metavar="TOKENS", help="context length in tokens")
     dropout: float | None = knob(None, minimum=0.0, maximum=1.0, help="dropout probability")
 
 
@@ -74,47 +64,20 @@ class TrainConfig:
     batch_size: int | None = knob(
         None,
         minimum=1,
-        flag="--batch-size",
-        metavar="N",
+        flag=True,
         control=True,
         help="sequences per micro-batch; default: the profile's for the device",
     )
-    grad_accum: int = knob(
-        1,
-        minimum=1,
-        flag="--grad-accum",
-        metavar="N",
-        control=True,
-        resume=True,
-        help="micro-batches per optimizer step",
-    )
-    epochs: int = knob(
-        1, minimum=1, flag="--epochs", metavar="N", control=True, resume=True, help="passes over the training examples"
-    )
+    grad_accum: int = knob(1, minimum=1, flag=True, control=True, resume=True, help="micro-batches per optimizer step")
+    epochs: int = knob(1, minimum=1, flag=True, control=True, resume=True, help="passes over the training examples")
     training_examples: int | None = knob(
-        8000,
-        minimum=1,
-        flag="--training-examples",
-        metavar="N",
-        control=True,
-        help="training windows used; null: every window in the token file",
+        8000, minimum=1, flag=True, control=True, help="training windows used; null: every window in the token file"
     )
     validation_examples: int | None = knob(
-        100,
-        minimum=1,
-        flag="--validation-examples",
-        metavar="N",
-        control=True,
-        resume=True,
-        help="validation windows used",
+        100, minimum=1, flag=True, control=True, resume=True, help="validation windows used"
     )
     learning_rate: float | None = knob(
-        None,
-        minimum=0.0,
-        flag="--learning-rate",
-        metavar="LR",
-        resume=True,
-        help="peak learning rate; default: the profile's",
+        None, minimum=0.0, flag=True, metavar="LR", resume=True, help="peak learning rate; default: the profile's"
     )
     min_learning_rate_ratio: float = knob(
         0.1, minimum=0.0, maximum=1.0, resume=True, help="the cosine schedule ends at this share of the peak"
@@ -122,20 +85,19 @@ class TrainConfig:
     warmup_steps: int | None = knob(
         None,
         minimum=0,
-        flag="--warmup-steps",
-        metavar="N",
+        flag=True,
         resume=True,
         help="linear warm-up steps; default: 5%% of the planned optimizer steps",
     )
     weight_decay: float = knob(0.1, minimum=0.0, resume=True, help="AdamW weight decay on matrices")
     grad_clip: float = knob(1.0, minimum=0.0, resume=True, help="gradient norm clip (0: off)")
     log_interval: int = knob(
-        10, minimum=1, flag="--log-interval", metavar="STEPS", help="steps between log rows", commands=PLANNING_COMMANDS
+        10, minimum=1, flag=True, metavar="STEPS", help="steps between log rows", commands=PLANNING_COMMANDS
     )
     eval_interval: int = knob(
         50,
         minimum=0,
-        flag="--eval-interval",
+        flag=True,
         metavar="STEPS",
         help="steps between validations (0: only at the end)",
         commands=PLANNING_COMMANDS,
@@ -143,72 +105,52 @@ class TrainConfig:
     checkpoint_interval: int = knob(
         100,
         minimum=0,
-        flag="--checkpoint-interval",
+        flag=True,
         metavar="STEPS",
         help="steps between checkpoints (0: only at the end)",
         commands=PLANNING_COMMANDS,
     )
     keep_checkpoints: int = knob(
-        2,
-        minimum=1,
-        flag="--keep-checkpoints",
-        metavar="N",
-        help="newest checkpoints kept on disk",
-        commands=PLANNING_COMMANDS,
+        2, minimum=1, flag=True, help="newest checkpoints kept on disk", commands=PLANNING_COMMANDS
     )
     checkpoint_directory: str = knob(
         "checkpoints/run",
-        flag="--checkpoint-directory",
+        flag=True,
         metavar="DIR",
         help="where this run's checkpoints live; one run per directory",
         commands=PLANNING_COMMANDS,
     )
-    workers: int | None = knob(
-        None, minimum=0, flag="--workers", metavar="N", help="data-loader worker processes; default: the profile's"
-    )
+    workers: int | None = knob(None, minimum=0, flag=True, help="data-loader worker processes; default: the profile's")
     threads: int | None = knob(
         None,
         minimum=1,
-        flag="--threads",
-        metavar="N",
+        flag=True,
         control=True,
         help="torch CPU threads; default: the count `buildllm tune` measured fastest here, else torch's",
     )
     compile: str = knob(
         "auto",
         choices=COMPILE_CHOICES,
-        flag="--compile",
+        flag=True,
         help="torch.compile the model: true, false, or auto (only where `buildllm tune` measured "
         "a speed-up here that pays back its compile time within this run)",
     )
-    gradient_checkpointing: bool = knob(
-        False, flag="--gradient-checkpointing", help="recompute activations in backward to save memory"
-    )
+    gradient_checkpointing: bool = knob(False, flag=True, help="recompute activations in backward to save memory")
     train_tokens: str | None = knob(
-        None,
-        flag="--train-tokens",
-        metavar="PATH",
-        control=True,
-        help="training token file; default: the tokenize stage's",
+        None, flag=True, metavar="PATH", control=True, help="training token file; default: the tokenize stage's"
     )
     validation_tokens: str | None = knob(
-        None,
-        flag="--validation-tokens",
-        metavar="PATH",
-        control=True,
-        help="validation token file; default: the tokenize stage's",
+        None, flag=True, metavar="PATH", control=True, help="validation token file; default: the tokenize stage's"
     )
     tokenizer: str | None = knob(
-        None, flag="--tokenizer", metavar="PATH", control=True, help="tokenizer JSON; default: the tokenize stage's"
+        None, flag=True, metavar="PATH", control=True, help="tokenizer JSON; default: the tokenize stage's"
     )
-    resume: bool = knob(False, flag="--resume", help="continue the checkpoint directory's run", commands=TRAIN_COMMANDS)
-    force: bool = knob(
-        False, flag="--force", help="resume even where the run's settings changed", commands=TRAIN_COMMANDS
-    )
+    resume: bool = knob(False, flag=True, help="continue the checkpoint directory's run", commands=TRAIN_COMMANDS)
+    force: bool = knob(False, flag=True, help="resume even where the run's settings changed", commands=TRAIN_COMMANDS)
     # Not --force: that one resumes past changed settings, and trying a larger batch must not also do that.
     force_memory: bool = knob(
         False,
-        flag="--force-memory",
+        flag=True,
         commands=("dry-run", "train", "benchmark"),
         help="run a plan whose memory estimate exceeds the free memory (refused otherwise)",
     )
@@ -221,7 +163,7 @@ class BenchmarkConfig:
     intervals: int = knob(4, minimum=1, help="the timed steps are split into this many intervals")
     memory_budget: str | None = knob(
         None,
-        flag="--memory-budget",
+        flag=True,
         metavar="SIZE",
         help="batch-size finder's budget, e.g. 4GiB; default: free memory",
         commands=("benchmark",),
@@ -242,7 +184,7 @@ class TuneConfig:
     seconds: float = knob(
         120.0,
         minimum=5.0,
-        flag="--seconds",
+        flag=True,
         metavar="S",
         commands=("tune",),
         help="`buildllm tune`'s time budget; what does not fit is skipped and said",
@@ -260,22 +202,19 @@ class TuneConfig:
 @dataclass(frozen=True)
 class Config:
     device: str = knob(
-        "auto",
-        flag="--device",
-        metavar=DEVICE_CHOICES.replace(", ", "|"),
-        help=f"where to train; one of {DEVICE_CHOICES}",
+        "auto", flag=True, metavar=DEVICE_CHOICES.replace(", ", "|"), help=f"where to train; one of {DEVICE_CHOICES}"
     )
-    precision: str = knob("auto", choices=PRECISIONS, flag="--precision", help="compute precision")
+    precision: str = knob("auto", choices=PRECISIONS, flag=True, help="compute precision")
     mps_fallback: bool = knob(
         False,
-        flag="--mps-fallback",
+        flag=True,
         help="on Apple MPS, run operators MPS lacks on the CPU instead of failing "
         "(sets PYTORCH_ENABLE_MPS_FALLBACK=1 before torch is imported)",
     )
     iteration: int = knob(
         1,
         choices=tuple(profiles.iterations()),
-        flag="--iteration",
+        flag=True,
         control=True,
         help="the course's iteration: " + ", ".join(f"{n} {p}" for n, p in profiles.iterations().items()),
         commands=MODEL_COMMANDS + ("tokenize",),
@@ -283,12 +222,12 @@ class Config:
     preset: str | None = knob(
         None,
         choices=profiles.presets(),
-        flag="--preset",
+        flag=True,
         control=True,
         help="a preset replaces the iteration's profile",
         commands=MODEL_COMMANDS + ("tokenize",),
     )
-    seed: int = knob(1337, minimum=0, flag="--seed", metavar="N", resume=True, help="random seed")
+    seed: int = knob(1337, minimum=0, flag=True, resume=True, help="random seed")
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -309,16 +248,13 @@ def profile_for(config: Config) -> profiles.Profile:
     return profile.with_model(**overrides)
 
 
-def knobs(cls: type = Config) -> list[tuple[str, Any, Any]]:
+def knobs() -> list[tuple[str, Any, Any]]:
     """Every leaf knob of the Config as (dotted key, dataclass field, type hint), in declaration order."""
-    return leaf_knobs(cls)
+    return leaf_knobs(Config)
 
 
 def value_at(config: Config, dotted: str) -> Any:
-    node = config
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
+    return functools.reduce(getattr, dotted.split("."), config)
 
 
 def control_keys() -> tuple[str, ...]:
@@ -337,12 +273,18 @@ def load_config(path: str | Path | None = "params.yaml", overrides: Mapping[str,
             raise ConfigError(f"{path} must hold a mapping of keys to values, not {type(data).__name__}")
     elif path is not None and str(path) != "params.yaml":
         raise ConfigError(f"params file {path} does not exist; pass an existing file to --params")
-    for dotted, value in (overrides or {}).items():
+    return _validated(data, overrides or {})
+
+
+def with_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:
+    """A new validated Config with dotted keys replaced (used by sweeps over presets or threads)."""
+    return _validated(asdict(config), overrides)
+
+
+def _validated(data: dict, overrides: Mapping[str, Any]) -> Config:
+    for dotted, value in overrides.items():
         set_dotted(data, dotted, value)
-    return _checked(build(Config, data))
-
-
-def _checked(config: Config) -> Config:
+    config = build(Config, data)
     if not DEVICE_PATTERN.match(config.device):
         raise ConfigError(f"device={config.device!r} is not a device; allowed: {DEVICE_CHOICES}")
     return config
@@ -352,36 +294,6 @@ def config_to_dict(config: Config) -> dict:
     return asdict(config)
 
 
-def with_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:
-    """A new validated Config with dotted keys replaced (used by sweeps over presets or threads)."""
-    data = config_to_dict(config)
-    for dotted, value in overrides.items():
-        set_dotted(data, dotted, value)
-    return _checked(build(Config, data))
-
-
 def defaults_dict() -> dict:
     """The defaults as params.yaml would hold them (tests check params.yaml against this)."""
-    return config_to_dict(Config())
-
-
-__all__ = [
-    "Config",
-    "CorpusConfig",
-    "TokenizeConfig",
-    "ModelConfig",
-    "TrainConfig",
-    "BenchmarkConfig",
-    "EstimateConfig",
-    "TuneConfig",
-    "profile_for",
-    "knobs",
-    "base_type",
-    "control_keys",
-    "value_at",
-    "load_config",
-    "with_overrides",
-    "config_to_dict",
-    "defaults_dict",
-    "replace",
-]
+    return asdict(Config())

@@ -30,17 +30,13 @@ class DiskFull(UserError):
         )
 
 
-def existing_parent(path: str | Path) -> Path:
-    """The folder itself, or its nearest ancestor that exists (a run's folder may not exist yet)."""
+def free_bytes(path: str | Path) -> int:
+    """Bytes a non-root user may still write on the filesystem holding `path`, or its nearest
+    ancestor that exists (a run's folder may not exist yet)."""
     path = Path(path).absolute()
     while not path.exists() and path != path.parent:
         path = path.parent
-    return path
-
-
-def free_bytes(path: str | Path) -> int:
-    """Bytes a non-root user may still write on the filesystem holding `path`."""
-    return shutil.disk_usage(existing_parent(path)).free
+    return shutil.disk_usage(path).free
 
 
 def is_disk_full(exc: BaseException | None) -> bool:

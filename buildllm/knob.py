@@ -30,16 +30,16 @@ def knob(
     minimum: float | None = None,
     maximum: float | None = None,
     help: str = "",
-    flag: str | None = None,
+    flag: bool = False,
     metavar: str | None = None,
     control: bool = False,
     resume: bool = False,
     commands: tuple[str, ...] = MODEL_COMMANDS,
 ) -> Any:
     """A config field with everything said about it once: its checks (the declaration is the
-    validation), its command-line flag and help (the CLI is generated from these), whether a report
-    always shows it as a key control, whether a resume must find it unchanged, and which commands
-    offer its flag."""
+    validation), whether it has a command-line flag (named after the field: batch_size is
+    --batch-size) and its help (the CLI is generated from these), whether a report always shows it
+    as a key control, whether a resume must find it unchanged, and which commands offer its flag."""
     meta = {
         "choices": choices,
         "minimum": minimum,
@@ -107,19 +107,16 @@ def build(cls: type, data: Mapping, prefix: str = "") -> Any:
 
 
 def check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
-    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
     base = base_type(hint)
     if value is None:
-        if optional:
+        if type(None) in typing.get_args(hint):
             return None
         raise ConfigError(f"{key} must not be empty; give {TYPE_NAMES.get(base, base)}")
     choices = meta.get("choices")
-    if base is str and choices is not None and not isinstance(value, str):
-        if isinstance(value, bool) and str(value).lower() in choices:
-            value = str(value).lower()  # YAML's true/false for a knob whose choices spell them
-        else:
-            raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, choices))}")
-    value = coerce(key, value, base)
+    if base is str and choices and isinstance(value, bool) and str(value).lower() in choices:
+        value = str(value).lower()  # YAML's true/false for a knob whose choices spell them
+    if not (base is str and choices):  # a value among a string knob's choices is a string
+        value = coerce(key, value, base)
     if choices is not None and value not in choices:
         raise ConfigError(f"{key}={value!r} is not allowed; allowed values: {', '.join(map(str, choices))}")
     low, high = meta.get("minimum"), meta.get("maximum")
@@ -131,35 +128,26 @@ def check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
 
 
 def coerce(key: str, value: Any, base: Any) -> Any:
-    def wrong() -> ConfigError:
-        return ConfigError(f"{key}={value!r} has the wrong type; it must be {TYPE_NAMES.get(base, base)}")
-
-    if base is bool:
-        if isinstance(value, bool):
-            return value
-        raise wrong()
-    if base is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise wrong()
+    wrong = ConfigError(f"{key}={value!r} has the wrong type; it must be {TYPE_NAMES.get(base, base)}")
     if base is float:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise wrong()
+            raise wrong
         try:
             number = float(value)  # YAML 1.1 reads "3e-4" as a string
         except ValueError:
-            raise wrong() from None
+            raise wrong from None
         if not math.isfinite(number):  # nan passes every minimum/maximum comparison
             raise ConfigError(f"{key}={value!r} is not a finite number; give a finite number")
         return number
-    if base is str:
-        if isinstance(value, str):
-            return value
-        raise wrong()
     if base is list:
         if isinstance(value, str):
             value = [value]
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return list(value)
         raise ConfigError(f"{key}={value!r} must be a list of strings")
-    raise TypeError(f"config field {key} has an unsupported type {base}")  # a bug here, not user input
+    if base not in TYPE_NAMES:
+        raise TypeError(f"config field {key} has an unsupported type {base}")  # a bug here, not user input
+    # bool is a subclass of int, and YAML's true must not pass for 1.
+    if isinstance(value, base) and (base is bool or not isinstance(value, bool)):
+        return value
+    raise wrong

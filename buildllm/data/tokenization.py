@@ -60,18 +60,13 @@ def output_paths(config: Config, vocab_size: int) -> tuple[Path, Path, Path]:
     return (tokenizer_path(plain, vocab_size), *token_paths(plain, vocab_size))
 
 
-def new_tokenizer() -> Tokenizer:
+def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2,
+                    length: int | None = None) -> Tokenizer:
+    """A byte-level BPE of exactly vocab_size tokens, the end-of-text token first (id 0)."""
     tokenizer = Tokenizer(models.BPE())
     # No prefix space: the text is encoded exactly as written, so decode(encode(x)) == x.
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    return tokenizer
-
-
-def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2,
-                    length: int | None = None) -> Tokenizer:
-    """A byte-level BPE of exactly vocab_size tokens, the end-of-text token first (id 0)."""
-    tokenizer = new_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[END_OF_TEXT],
         # All 256 byte symbols from the start, so text unlike the corpus still encodes.
@@ -139,12 +134,6 @@ def encode_texts(tokenizer: Tokenizer, texts: Iterable[str], dtype: torch.dtype,
     return tokens, counts
 
 
-def save_tokens(tokens: torch.Tensor, path: Path) -> None:
-    # Through a handle: given a path, torch.save stores the (random) temp name in the file.
-    with atomic_open(path) as handle:
-        torch.save(tokens, handle)
-
-
 def tokenize_corpus(config: Config) -> dict:
     started = time.perf_counter()
     vocab_size = vocab_size_for(config)
@@ -184,7 +173,9 @@ def tokenize_corpus(config: Config) -> dict:
     with atomic_path(tokenizer_file) as tmp:
         tokenizer.save(str(tmp))
     for split, path in zip(SPLITS, token_files):
-        save_tokens(tensors[split], path)
+        # Through a handle: given a path, torch.save stores the (random) temp name in the file.
+        with atomic_open(path) as handle:
+            torch.save(tensors[split], handle)
     finished = time.perf_counter()
 
     characters = metrics["train_characters"] + metrics["validation_characters"]

@@ -97,25 +97,16 @@ def split_windows(config: Config, model: GPTConfig, split: str) -> Windows:
     """The examples of one split ("train" or "validation") of the config's token files, in the
     model's sequence length, limited to the config's number of examples for that split."""
     train_path, validation_path = token_paths(config, model.vocab_size)
-    path = train_path if split == "train" else validation_path
-    return split_from(path, config, model, split)
-
-
-def split_from(path: Path, config: Config, model: GPTConfig, split: str) -> Windows:
-    limit, what = {
-        "train": (config.train.training_examples, "training token file"),
-        "validation": (config.train.validation_examples, "validation token file"),
+    path, limit, what = {
+        "train": (train_path, config.train.training_examples, "training token file"),
+        "validation": (validation_path, config.train.validation_examples, "validation token file"),
     }[split]
     return Windows(load_tokens(path, model.vocab_size, what), model.sequence_length, limit)
 
 
 def load_windows(config: Config, model: GPTConfig) -> tuple[Windows, Windows]:
     """Training and validation examples: what train, benchmark, the batch finder and the sweep read."""
-    return windows_from(config, model, *token_paths(config, model.vocab_size))
-
-
-def windows_from(config: Config, model: GPTConfig, train_path: Path, validation_path: Path) -> tuple[Windows, Windows]:
-    return split_from(train_path, config, model, "train"), split_from(validation_path, config, model, "validation")
+    return split_windows(config, model, "train"), split_windows(config, model, "validation")
 
 
 def windows_or_random(config: Config, model: GPTConfig, batch_size: int) -> tuple[Windows, Windows, str]:

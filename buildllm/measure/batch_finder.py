@@ -89,7 +89,7 @@ def try_in_child(config: Config) -> dict:
     return result
 
 
-def find_batch_size(config: Config, write: bool = True) -> dict:
+def find_batch_size(config: Config) -> dict:
     plan = make_plan(config)
     bench = config.benchmark
     budget = parse_bytes(bench.memory_budget) if bench.memory_budget else plan.device.memory_capacity()
@@ -150,8 +150,7 @@ def find_batch_size(config: Config, write: bool = True) -> dict:
         **{f"try_{i}_peak_bytes": t.peak_bytes for i, t in enumerate(tries)},
         **{f"try_{i}_fits": t.fits for i, t in enumerate(tries)},
     }
-    if write:
-        write_metrics(metrics_path("batch_size"), result)
+    write_metrics(metrics_path("batch_size"), result)
     if good:
         capped = f" (the ceiling benchmark.max_batch_size={ceiling})" if good == ceiling else ""
         print(

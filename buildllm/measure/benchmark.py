@@ -43,7 +43,7 @@ from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired
 from buildllm.paths import metrics_path
 from buildllm.plan.memory import refuse_unless_fits
 from buildllm.plan.run_plan import RunPlan, announce, apply_plan, facts, make_plan
-from buildllm.train.plots import write_png
+from buildllm.train.run_log import write_png
 from buildllm.train.trainer import Trainer
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -233,9 +232,8 @@ def interleave(
     rounds: int,
     soft_deadline: float,
     hard_deadline: float,
-    min_rounds: int = 3,
-    clock: Callable[[], float] = time.perf_counter,
-    tick: Callable[[], None] = lambda: None,
+    min_rounds: int,
+    clock: Callable[[], float],
 ) -> dict[str, list[float]]:
     """Seconds of each turn, round by round, in the order given (the first is the reference).
 
@@ -259,7 +257,6 @@ def interleave(
             turn()
             seconds[name].append(clock() - begin)
         last = clock() - now
-        tick()
     return seconds
 
 

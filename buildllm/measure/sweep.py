@@ -36,8 +36,7 @@ def sweep(
     presets: list[str] | None,
     architectures: list[str] | None,
     threads: list[int] | None,
-    write: bool = True,
-    workers: list[int] | None = None,
+    workers: list[int] | None,
 ) -> list[dict]:
     from buildllm.measure.benchmark import measure
 
@@ -90,16 +89,15 @@ def sweep(
         print(json.dumps(row), flush=True)
         rows.append(row)
     print(table(rows))
-    if write:
-        swept = "{workers}w_" if workers else ""  # the workers count names a row only when it varies
-        write_metrics(
-            metrics_path("sweep"),
-            {
-                f"{r['preset']}_{r['architecture']}_{r['threads']}t_" + swept.format(**r) + key: r[key]
-                for r in rows
-                for key in ("steps_per_second", "tokens_per_second", "data_share", "other_load", "busy_machine")
-            },
-        )
+    swept = "{workers}w_" if workers else ""  # the workers count names a row only when it varies
+    write_metrics(
+        metrics_path("sweep"),
+        {
+            f"{r['preset']}_{r['architecture']}_{r['threads']}t_" + swept.format(**r) + key: r[key]
+            for r in rows
+            for key in ("steps_per_second", "tokens_per_second", "data_share", "other_load", "busy_machine")
+        },
+    )
     return rows
 
 

@@ -127,16 +127,11 @@ def measure_precision(
     return figures, trainers
 
 
-def thread_counts(default: int) -> list[int]:
-    physical = os.cpu_count() or default
-    return sorted({n for n in (1, default // 2, physical) if 1 <= n and n != default})
-
-
 def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, skipped: list) -> dict:
     default = threads_rule.DEFAULT_THREADS
     if requested is not None:
         return {"default": default, "skipped": f"train.threads is set ({requested}): not compared"}
-    counts = thread_counts(default)
+    counts = sorted({n for n in (1, default // 2, os.cpu_count() or default) if 1 <= n and n != default})
     if not counts:
         return {"default": default, "skipped": "no other thread count on this machine"}
     if budget.left() <= 0:
@@ -153,9 +148,7 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
         return run
 
     try:
-        seconds = budget.take_turns(
-            "threads", {str(n): turn(n) for n in [default, *counts]}, trainer.device.timed, skipped, "threads"
-        )
+        seconds = budget.take_turns("threads", {str(n): turn(n) for n in [default, *counts]}, skipped)
     finally:
         torch.set_num_threads(trainer.plan.threads)
     if seconds is None:
@@ -163,7 +156,7 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
     return {"default": default, "steps_per_turn": k, "candidates": compare(seconds, str(default))}
 
 
-def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
+def tune(config: Config) -> dict:
     fixed = {"train.compile": "false", "train.threads": config.train.threads or threads_rule.DEFAULT_THREADS}
     reference = make_plan(with_overrides(config, {**fixed, "precision": "fp32"}))
     apply_plan(reference)
@@ -200,7 +193,7 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
     skipped: list[str] = []
     # The trainers' scratch folder (nothing is saved there) goes when tune ends, even on an error.
     scratch = tempfile.TemporaryDirectory(prefix="buildllm-tune-")
-    with scratch, tqdm(total=5, desc="tune", unit="part", disable=not progress) as bar:
+    with scratch, tqdm(total=5, desc="tune", unit="part") as bar:
         record["precision"], trainers = measure_precision(
             config, plans, train, validation, tokens, budget, skipped, scratch.name
         )
@@ -232,8 +225,7 @@ def tune(config: Config, write: bool = True, progress: bool = True) -> dict:
         skipped=skipped,
     )
     record["decisions"] = measured_decisions(record, reference)
-    if write:
-        tuned.write_record(record)
+    tuned.write_record(record)
     print(summary(record))
     return record
 

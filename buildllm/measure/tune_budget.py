@@ -30,9 +30,9 @@ class Budget:
         """The deadline of a part starting now: its share of the whole budget, within the budget."""
         return min(self.end, self.clock() + SHARES[name] * self.seconds)
 
-    def take_turns(self, name: str, turns: dict, clock, skipped: list, said: str) -> dict | None:
+    def take_turns(self, name: str, turns: dict, skipped: list) -> dict | None:
         """Each side's seconds, round by round (the first side is the reference), within part `name`'s
-        share; None, and said in `skipped` as `said`, when not even one round fitted."""
+        share; None, and said in `skipped`, when not even one round fitted."""
         seconds = interleave(
             turns,
             warmup=1,
@@ -40,10 +40,10 @@ class Budget:
             soft_deadline=self.share(name),
             hard_deadline=self.end,
             min_rounds=MIN_ROUNDS,
-            clock=clock,
+            clock=self.clock,
         )
         if not seconds[next(iter(turns))]:
-            skipped.append(f"{said}: {NO_TIME}")
+            skipped.append(f"{name.replace('_', ' ')}: {NO_TIME}")
             return None
         return seconds
 

@@ -11,7 +11,6 @@ until its deadline, and prints its figures as one JSON line.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -20,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-import buildllm
 from buildllm.config import Config, config_to_dict
+from buildllm.measure.workfolder import run_command
 
 WARMUP_STEPS = 2
 ROUNDS = 12  # pairs of turns at most: enough for a 95% interval of the median ratio
@@ -32,16 +31,13 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
     precision), or {"skipped": why} when it failed or did not finish within `seconds`."""
     # Leave a little of the window for the child's last round and its exit.
     deadline = time.time() + max(seconds - 3.0, 1.0)
-    root = str(Path(buildllm.__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     # The child works in this folder (its params and its trainers' scratch), which goes with it.
     with tempfile.TemporaryDirectory(prefix="buildllm-tune-compile-") as folder:
-        params = Path(folder) / "params.yaml"
-        params.write_text(yaml.safe_dump(config_to_dict(config)))
-        child_args = [str(params), json.dumps(settings), str(deadline)]
-        command = [sys.executable, "-m", "buildllm.measure.tune_compile", *child_args]
+        (Path(folder) / "params.yaml").write_text(yaml.safe_dump(config_to_dict(config)))
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=seconds, env=env, cwd=folder)
+            done = run_command(
+                Path(folder), [json.dumps(settings), str(deadline)], seconds, "buildllm.measure.tune_compile"
+            )
         except subprocess.TimeoutExpired:
             return {
                 "skipped": f"skipped: did not finish compiling and timing within the {seconds:.0f} s left "
@@ -49,8 +45,7 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
             }
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        return {"skipped": f"failed here ({last}): not compiling"}
+        return {"skipped": f"failed here ({done.last_line()[:200]}): not compiling"}
     return json.loads(lines[-1])
 
 
@@ -102,4 +97,5 @@ def child(params: str, settings: dict, deadline: float) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(child(sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]))), flush=True)
+    settings, deadline, _, params = sys.argv[1:]  # as workfolder.run_command passes them
+    print(json.dumps(child(params, json.loads(settings), float(deadline))), flush=True)

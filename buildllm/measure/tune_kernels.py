@@ -1,13 +1,5 @@
-"""The parts of `buildllm tune` that time one kernel rather than the Trainer's step.
-
-- the fused loss's chunk (buildllm.model.fused_loss): the default rows per chunk against half,
-  double and four times as many, forward + backward at the profile's rows, vocabulary and width;
-  and the plain, unfused output layer + cross-entropy beside them (recorded: what fusing saves
-  or costs here);
-- attention: torch's scaled_dot_product_attention dispatch against its math kernel and against
-  the explicit matmul-softmax-matmul a learner would write (recorded: torch picks the kernel,
-  nothing is decided from it).
-"""
+"""The parts of `buildllm tune` that time one kernel rather than the Trainer's step: the fused loss's
+chunk and attention (measure/tune.py says what each compares, and what is decided from it)."""
 
 from __future__ import annotations
 
@@ -23,15 +15,6 @@ from buildllm.measure.tune_budget import NO_TIME, Budget
 from buildllm.model import fused_loss
 from buildllm.plan.loss_chunk import decide_loss
 from buildllm.plan.run_plan import RunPlan
-
-
-def fused_loss_pass(x, weight, targets, chunk_rows: int | None) -> None:
-    """One forward + backward of the fused output layer and loss, `chunk_rows` rows at a time
-    (None: the plain computation, all logits at once)."""
-    if chunk_rows is None:
-        fused_loss.plain_linear_cross_entropy(x, weight, targets).backward()
-    else:
-        fused_loss.linear_cross_entropy(x, weight, targets, chunk_rows).backward()
 
 
 def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
@@ -51,15 +34,18 @@ def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     weight = (0.02 * torch.randn(m.vocab_size, m.n_embd, generator=generator)).to(device.device).requires_grad_()
     targets = torch.randint(m.vocab_size, (rows,), generator=generator).to(device.device)
 
-    def turn(chunk_rows: int | None):
+    def turn(chunk_rows: int | None):  # None: the plain computation, all logits at once
         def run():
-            fused_loss_pass(x, weight, targets, chunk_rows)
+            if chunk_rows is None:
+                fused_loss.plain_linear_cross_entropy(x, weight, targets).backward()
+            else:
+                fused_loss.linear_cross_entropy(x, weight, targets, chunk_rows).backward()
             x.grad = weight.grad = None
 
         return run
 
     turns = {str(r): turn(r) for r in [default_rows, *options]} | {"plain": turn(None)}
-    seconds = budget.take_turns("loss_chunk", turns, device.timed, skipped, "loss chunk")
+    seconds = budget.take_turns("loss_chunk", turns, skipped)
     if seconds is None:
         return {"default_rows": default_rows, "skipped": NO_TIME}
     figures = compare(seconds, str(default_rows))
@@ -101,7 +87,7 @@ def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
         return run
 
     turns = {"dispatch": turn(None), "math": turn(SDPBackend.MATH), "explicit": turn("explicit")}
-    seconds = budget.take_turns("attention", turns, device.timed, skipped, "attention")
+    seconds = budget.take_turns("attention", turns, skipped)
     if seconds is None:
         return {"skipped": NO_TIME}
     return {

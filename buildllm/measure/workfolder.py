@@ -28,6 +28,7 @@ from tqdm import tqdm
 import buildllm
 from buildllm.config import Config, config_to_dict
 from buildllm.errors import UserError
+from buildllm.knob import set_dotted
 from buildllm.measure.stats import Paired
 
 KEEP_OUT = {"metrics", "params.yaml"}  # each run's own, never the project's
@@ -44,18 +45,6 @@ class Ran:
         return (self.stderr.strip().splitlines() or self.stdout.strip().splitlines() or ["no output"])[-1]
 
 
-def nested(flat: dict) -> dict:
-    """{"train.batch_size": 8} -> {"train": {"batch_size": 8}}; nested keys pass through."""
-    tree: dict = {}
-    for dotted, value in flat.items():
-        *parents, leaf = dotted.split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return tree
-
-
 def config_params(config: Config, folder: Path) -> dict:
     """A validated Config as a complete params.yaml for `folder`, its checkpoints kept inside it (a
     run there must never write into the project's checkpoint directory)."""
@@ -69,7 +58,10 @@ def prepare(folder: Path, params: dict, root: Path | None = None) -> Path:
     of `root` (default: the working directory) but its metrics and params."""
     folder, root = Path(folder), Path(root or Path.cwd())
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "params.yaml").write_text(yaml.safe_dump(nested(params), sort_keys=False))
+    tree: dict = {}
+    for dotted, value in params.items():
+        set_dotted(tree, dotted, value)
+    (folder / "params.yaml").write_text(yaml.safe_dump(tree, sort_keys=False))
     for entry in root.iterdir():
         link = folder / entry.name
         if entry.name not in KEEP_OUT and not link.exists():
@@ -77,14 +69,14 @@ def prepare(folder: Path, params: dict, root: Path | None = None) -> Path:
     return folder
 
 
-def run_command(folder: Path, arguments: list[str], timeout: float | None = None) -> Ran:
-    """`python -m buildllm <arguments> --params params.yaml` in `folder`; raises subprocess.TimeoutExpired."""
+def run_command(folder: Path, arguments: list[str], timeout: float | None = None, module: str = "buildllm") -> Ran:
+    """`python -m <module> <arguments> --params params.yaml` in `folder`; raises subprocess.TimeoutExpired."""
     env = dict(os.environ)
     package_root = str(Path(buildllm.__file__).resolve().parents[1])  # this very code, in the child too
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     begin = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "buildllm", *arguments, "--params", "params.yaml"],
+        [sys.executable, "-m", module, *arguments, "--params", "params.yaml"],
         cwd=folder,
         env=env,
         capture_output=True,
@@ -143,10 +135,7 @@ def remeasure(
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="buildllm-paired-") as tmp:
-        folders = {}
-        for i, exp in enumerate(experiments):
-            folders[exp.name] = Path(tmp) / f"run{i}"
-            prepare(folders[exp.name], exp.params, root)
+        folders = {exp.name: prepare(Path(tmp) / f"run{i}", exp.params, root) for i, exp in enumerate(experiments)}
         with tqdm(total=rounds * len(experiments), desc="paired", unit="run", disable=not progress) as bar:
             for r in range(rounds):
                 order = experiments if r % 2 == 0 else experiments[::-1]

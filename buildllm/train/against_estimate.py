@@ -20,11 +20,6 @@ from buildllm.paths import metrics_path
 SAME_PLAN = ("profile", "device", "precision", "batch_size", "grad_accum")
 
 
-def process_seconds() -> float:
-    """Wall-clock seconds since this process started (the interpreter's start included)."""
-    return time.time() - psutil.Process().create_time()
-
-
 def same_plan(estimate: dict, run: dict) -> bool:
     return all(estimate.get(key) == run.get(key) for key in SAME_PLAN) and estimate.get(
         "planned_optimizer_steps"
@@ -57,12 +52,11 @@ def against_estimate(run: dict, path: str | Path | None = None) -> dict:
         return {}
     if not isinstance(estimate, dict) or not same_plan(estimate, run) or "estimated_seconds_low" not in estimate:
         return {}
-    return position(estimate, process_seconds())
+    # Wall-clock seconds since this process started, the interpreter's start included.
+    return position(estimate, time.time() - psutil.Process().create_time())
 
 
 def describe(figures: dict) -> str:
-    if not figures:
-        return ""
     return (
         f"took {figures['run_seconds']:.1f} s against the estimate's {figures['estimated_seconds']:.1f} s "
         f"(x{figures['estimate_ratio']:.2f}; range {figures['estimated_seconds_low']:.1f}-"

@@ -38,13 +38,9 @@ class World:
         return self.size > 1
 
 
-def launched_by_torchrun() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
-
-
 def start(device: Device) -> tuple[World, Device]:
     """Join the process group torchrun prepared; return this rank's world and its own device."""
-    if not launched_by_torchrun():
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:  # not launched by torchrun
         return World(), device
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     size = int(os.environ["WORLD_SIZE"])
@@ -84,11 +80,6 @@ def mean_and_any(world: World, values: torch.Tensor, flag: bool) -> tuple[list[f
     dist.all_reduce(packed, op=dist.ReduceOp.SUM)
     *sums, flags = packed.tolist()
     return [total / world.size for total in sums], flags > 0
-
-
-def any_rank(world: World, flag: bool) -> bool:
-    """True on every rank when it is true on one: all ranks stop at the same step."""
-    return bool(all_sum(world, [float(flag)])[0]) if world.distributed else flag
 
 
 def from_main(world: World, value):

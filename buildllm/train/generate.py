@@ -107,50 +107,6 @@ def generate_ids(
     return ids
 
 
-def generate_text(
-    location: str | Path,
-    prompt: str,
-    max_new_tokens: int = 100,
-    *,
-    device: str = "cpu",
-    greedy: bool = False,
-    temperature: float = 1.0,
-    top_k: int | None = 50,
-    kv_cache: bool = True,
-    seed: int = 1337,
-    tokenizer: str | None = None,
-    device_reason: str | None = None,
-) -> str:
-    """The prompt and its continuation; with device_reason (the command), first the startup JSON line."""
-    path = checkpoint_file(location)
-    model, state = load_model(path, device)
-    if device_reason is not None:
-        announce(model, state, path, device, device_reason, max_new_tokens)
-    encoder = checkpoint_tokenizer(state.get("tokenizer", ""), tokenizer, path, model.config.vocab_size)
-    prompt_ids = encoder.encode(prompt).ids
-    if prompt_ids and max(prompt_ids) >= model.config.vocab_size:
-        raise UserError(
-            f"the tokenizer gives id {max(prompt_ids)} but the model has {model.config.vocab_size}; "
-            "use the tokenizer the checkpoint was trained with"
-        )
-    how = "greedy" if greedy else f"temperature {temperature}, top-k {top_k}"
-    print(
-        f"{path} (step {state['step']}) on {device}: {how}, {'with' if kv_cache else 'without'} KV cache",
-        file=sys.stderr,
-    )
-    ids = generate_ids(
-        model,
-        prompt_ids,
-        max_new_tokens,
-        greedy=greedy,
-        temperature=temperature,
-        top_k=top_k,
-        kv_cache=kv_cache,
-        seed=seed,
-    )
-    return encoder.decode(ids)
-
-
 def announce(model: GPT, state: dict, path: Path, device: str, reason: str, max_new_tokens: int) -> None:
     """The same startup line as train's: generation runs the checkpoint's fp32 weights, one sequence,
     no optimizer, so the training-only fast paths are off and say why."""
@@ -182,6 +138,7 @@ def announce(model: GPT, state: dict, path: Path, device: str, reason: str, max_
 
 
 def command(args: argparse.Namespace) -> None:
+    """`buildllm generate`: the startup line, then the prompt and its continuation."""
     if args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
         raise UserError("--max-new-tokens, --temperature and --top-k must not be negative")
     overrides = {
@@ -195,18 +152,30 @@ def command(args: argparse.Namespace) -> None:
     }
     config = load_config(args.params, overrides)
     decision = resolve_device(config.device)
-    print(
-        generate_text(
-            config.train.checkpoint_directory,
-            args.prompt,
-            args.max_new_tokens,
-            device=decision.device,
-            device_reason=decision.reason,
-            greedy=args.greedy,
-            temperature=args.temperature,
-            top_k=args.top_k or None,
-            kv_cache=args.kv_cache,
-            seed=config.seed,
-            tokenizer=args.tokenizer,
+    path = checkpoint_file(config.train.checkpoint_directory)
+    model, state = load_model(path, decision.device)
+    announce(model, state, path, decision.device, decision.reason, args.max_new_tokens)
+    encoder = checkpoint_tokenizer(state.get("tokenizer", ""), args.tokenizer, path, model.config.vocab_size)
+    prompt_ids = encoder.encode(args.prompt).ids
+    if prompt_ids and max(prompt_ids) >= model.config.vocab_size:
+        raise UserError(
+            f"the tokenizer gives id {max(prompt_ids)} but the model has {model.config.vocab_size}; "
+            "use the tokenizer the checkpoint was trained with"
         )
+    top_k = args.top_k or None
+    how = "greedy" if args.greedy else f"temperature {args.temperature}, top-k {top_k}"
+    print(
+        f"{path} (step {state['step']}) on {decision.device}: {how}, {'with' if args.kv_cache else 'without'} KV cache",
+        file=sys.stderr,
     )
+    ids = generate_ids(
+        model,
+        prompt_ids,
+        args.max_new_tokens,
+        greedy=args.greedy,
+        temperature=args.temperature,
+        top_k=top_k,
+        kv_cache=args.kv_cache,
+        seed=config.seed,
+    )
+    print(encoder.decode(ids))

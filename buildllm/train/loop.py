@@ -8,15 +8,19 @@ loss or out-of-memory stops with the last good checkpoint kept; Ctrl-C (or SIGTE
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 from buildllm.config import Config
 from buildllm.data.run_data import load_run_data
 from buildllm.data.text_bytes import validation_bytes
+from buildllm.data.windows import Windows
 from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
 from buildllm.disk import DiskFull
 from buildllm.errors import TrainingFailed, UserError
@@ -24,9 +28,7 @@ from buildllm.plan.memory import refuse_unless_fits
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
 from buildllm.train import checkpoint, distributed, storage
 from buildllm.train.run_log import RunLog
-from buildllm.train.stop import StopRequest
 from buildllm.train.trainer import NonFiniteLoss, Trainer, TrainingInterrupted
-from buildllm.train.unigram import unigram_loss
 
 
 def train(config: Config, under_dvc: bool = False) -> dict:
@@ -233,3 +235,45 @@ def kept(trainer: Trainer) -> str:
     if not saved:
         return "no checkpoint had been saved yet"
     return f"the last good checkpoint, {saved[-1].name}, is kept in {trainer.directory}"
+
+
+def unigram_loss(train: Windows, validation: Windows, vocab_size: int) -> float:
+    """The unigram level: the validation loss (nats per token) of the best model that ignores context.
+
+    It predicts every token with its frequency in the training examples (add-one smoothed, so no
+    validation token has zero probability). Its cross-entropy on the validation targets is the bar a
+    language model must go well below to show it uses context at all; ln(vocab_size), a uniform
+    guess, is a much lower bar."""
+    used = train.tokens[: len(train) * train.sequence_length + 1]
+    counts = torch.bincount(used.to(torch.int64), minlength=vocab_size).double() + 1.0
+    log_p = (counts / counts.sum()).log()
+    # Window i's targets are tokens i*L+1 .. i*L+L: together, tokens 1 .. n*L.
+    targets = validation.tokens[1 : len(validation) * validation.sequence_length + 1].to(torch.int64)
+    return float(-log_p[targets].mean())
+
+
+class StopRequest:
+    """Ctrl-C or SIGTERM asks the loop to stop after the current step, so the checkpoint it saves is
+    a whole step's state."""
+
+    def __init__(self):
+        self.requested, self._previous, self.signals = False, {}, []
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        # Only a second Ctrl-C stops at once: torchrun follows a terminal's Ctrl-C with its own SIGTERM.
+        if self.requested and signum == signal.SIGINT and self.signals.count(signal.SIGINT):
+            raise KeyboardInterrupt
+        if not self.requested:
+            print("\nstopping after this step to save a checkpoint (Ctrl-C again stops at once)", file=sys.stderr)
+        self.requested = True
+        self.signals.append(signum)
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)

@@ -1,5 +1,5 @@
 """What a training run reports: its log as DVC plot files, and at the end the flat metrics of
-metrics/train.json (with the same curves drawn as a PNG by plots.py).
+metrics/train.json, with the curves drawn as a PNG a person can open offline (write_png).
 
 One row per log interval (and per validation), twice: metrics/train_log.csv for people and
 spreadsheets, metrics/train_log.json for `dvc plots diff`, which overlays several experiments'
@@ -22,7 +22,7 @@ import math
 import time
 from pathlib import Path
 
-from buildllm.atomic import atomic_write_text
+from buildllm.atomic import atomic_write, atomic_write_text
 from buildllm.data.text_bytes import bits_per_byte
 from buildllm.device.load import LoadSampler
 from buildllm.metrics import write_metrics
@@ -31,7 +31,6 @@ from buildllm.train import distributed
 from buildllm.train.against_estimate import against_estimate
 from buildllm.train.against_estimate import describe as describe_estimate
 from buildllm.train.distributed import World
-from buildllm.train.plots import write_png
 
 COLUMNS = (
     "step",
@@ -43,7 +42,7 @@ COLUMNS = (
     "tokens_per_second",
     "elapsed_seconds",
 )
-LOG_PATH, JSON_LOG_PATH = TRAIN_LOG_CSV, TRAIN_LOG_JSON
+PNG_PATH = Path("plots/train_loss.png")
 
 
 class RunLog:
@@ -91,9 +90,6 @@ class RunLog:
         self._losses.append(loss)
         self._seconds.append(seconds)
 
-    def add_save(self, seconds: float, size: int) -> None:
-        self.saves.append((seconds, size))
-
     def record(self, step: int, tokens_seen: int, learning_rate: float, validation: float | None) -> dict:
         """Append a row for the steps since the last one; rank 0 rewrites the plot file."""
         seconds = sum(self._seconds)
@@ -122,17 +118,16 @@ class RunLog:
         """A validation loss (nats per token) in bits per byte of the scored validation text."""
         return bits_per_byte(loss, self.facts.get("validation_bytes_per_token"))
 
-    def write_csv(self, path: str | Path = LOG_PATH, json_path: str | Path = JSON_LOG_PATH) -> Path:
+    def write_csv(self) -> None:
         """The rows as CSV and as JSON (a list of objects, every key in each: DVC needs that)."""
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         for row in self.rows:
             writer.writerow({key: _cell(row.get(key)) for key in COLUMNS})
-        atomic_write_text(path, buffer.getvalue())
+        atomic_write_text(TRAIN_LOG_CSV, buffer.getvalue())
         records = [{key: _number(row.get(key)) for key in COLUMNS} for row in self.rows]
-        atomic_write_text(json_path, json.dumps(records, indent=1) + "\n")
-        return Path(path)
+        atomic_write_text(TRAIN_LOG_JSON, json.dumps(records, indent=1) + "\n")
 
     def metrics(self, status: str, progress: dict, extra: dict) -> dict:
         """metrics/train.json: flat; what is unknown (no save yet, no step this session) is left out.
@@ -150,6 +145,7 @@ class RunLog:
             if validation is not None
             else (f"no validation since step {last['step']}" if last else "no validation ran")
         )
+        initial = self.rows[0]["validation_loss"] if self.rows and self.rows[0]["step"] == 0 else None
         seconds = [s for s, _ in self.saves]
         session_tokens = self.steps * self.tokens_per_step * self.world.size
         metrics = {
@@ -165,12 +161,8 @@ class RunLog:
             "last_validation_bits_per_byte": self.bits_per_byte(last["validation_loss"] if last else None),
             "last_validation_step": last["step"] if last else None,
             "final_validation_note": note,
-            "initial_validation_loss": self.rows[0]["validation_loss"]
-            if self.rows and self.rows[0]["step"] == 0
-            else None,
-            "initial_validation_bits_per_byte": self.bits_per_byte(
-                self.rows[0]["validation_loss"] if self.rows and self.rows[0]["step"] == 0 else None
-            ),
+            "initial_validation_loss": initial,
+            "initial_validation_bits_per_byte": self.bits_per_byte(initial),
             "unigram_validation_bits_per_byte": self.bits_per_byte(self.facts.get("unigram_validation_loss")),
             "elapsed_seconds": time.perf_counter() - self.started,
             "session_steps": self.steps,
@@ -218,6 +210,32 @@ class RunLog:
             elif load:
                 print(load)
         return metrics
+
+
+def write_png(rows: list[dict], title: str, path: str | Path = PNG_PATH) -> Path:
+    """Train loss (every row that has one) and validation loss (marked) against the optimizer step
+    (DVC draws the same from the log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed: CI, servers, ssh sessions
+    import matplotlib.pyplot as plt
+
+    train = [(r["step"], r["train_loss"]) for r in rows if r.get("train_loss") is not None]
+    validation = [(r["step"], r["validation_loss"]) for r in rows if r.get("validation_loss") is not None]
+    figure, axis = plt.subplots(figsize=(7, 4.5), dpi=100)
+    if train:
+        axis.plot(*zip(*train), label="train loss", color="tab:blue")
+    if validation:
+        axis.plot(*zip(*validation), label="validation loss", color="tab:orange", marker="o")
+    axis.set_xlabel("optimizer step")
+    axis.set_ylabel("cross-entropy loss (nats per token)")
+    axis.set_title(title, fontsize=10)
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    atomic_write(path, lambda tmp: figure.savefig(tmp, format="png"))
+    plt.close(figure)
+    return Path(path)
 
 
 def in_bits(metrics: dict) -> str:

@@ -107,12 +107,14 @@ def expected_checkpoint_bytes(model) -> int:
     return checkpoint_bytes(parameters, tensors - 4 * parameters)
 
 
-def run_storage(trainer, resumed: dict | None) -> Storage:
-    """The storage `trainer` needs from here on (a resume counts the checkpoints already there)."""
+def before_training(trainer, resumed: dict | None) -> Storage:
+    """The checks that decide whether a run starts (preflight's, at the start of `train`): room for
+    its checkpoints from here on (a resume counts those already there), or a refusal with the
+    figures; a warning when the machine runs on battery."""
     existing = checkpoint.list_checkpoints(trainer.directory) if resumed is not None else []
     size_each = existing[-1].stat().st_size if existing else expected_checkpoint_bytes(trainer.model)
     cfg = trainer.config.train
-    return storage(
+    needed = storage(
         trainer.directory,
         size_each,
         trainer.planned_steps,
@@ -122,12 +124,6 @@ def run_storage(trainer, resumed: dict | None) -> Storage:
         cfg.log_interval,
         len(existing),
     )
-
-
-def before_training(trainer, resumed: dict | None) -> Storage:
-    """The checks that decide whether a run starts (preflight's, at the start of `train`): room for
-    its checkpoints, or a refusal with the figures; a warning when the machine runs on battery."""
-    needed = run_storage(trainer, resumed)
     if not needed.fits:
         raise UserError(needed.refusal())
     if warning := health.power_warning():

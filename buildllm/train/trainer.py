@@ -199,9 +199,8 @@ class Trainer:
         """The last len(losses) steps' losses (averaged over processes) and whether any process asked to
         `stop`, in one collective and one sync; a non-finite loss stops every process at the first step
         it happened (read before each checkpoint: none holds a later step)."""
-        if not losses:
-            return [], distributed.any_rank(self.world, stop)
-        values, stop = distributed.mean_and_any(self.world, torch.stack(losses), stop)
+        stacked = torch.stack(losses) if losses else torch.zeros(0)
+        values, stop = distributed.mean_and_any(self.world, stacked, stop)
         for offset, value in enumerate(values):
             if not math.isfinite(value):
                 raise NonFiniteLoss(self.step_count - len(values) + offset + 1, value)
@@ -268,5 +267,5 @@ class Trainer:
         if not self.world.is_main:
             return 0.0, 0
         seconds, size, _ = checkpoint.save(self.directory, self.state(), self.config.train.keep_checkpoints)
-        self.log.add_save(seconds, size)
+        self.log.saves.append((seconds, size))
         return seconds, size

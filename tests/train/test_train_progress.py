@@ -101,7 +101,7 @@ def test_the_summary_and_metrics_carry_the_unigram_level(tokens, workdir, capsys
     import torch
 
     from buildllm.data.windows import Windows, load_tokens
-    from buildllm.train.unigram import unigram_loss
+    from buildllm.train.loop import unigram_loss
 
     assert main(train_args(tokens, workdir / "run")) == 0
     metrics = json.loads((workdir / "metrics" / "train.json").read_text())
