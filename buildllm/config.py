@@ -19,7 +19,15 @@ import yaml
 
 from buildllm import profiles
 from buildllm.errors import ConfigError
-from buildllm.knob import MODEL_COMMANDS, PLANNING_COMMANDS, TRAIN_COMMANDS, build, knob, leaf_knobs, set_dotted
+from buildllm.knob import (
+    MODEL_COMMANDS,
+    PLANNING_COMMANDS,
+    TRAIN_COMMANDS,
+    build,
+    knob,
+    leaf_knobs,
+    set_dotted,
+)
 
 ARCHITECTURES = ("classic", "modern")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -68,16 +76,37 @@ class TrainConfig:
         control=True,
         help="sequences per micro-batch; default: the profile's for the device",
     )
-    grad_accum: int = knob(1, minimum=1, flag=True, control=True, resume=True, help="micro-batches per optimizer step")
+    grad_accum: int = knob(
+        1,
+        minimum=1,
+        flag=True,
+        control=True,
+        resume=True,
+        help="micro-batches per optimizer step",
+    )
     epochs: int = knob(1, minimum=1, flag=True, control=True, resume=True, help="passes over the training examples")
     training_examples: int | None = knob(
-        8000, minimum=1, flag=True, control=True, help="training windows used; null: every window in the token file"
+        8000,
+        minimum=1,
+        flag=True,
+        control=True,
+        help="training windows used; null: every window in the token file",
     )
     validation_examples: int | None = knob(
-        100, minimum=1, flag=True, control=True, resume=True, help="validation windows used"
+        100,
+        minimum=1,
+        flag=True,
+        control=True,
+        resume=True,
+        help="validation windows used",
     )
     learning_rate: float | None = knob(
-        None, minimum=0.0, flag=True, metavar="LR", resume=True, help="peak learning rate; default: the profile's"
+        None,
+        minimum=0.0,
+        flag=True,
+        metavar="LR",
+        resume=True,
+        help="peak learning rate; default: the profile's",
     )
     min_learning_rate_ratio: float = knob(
         0.1, minimum=0.0, maximum=1.0, resume=True, help="the cosine schedule ends at this share of the peak"
@@ -111,7 +140,11 @@ class TrainConfig:
         commands=PLANNING_COMMANDS,
     )
     keep_checkpoints: int = knob(
-        2, minimum=1, flag=True, help="newest checkpoints kept on disk", commands=PLANNING_COMMANDS
+        2,
+        minimum=1,
+        flag=True,
+        help="newest checkpoints kept on disk",
+        commands=PLANNING_COMMANDS,
     )
     checkpoint_directory: str = knob(
         "checkpoints/run",
@@ -137,10 +170,18 @@ class TrainConfig:
     )
     gradient_checkpointing: bool = knob(False, flag=True, help="recompute activations in backward to save memory")
     train_tokens: str | None = knob(
-        None, flag=True, metavar="PATH", control=True, help="training token file; default: the tokenize stage's"
+        None,
+        flag=True,
+        metavar="PATH",
+        control=True,
+        help="training token file; default: the tokenize stage's",
     )
     validation_tokens: str | None = knob(
-        None, flag=True, metavar="PATH", control=True, help="validation token file; default: the tokenize stage's"
+        None,
+        flag=True,
+        metavar="PATH",
+        control=True,
+        help="validation token file; default: the tokenize stage's",
     )
     tokenizer: str | None = knob(
         None, flag=True, metavar="PATH", control=True, help="tokenizer JSON; default: the tokenize stage's"
@@ -202,7 +243,10 @@ class TuneConfig:
 @dataclass(frozen=True)
 class Config:
     device: str = knob(
-        "auto", flag=True, metavar=DEVICE_CHOICES.replace(", ", "|"), help=f"where to train; one of {DEVICE_CHOICES}"
+        "auto",
+        flag=True,
+        metavar=DEVICE_CHOICES.replace(", ", "|"),
+        help=f"where to train; one of {DEVICE_CHOICES}",
     )
     precision: str = knob("auto", choices=PRECISIONS, flag=True, help="compute precision")
     mps_fallback: bool = knob(
