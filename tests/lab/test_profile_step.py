@@ -51,8 +51,10 @@ def test_two_precisions_take_turns_and_the_table_gives_each_group_both_and_their
         if fp32 >= 5:  # the printed milliseconds are rounded to 0.1, the ratio to 0.01
             assert float(cells[4]) == pytest.approx(bf16 / fp32, rel=0.05, abs=0.005), (label, cells)
     assert sum(float(c[0]) for k, c in rows.items() if k != "total") == pytest.approx(total["fp32"], abs=0.1 * 11)
-    # Autocast casts the weights and activations to bf16: a cost fp32 does not have.
-    assert float(rows["casts (_to_copy)"][2]) > float(rows["casts (_to_copy)"][0])
+    # Autocast casts the weights and activations to bf16: the table shows that cost on the bf16 side.
+    # Not compared with fp32's own casts (its data's dtype moves): one profiled step of each, timed on a
+    # shared machine, ordered them either way (fp32 2.2 ms against bf16 0.5 ms once in the full suite).
+    assert float(rows["casts (_to_copy)"][2]) > 0
     assert out.count("top 3 operators") == 2
 
 
