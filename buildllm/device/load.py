@@ -122,6 +122,17 @@ def busy_line(m: dict) -> str:
     )
 
 
+def load_line(m: dict) -> str:
+    """A LoadWatch's figures in one line, busy or not (busy_line says how busy)."""
+    if m["busy_machine"]:
+        return busy_line(m)
+    window = f", {m['other_load_window']:.2f} over the measured steps" if "other_load_window" in m else ""
+    return (
+        f"machine not busy: other processes used {m['other_load_start']:.2f} cores at the start{window} and "
+        f"{m['other_load_end']:.2f} at the end"
+    )
+
+
 def busy_warning(metrics: dict) -> str | None:
     """One console line when a measurement was taken on a busy machine, else None."""
     if not metrics.get("busy_machine"):

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import Windows, windows_or_random
 from buildllm.device.device import processor_name
-from buildllm.device.load import LoadWatch, busy_line
+from buildllm.device.load import LoadWatch, load_line
 from buildllm.device.precision import fp32_only_reason, tunable_precisions
 from buildllm.measure.stats import compare, interleave
 from buildllm.measure.tune_budget import MIN_ROUNDS, NO_TIME, Budget, steps_per_turn
@@ -233,7 +233,7 @@ def tune(config: Config) -> dict:
 def summary(record: dict) -> str:
     lines = [
         f"tune {record['profile']} on {record['device']} ({record['processor']}, machine {record['machine_id']}): "
-        f"{record['seconds_taken']:.0f} s of {record['budget_seconds']:.0f} s, {load_text(record)}"
+        f"{record['seconds_taken']:.0f} s of {record['budget_seconds']:.0f} s, {load_line(record)}"
     ]
     for name, figure in record["precision"].items():
         if isinstance(figure, dict) and "ratio" in figure:
@@ -261,12 +261,3 @@ def summary(record: dict) -> str:
     lines += [f"  decision {name}: {reason}" for name, reason in record["decisions"].items()]
     lines += [f"  skipped to stay within tune.seconds: {what}" for what in record["skipped"]]
     return "\n".join(lines)
-
-
-def load_text(record: dict) -> str:
-    if record["busy_machine"]:
-        return busy_line(record)
-    return (
-        f"machine not busy: other processes used {record['other_load_start']:.2f} cores at the start, "
-        f"{record['other_load_window']:.2f} over the measurements and {record['other_load_end']:.2f} at the end"
-    )
