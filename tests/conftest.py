@@ -22,11 +22,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", ".dvc/config", ".dvcignore", ".gitignore", "buildllm"]
 
 
+# The files whose tests take a minute or more in CI (fresh clone, 2 cores, `--durations`), in the
+# order xdist should hand them out: the longest first, so the short files fill in around them at the
+# end instead of one worker finishing the run alone on a seven-minute test. The session's shared
+# pipelines (bounded_repro, default_run) are built by the first file of each group below; their other
+# users follow on the same worker's queue, so no worker sits waiting on another's lock.
+LONGEST_FIRST = [
+    "docs/test_readme.py",  # the walkthrough, about 7 minutes
+    "report/test_compare_e2e.py",  # builds bounded_repro (about 2 minutes), then its own lab
+    "report/test_run_card_e2e.py",  # bounded_repro's other users
+    "measure/test_benchmark_gpu_check.py",
+    "pipeline/test_machine_stage_e2e.py",
+    "pipeline/test_stage_deps_e2e.py",
+    "predict/test_dry_run.py",  # builds default_run
+    "pipeline/test_train_pipeline.py",
+    "measure/test_tune.py",
+    "pipeline/test_tune_stage.py",
+    "measure/test_batch_finder.py",
+    "verify/test_estimate_check.py",
+    "report/test_compare_paired.py",
+    "device/test_cuda.py",
+    "model/test_fused_loss.py",
+    "train/test_train.py",
+    "train/test_distributed.py",
+    "verify/test_mfu_check.py",
+]
+
+
+def pytest_configure(config) -> None:
+    # xdist's loadfile would otherwise hand out the files with the most tests first, whatever they cost.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items) -> None:
-    """The slow end-to-end tests first: under xdist (`-n auto`) the long ones start at once while
-    the short ones fill in around them, instead of one worker ending the session alone on a
-    seven-minute test. Within each part, the order stays as collected."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The files of LONGEST_FIRST in its order, then the other slow end-to-end tests, then the rest;
+    within each part the order stays as collected (xdist hands out whole files in this order)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def key(item) -> tuple:
+        name = Path(str(item.path)).relative_to(Path(__file__).parent).as_posix()
+        return (rank.get(name, len(rank)), item.get_closest_marker("slow") is None)
+
+    items.sort(key=key)
 
 
 def run_env() -> dict:

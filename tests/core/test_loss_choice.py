@@ -33,7 +33,11 @@ def gpu_141_gib(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: SimpleNamespace(total_memory=141 * GIB))
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda index=0: SimpleNamespace(name="NVIDIA H200", total_memory=141 * GIB, major=9, minor=0),
+    )
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (140 * GIB, 141 * GIB))
     monkeypatch.setattr(run_plan, "fused_adamw_support", lambda device: (True, f"fused AdamW builds on {device}"))
 
