@@ -151,18 +151,6 @@ def optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int
     return steps
 
 
-def epoch_batches(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0,
-                  rank: int = 0, world_size: int = 1):
-    """Yield (batch_index, inputs, targets) for one epoch from `start_batch` on.
-
-    With several processes each global batch of batch_size * world_size examples is split so that
-    rank r takes its own slice: the processes together see what one process would with the larger batch.
-    """
-    batches = EpochBatches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
-    for position in range(len(batches)):
-        yield batches[position]
-
-
 class EpochBatches(torch.utils.data.Dataset):
     """The batches of one epoch from `start_batch` on, as a dataset: item i is batch start_batch + i.
 
@@ -232,8 +220,7 @@ def loader(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch
     """
     batches = RunBatches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
     if workers <= 0:
-        for position in range(len(batches)):
-            yield batches[position]
+        yield from batches  # a dataset iterates through its items until IndexError
         return
     # batch_size=None: the dataset's items already are batches, passed through unchanged.
     data_loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False, num_workers=workers,

@@ -58,8 +58,7 @@ class RunPlan:
     training_examples: int | None = None  # None: unknown before the token file exists
     planned_steps: int | None = None
     compile: CompileDecision = CompileDecision(False, "not planned")
-    fused_adamw: bool = False
-    fused_adamw_reason: str = "not planned"
+    fused_adamw: bool = False  # its reason: decisions["fused_adamw"]
     decisions: dict = field(default_factory=dict)
     tuned_here: bool = False  # a tune record of this machine, profile, shape and batch decided the auto knobs
     loss: LossDecision = LossDecision(1, 1, "not planned")
@@ -132,7 +131,6 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         steps,
         compiled,
         fused,
-        decisions["fused_adamw"],
         decisions,
         tuned_here=record is not None,
         loss=loss,
@@ -210,7 +208,7 @@ def facts(plan: RunPlan) -> dict:
         "tensor_cores_enabled": p.tensor_cores_enabled,
         "grad_scaler": p.grad_scaler,
         "fused_adamw": plan.fused_adamw,
-        "fused_adamw_reason": plan.fused_adamw_reason,
+        "fused_adamw_reason": plan.decisions["fused_adamw"],
         "parameters": plan.parameters,
         "n_layer": m.n_layer,
         "n_head": m.n_head,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from buildllm.data.tokenization import token_dtype
-from buildllm.data.windows import (EpochBatches, Windows, epoch_batches, epoch_order, load_tokens, loader,
+from buildllm.data.windows import (EpochBatches, Windows, epoch_order, load_tokens, loader,
                                    sequential_batches)
 from buildllm.errors import UserError
 from buildllm.train.distributed import World
@@ -78,16 +78,16 @@ def test_epoch_order_depends_only_on_seed_and_epoch():
 
 def test_a_resumed_epoch_continues_with_the_same_batches():
     windows = Windows(torch.arange(400), sequence_length=7)
-    full = list(epoch_batches(windows, batch_size=4, seed=3, epoch=2))
-    resumed = list(epoch_batches(windows, batch_size=4, seed=3, epoch=2, start_batch=5))
+    full = list(EpochBatches(windows, batch_size=4, seed=3, epoch=2))
+    resumed = list(EpochBatches(windows, batch_size=4, seed=3, epoch=2, start_batch=5))
     assert [b[0] for b in resumed] == list(range(5, len(full)))
     assert all(torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(full[5:], resumed))
 
 
 def test_ranks_together_see_what_one_process_sees_with_the_larger_batch():
     windows = Windows(torch.arange(400), sequence_length=7)
-    single = list(epoch_batches(windows, batch_size=6, seed=0, epoch=0))
-    ranks = [list(epoch_batches(windows, batch_size=3, seed=0, epoch=0, rank=r, world_size=2)) for r in (0, 1)]
+    single = list(EpochBatches(windows, batch_size=6, seed=0, epoch=0))
+    ranks = [list(EpochBatches(windows, batch_size=3, seed=0, epoch=0, rank=r, world_size=2)) for r in (0, 1)]
     for one, (left, right) in zip(single, zip(*ranks)):
         assert torch.equal(one[1], torch.cat([left[1], right[1]]))
 
@@ -99,7 +99,7 @@ def test_loader_with_workers_gives_the_same_batches_in_the_same_order_across_epo
     plain = list(itertools.islice(loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3), count))
     workers = list(itertools.islice(
         loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3, workers=2, pin_memory=True), count))
-    expected = [(e, i, x, y) for e in (1, 2, 3) for i, x, y in epoch_batches(windows, 8, 5, e, 3 if e == 1 else 0)]
+    expected = [(e, i, x, y) for e in (1, 2, 3) for i, x, y in EpochBatches(windows, 8, 5, e, 3 if e == 1 else 0)]
     for (e, i, x, y), (f, j, u, v), (g, k, s, t) in zip(plain, workers, expected[:count], strict=True):
         assert e == f == g and i == j == k and isinstance(j, int) and isinstance(f, int)
         assert torch.equal(x, u) and torch.equal(x, s) and torch.equal(y, v) and torch.equal(y, t)
