@@ -94,11 +94,9 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     # torchrun says how many processes share the run; each takes batch_size of every global batch.
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     examples = training_examples if training_examples is not None else count_training_examples(config, model)
-    steps = (
-        None
-        if examples is None
-        else planned_steps(batches_per_epoch(examples, batch_size * processes), t.epochs, t.grad_accum)
-    )
+    steps = None  # unknown without a token file or a cap on the examples
+    if examples is not None:
+        steps = planned_steps(batches_per_epoch(examples, batch_size * processes), t.epochs, t.grad_accum)
     # This machine's tune figures for this profile, device, shape and batch (or why there are none),
     # read in one place; the measured rules of threads, precision, compile and the loss decide from them.
     record, why_not = tuned.lookup(
