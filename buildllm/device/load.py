@@ -108,28 +108,24 @@ class LoadWatch:
             "busy_machine": busy,
         }
         if busy:
-            figures["busy_machine_reason"] = busy_line(figures)
+            figures["busy_machine_reason"] = load_line(figures)
         return figures
 
 
-def busy_line(m: dict) -> str:
-    window = f", {m['other_load_window']:.2f} over the measured steps" if "other_load_window" in m else ""
-    return (
-        f"busy machine: other processes used {m['other_load_start']:.2f} cores at the start{window} and "
-        f"{m['other_load_end']:.2f} at the end, of the {m['cores_available']} this run may use "
-        f"({m['cores_used']} for it): up to {m['contended_share']:.0%} of its cores were taken, over "
-        f"{BUSY_SHARE:.0%}. These figures are slower than this machine can do; rerun when it is idle."
-    )
-
-
 def load_line(m: dict) -> str:
-    """A LoadWatch's figures in one line, busy or not (busy_line says how busy)."""
-    if m["busy_machine"]:
-        return busy_line(m)
+    """A LoadWatch's figures in one line, busy or not; a busy one says how busy, and what to do."""
     window = f", {m['other_load_window']:.2f} over the measured steps" if "other_load_window" in m else ""
-    return (
-        f"machine not busy: other processes used {m['other_load_start']:.2f} cores at the start{window} and "
+    verdict = "busy machine" if m["busy_machine"] else "machine not busy"
+    line = (
+        f"{verdict}: other processes used {m['other_load_start']:.2f} cores at the start{window} and "
         f"{m['other_load_end']:.2f} at the end"
+    )
+    if not m["busy_machine"]:
+        return line
+    return (
+        f"{line}, of the {m['cores_available']} this run may use ({m['cores_used']} for it): up to "
+        f"{m['contended_share']:.0%} of its cores were taken, over {BUSY_SHARE:.0%}. These figures are slower "
+        "than this machine can do; rerun when it is idle."
     )
 
 
@@ -137,7 +133,7 @@ def busy_warning(metrics: dict) -> str | None:
     """One console line when a measurement was taken on a busy machine, else None."""
     if not metrics.get("busy_machine"):
         return None
-    return "warning: " + busy_line(metrics)
+    return "warning: " + load_line(metrics)
 
 
 class LoadSampler:

@@ -12,9 +12,8 @@ import torch
 
 from buildllm.device import cpu_bf16
 from buildllm.device.device import Device
+from buildllm.device.peak_flops import DTYPES
 from buildllm.errors import DeviceUnavailable
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)

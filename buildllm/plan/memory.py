@@ -36,7 +36,6 @@ class WontFit(UserError):
 class MemoryFit:
     verdict: str  # fits | tight | does_not_fit | unknown
     estimate_bytes: int  # the estimate's total for every process that shares this memory
-    estimate_high_bytes: int  # the top of its stated range
     free_bytes: int  # free now for this run (0: unknown)
     usable_bytes: int  # free less the safety margin
     largest_batch_size: int  # the largest batch whose estimate fits in usable_bytes (0: not even 1)
@@ -58,7 +57,7 @@ class MemoryFit:
         }
 
 
-NOT_DECIDED = MemoryFit(UNKNOWN, 0, 0, 0, 0, 0, "not decided")
+NOT_DECIDED = MemoryFit(UNKNOWN, 0, 0, 0, 0, "not decided")
 
 
 def decide_memory(plan) -> MemoryFit:
@@ -66,7 +65,7 @@ def decide_memory(plan) -> MemoryFit:
     estimate = plan_memory(plan)
     free, source = plan.device.free_memory()
     if free is None:
-        return MemoryFit(UNKNOWN, estimate.total, estimate.high, 0, 0, 0, f"not checked: {source}")
+        return MemoryFit(UNKNOWN, estimate.total, 0, 0, 0, f"not checked: {source}")
     margin = plan.config.benchmark.safety_margin
     # torchrun's CPU processes on one machine share its memory; each GPU process has its own device.
     sharing = plan.processes if plan.device.host_memory else 1
@@ -93,7 +92,7 @@ def decide_memory(plan) -> MemoryFit:
         verdict, reason = TIGHT, f"may not fit: {figures}; the estimate's range reaches past the free memory"
     else:
         verdict, reason = FITS, f"fits: {figures}"
-    return MemoryFit(verdict, total, high, free, usable, largest, reason)
+    return MemoryFit(verdict, total, free, usable, largest, reason)
 
 
 def suggestion(fit: MemoryFit) -> str:

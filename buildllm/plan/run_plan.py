@@ -58,8 +58,7 @@ class RunPlan:
     training_examples: int | None = None  # None: unknown before the token file exists
     planned_steps: int | None = None
     compile: CompileDecision = CompileDecision(False, "not planned")
-    fused_adamw: bool = False
-    fused_adamw_reason: str = "not planned"
+    fused_adamw: bool = False  # its reason: decisions["fused_adamw"]
     decisions: dict = field(default_factory=dict)
     tuned_here: bool = False  # a tune record of this machine, profile, shape and batch decided the auto knobs
     loss: LossDecision = LossDecision(1, 1, "not planned")
@@ -95,11 +94,9 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     # torchrun says how many processes share the run; each takes batch_size of every global batch.
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     examples = training_examples if training_examples is not None else count_training_examples(config, model)
-    steps = (
-        None
-        if examples is None
-        else planned_steps(batches_per_epoch(examples, batch_size * processes), t.epochs, t.grad_accum)
-    )
+    steps = None  # unknown without a token file or a cap on the examples
+    if examples is not None:
+        steps = planned_steps(batches_per_epoch(examples, batch_size * processes), t.epochs, t.grad_accum)
     # This machine's tune figures for this profile, device, shape and batch (or why there are none),
     # read in one place; the measured rules of threads, precision, compile and the loss decide from them.
     record, why_not = tuned.lookup(
@@ -132,7 +129,6 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         steps,
         compiled,
         fused,
-        decisions["fused_adamw"],
         decisions,
         tuned_here=record is not None,
         loss=loss,
@@ -210,13 +206,9 @@ def facts(plan: RunPlan) -> dict:
         "tensor_cores_enabled": p.tensor_cores_enabled,
         "grad_scaler": p.grad_scaler,
         "fused_adamw": plan.fused_adamw,
-        "fused_adamw_reason": plan.fused_adamw_reason,
+        "fused_adamw_reason": plan.decisions["fused_adamw"],
         "parameters": plan.parameters,
-        "n_layer": m.n_layer,
-        "n_head": m.n_head,
-        "n_embd": m.n_embd,
-        "vocab_size": m.vocab_size,
-        "sequence_length": m.sequence_length,
+        **{name: getattr(m, name) for name in ("n_layer", "n_head", "n_embd", "vocab_size", "sequence_length")},
         "batch_size": plan.batch_size,
         "grad_accum": plan.config.train.grad_accum,
         "tokens_per_step": plan.tokens_per_step,

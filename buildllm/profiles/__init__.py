@@ -28,7 +28,6 @@ class RuntimeDefaults:
 @dataclass(frozen=True)
 class Profile:
     name: str
-    description: str
     model: GPTConfig
     cpu: RuntimeDefaults
     gpu: RuntimeDefaults
@@ -53,12 +52,11 @@ def _files() -> dict:
 
 
 @cache
-def _data(name: str) -> tuple[dict, str]:
+def _data(name: str) -> dict:
     path = _files().get(name)
     if path is None:
         raise ValueError(f"no profile {name!r}; known: {', '.join(available_profiles())}")
-    text = path.read_text()
-    return yaml.safe_load(text), text.splitlines()[0].lstrip("# ")
+    return yaml.safe_load(path.read_text())
 
 
 def available_profiles() -> list[str]:
@@ -66,10 +64,9 @@ def available_profiles() -> list[str]:
 
 
 def load_profile(name: str) -> Profile:
-    data, first_line = _data(name)
+    data = _data(name)
     return Profile(
         name=data["name"],
-        description=first_line,
         model=GPTConfig(**data["model"]),
         cpu=RuntimeDefaults(**data["runtime"]["cpu"]),
         gpu=RuntimeDefaults(**data["runtime"]["gpu"]),
@@ -80,7 +77,7 @@ def load_profile(name: str) -> Profile:
 @cache
 def iterations() -> dict[int, str]:
     """{iteration: profile name} for the course's iterations."""
-    found = {int(_data(name)[0]["iteration"]): name for name in _files() if _data(name)[0].get("iteration") is not None}
+    found = {int(_data(name)["iteration"]): name for name in _files() if _data(name).get("iteration") is not None}
     return dict(sorted(found.items()))
 
 
@@ -90,7 +87,7 @@ def presets() -> tuple[str, ...]:
     serve = set(iterations().values())
 
     def size(name: str) -> int:
-        model = _data(name)[0]["model"]
+        model = _data(name)["model"]
         return model["n_layer"] * model["n_embd"] ** 2
 
     return tuple(sorted((name for name in _files() if name not in serve), key=size))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from buildllm.data.tokenization import token_dtype
-from buildllm.data.windows import (EpochBatches, Windows, epoch_batches, epoch_order, load_tokens, loader,
+from buildllm.data.windows import (RunBatches, Windows, epoch_order, load_tokens, loader,
                                    sequential_batches)
 from buildllm.errors import UserError
 from buildllm.train.distributed import World
@@ -78,18 +78,20 @@ def test_epoch_order_depends_only_on_seed_and_epoch():
 
 def test_a_resumed_epoch_continues_with_the_same_batches():
     windows = Windows(torch.arange(400), sequence_length=7)
-    full = list(epoch_batches(windows, batch_size=4, seed=3, epoch=2))
-    resumed = list(epoch_batches(windows, batch_size=4, seed=3, epoch=2, start_batch=5))
-    assert [b[0] for b in resumed] == list(range(5, len(full)))
-    assert all(torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(full[5:], resumed))
+    per_epoch = len(windows) // 4
+    full = list(itertools.islice(RunBatches(windows, batch_size=4, seed=3, epoch=2), per_epoch + 3))
+    resumed = list(itertools.islice(RunBatches(windows, batch_size=4, seed=3, epoch=2, start_batch=5), per_epoch - 2))
+    assert [b[:2] for b in resumed] == [(2, i) for i in range(5, per_epoch)] + [(3, 0), (3, 1), (3, 2)]
+    assert all(torch.equal(a[2], b[2]) and torch.equal(a[3], b[3]) for a, b in zip(full[5:], resumed, strict=True))
 
 
 def test_ranks_together_see_what_one_process_sees_with_the_larger_batch():
     windows = Windows(torch.arange(400), sequence_length=7)
-    single = list(epoch_batches(windows, batch_size=6, seed=0, epoch=0))
-    ranks = [list(epoch_batches(windows, batch_size=3, seed=0, epoch=0, rank=r, world_size=2)) for r in (0, 1)]
+    single = list(itertools.islice(RunBatches(windows, batch_size=6, seed=0, epoch=0), 20))  # two epochs and more
+    ranks = [list(itertools.islice(RunBatches(windows, batch_size=3, seed=0, epoch=0, rank=r, world_size=2), 20))
+             for r in (0, 1)]
     for one, (left, right) in zip(single, zip(*ranks)):
-        assert torch.equal(one[1], torch.cat([left[1], right[1]]))
+        assert one[:2] == left[:2] == right[:2] and torch.equal(one[2], torch.cat([left[2], right[2]]))
 
 
 def test_loader_with_workers_gives_the_same_batches_in_the_same_order_across_epochs():
@@ -99,7 +101,9 @@ def test_loader_with_workers_gives_the_same_batches_in_the_same_order_across_epo
     plain = list(itertools.islice(loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3), count))
     workers = list(itertools.islice(
         loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3, workers=2, pin_memory=True), count))
-    expected = [(e, i, x, y) for e in (1, 2, 3) for i, x, y in epoch_batches(windows, 8, 5, e, 3 if e == 1 else 0)]
+    # The reference, from the epochs' orders alone: 8 examples of each epoch's permutation per batch.
+    expected = [(e, i, *windows.batch(epoch_order(len(windows), 5, e)[i * 8:(i + 1) * 8]))
+                for e in (1, 2, 3) for i in range(3 if e == 1 else 0, per_epoch)]
     for (e, i, x, y), (f, j, u, v), (g, k, s, t) in zip(plain, workers, expected[:count], strict=True):
         assert e == f == g and i == j == k and isinstance(j, int) and isinstance(f, int)
         assert torch.equal(x, u) and torch.equal(x, s) and torch.equal(y, v) and torch.equal(y, t)
@@ -124,11 +128,12 @@ def test_workers_start_once_for_a_run_of_several_epochs(monkeypatch):
     assert made == [2] and cursor.state()["epoch"] == 3 and cursor.state()["batch"] == 1
 
 
-def test_epoch_batches_dataset_refuses_positions_past_its_end():
-    batches = EpochBatches(Windows(torch.arange(100), 9), batch_size=2, seed=0, epoch=0, start_batch=4)
-    assert len(batches) == 1
-    with pytest.raises(IndexError):
-        batches[1]
+def test_run_batches_dataset_refuses_positions_past_its_end():
+    batches = RunBatches(Windows(torch.arange(100), 9), batch_size=2, seed=0, epoch=0, start_batch=4)
+    assert len(batches) == RunBatches.EPOCHS * 5 and batches[1][:2] == (1, 0)  # batch 4 of 5, then the next epoch
+    for outside in (-1, len(batches)):
+        with pytest.raises(IndexError):
+            batches[outside]
 
 
 def test_sequential_batches_cover_every_validation_example_once():

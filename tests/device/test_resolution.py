@@ -7,6 +7,7 @@ import torch
 from buildllm.cli import main
 from buildllm.device import available as runtime
 from buildllm.device import cpu_bf16
+from buildllm.device import device as device_module
 from buildllm.device import precision as precision_mod
 from buildllm.device.device import Device
 from buildllm.device.precision import tunable_precisions
@@ -233,3 +234,10 @@ def test_the_environment_record_describes_the_device_it_is_given():
 
     info = environment(Device("cpu", "cpu", "cpu", "chosen upstream"))
     assert info["resolved_device"] == "cpu" and info["device_reason"] == "chosen upstream"
+
+
+def test_host_free_memory_reads_no_ulimit_where_there_is_no_resource_module(monkeypatch):
+    """Windows has no `resource` module: the host's available memory (and a cgroup's) answer alone."""
+    monkeypatch.setattr(device_module, "resource", None)
+    free, source = device_module.host_free_memory()
+    assert free > 0 and "ulimit" not in source
