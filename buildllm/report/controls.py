@@ -49,45 +49,27 @@ MUST_AGREE = {
 
 def check_runs(experiments: list) -> tuple[list, list]:
     """Keep runs whose metrics are their own; say in one line why each other one is left out."""
-    kept, excluded = [], []
-    for exp in experiments:
-        if exp.state == "failed":
-            code = f" (exit code {exp.returncode})" if exp.returncode is not None else ""
-            log = f"; its log: {exp.log}" if exp.log else ""
-            excluded.append(
-                (
-                    exp.name,
-                    f"the run failed{code}, so the metrics `dvc exp show` lists for it are its "
-                    f"baseline's, not its own; none of its numbers are reported{log}",
-                )
-            )
-            continue
-        if exp.state in ("queued", "running"):
-            excluded.append((exp.name, f"the run is {exp.state}, not finished; `dvc queue status` shows progress"))
-            continue
-        if not exp.metrics:
-            why = (
-                "every metrics file in it is its baseline's: no stage ran in it"
-                if exp.carried
-                else "it records no metrics (" + ", ".join(metrics_path(s).as_posix() for s in PIPELINE) + ")"
-            )
-            excluded.append((exp.name, why + "; run its stages, e.g. `dvc exp run ... benchmark estimate`"))
-            continue
-        conflict = _contradiction(exp)
-        if conflict:
-            excluded.append(
-                (
-                    exp.name,
-                    f"{conflict}, so these metrics are not this experiment's (a failed or stale "
-                    f"run); rerun it with `{exp.command}`",
-                )
-            )
-            continue
-        kept.append(exp)
-    return kept, excluded
+    reasons = [(exp, _not_its_own(exp)) for exp in experiments]
+    return [exp for exp, why in reasons if why is None], [(exp.name, why) for exp, why in reasons if why is not None]
 
 
-def _contradiction(exp: Experiment) -> str | None:
+def _not_its_own(exp: Experiment) -> str | None:
+    if exp.state == "failed":
+        code = f" (exit code {exp.returncode})" if exp.returncode is not None else ""
+        log = f"; its log: {exp.log}" if exp.log else ""
+        return (
+            f"the run failed{code}, so the metrics `dvc exp show` lists for it are its "
+            f"baseline's, not its own; none of its numbers are reported{log}"
+        )
+    if exp.state in ("queued", "running"):
+        return f"the run is {exp.state}, not finished; `dvc queue status` shows progress"
+    if not exp.metrics:
+        why = (
+            "every metrics file in it is its baseline's: no stage ran in it"
+            if exp.carried
+            else "it records no metrics (" + ", ".join(metrics_path(s).as_posix() for s in PIPELINE) + ")"
+        )
+        return why + "; run its stages, e.g. `dvc exp run ... benchmark estimate`"
     for param, key in MUST_AGREE.items():
         wanted = exp.params.get(param)
         if wanted is None or wanted == "auto":
@@ -98,7 +80,11 @@ def _contradiction(exp: Experiment) -> str | None:
                 continue
             same = (str(got).split(":")[0] == str(wanted).split(":")[0]) if key == "device" else _same(got, wanted)
             if not same:
-                return f"{metrics_path(stage).as_posix()} says {key} {got} but its params ask for {param}={wanted}"
+                return (
+                    f"{metrics_path(stage).as_posix()} says {key} {got} but its params ask for {param}={wanted}, "
+                    f"so these metrics are not this experiment's (a failed or stale run); rerun it with "
+                    f"`{exp.command}`"
+                )
     return None
 
 
