@@ -359,10 +359,6 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
     return blocks
 
 
-def markdown(c: Comparison, out: Path) -> str:
-    return to_markdown(sections(c, out, b""))
-
-
 def write_report(c: Comparison, out: Path) -> list:
     """Write the five files next to each other; return their paths."""
     out = out.with_suffix("") if out.suffix in (".md", ".csv", ".png", ".html") else out
