@@ -69,15 +69,12 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
     )
     pip("wheel", "-q", "--no-deps", "-w", str(building), ANTLR)
     platform_flags = [flag for p in [*platforms, "any"] for flag in ("--platform", p)]
+    target = ["--python-version", python_version, "--implementation", "cp", *platform_flags]
     pip(
         "download",
         "-q",
         "--only-binary=:all:",
-        "--python-version",
-        python_version,
-        "--implementation",
-        "cp",
-        *platform_flags,
+        *target,
         "--find-links",
         str(building),
         "-d",

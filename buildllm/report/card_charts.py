@@ -76,10 +76,10 @@ def _frame(ax, title: str) -> None:
     ax.grid(alpha=0.25)
 
 
-def _legend(ax, columns: int = 2) -> None:
+def _legend(ax) -> None:
     """Below the plot: the charts sit two to a row on the page, so there is no room beside them."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=columns, frameon=False)
+        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
 
 
 def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
