@@ -132,8 +132,7 @@ def controls_table(experiments: list, vary: list) -> tuple[pd.DataFrame, list]:
     for key in VARIABLES:
         add(key, "params", [e.params.get(key) for e in experiments], params_known)
         add(key, "resolved", [e.metric(key) for e in experiments])
-    keys = list(dict.fromkeys(k for e in experiments for k in e.params))
-    for key in keys:
+    for key in dict.fromkeys(k for e in experiments for k in e.params):
         if key not in VARIABLES:
             add(key, "params", [e.params.get(key) for e in experiments], params_known)
     for key in RESOLVED:

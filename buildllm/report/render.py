@@ -188,18 +188,13 @@ def per_token_cells(c: Comparison, losses) -> list:
 
 
 def time_to_target_cells(c: Comparison) -> list:
-    cells = []
-    for exp in c.experiments:
-        rows = c.curves.get(exp.name) or []
+    def cell(rows: list) -> str:
+        if not rows or c.target_loss is None:
+            return NOT_RECORDED
         reached = time_to(rows, c.target_loss, c.loss_key)
-        cells.append(
-            NOT_RECORDED
-            if not rows or c.target_loss is None
-            else "not reached"
-            if reached is None
-            else f"{duration(reached[0])} (step {reached[1]:,})"
-        )
-    return cells
+        return "not reached" if reached is None else f"{duration(reached[0])} (step {reached[1]:,})"
+
+    return [cell(c.curves.get(e.name) or []) for e in c.experiments]
 
 
 def interval_note(c: Comparison) -> str:
