@@ -1,7 +1,5 @@
-"""The controls check of `buildllm compare` (the course's rule is quoted in buildllm/report/compare.py):
-which runs count, and whether they differ only where they are meant to. Every param and every
-resolved setting is compared across the experiments; a run that failed, or whose metrics
-contradict its own params, is set aside with its reason."""
+"""The controls check of `buildllm compare` (the course's rule and what follows from it: compare.py's
+docstring): which runs count, and whether they differ only where they are meant to."""
 
 from __future__ import annotations
 

@@ -154,7 +154,7 @@ def results_rows(c: Comparison) -> list:
         ("peak memory", cells(f, size, "peak_memory_bytes")),
         (
             "peak memory method",
-            cells(f, lambda v: str(v) if v and not _missing(v) else NOT_RECORDED, "benchmark:peak_memory_method"),
+            cells(f, recorded(lambda v: str(v) if v else NOT_RECORDED), "benchmark:peak_memory_method"),
         ),
         ("checkpoint save", cells(f, duration, "checkpoint_save_seconds")),
         ("checkpoint size", cells(f, size, "checkpoint_bytes")),
