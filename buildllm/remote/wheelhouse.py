@@ -20,7 +20,6 @@ from importlib import metadata
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
 
 from buildllm.errors import UserError
 
@@ -31,11 +30,6 @@ GPU_MACHINE_HAS = (
     "torch triton tokenizers numpy pandas pyyaml psutil tqdm matplotlib pytest pytest-xdist requests rich jinja2 "
     "networkx sympy filelock fsspec aiohttp pygments"
 ).split()
-
-
-def wheel_name(path: Path) -> tuple[str, Version]:
-    name, version, _, _ = parse_wheel_filename(path.name)
-    return name, version
 
 
 def default_dvc() -> str:
@@ -75,15 +69,12 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
     )
     pip("wheel", "-q", "--no-deps", "-w", str(building), ANTLR)
     platform_flags = [flag for p in [*platforms, "any"] for flag in ("--platform", p)]
+    target = ["--python-version", python_version, "--implementation", "cp", *platform_flags]
     pip(
         "download",
         "-q",
         "--only-binary=:all:",
-        "--python-version",
-        python_version,
-        "--implementation",
-        "cp",
-        *platform_flags,
+        *target,
         "--find-links",
         str(building),
         "-d",
@@ -94,7 +85,7 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
     left_out, by_name = [], {}
     skip = {canonicalize_name(n) for n in has}
     for wheel in wheels:
-        name, version = wheel_name(wheel)
+        name, version, _, _ = parse_wheel_filename(wheel.name)
         if name in skip and name != "dvc":
             left_out.append(wheel.name)
             wheel.unlink()

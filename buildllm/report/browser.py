@@ -53,11 +53,7 @@ window.addEventListener('load', () => {
 
 
 def chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "chrome"))), None)
 
 
 def run_chromium(browser: str, args: list, profile: Path, timeout: float = 120) -> subprocess.CompletedProcess:

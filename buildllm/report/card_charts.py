@@ -43,9 +43,9 @@ STEP_COLORS = ["#C44E52", "#DD8452", "#4C72B0", "#55A868", "#8172B3", "#937860"]
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 
 
-def _png(fig) -> bytes:
+def png(fig, dpi: int = 100) -> bytes:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
+    fig.savefig(buffer, format="png", dpi=dpi)
     plt.close(fig)
     return buffer.getvalue()
 
@@ -76,10 +76,10 @@ def _frame(ax, title: str) -> None:
     ax.grid(alpha=0.25)
 
 
-def _legend(ax, columns: int = 2) -> None:
+def _legend(ax) -> None:
     """Below the plot: the charts sit two to a row on the page, so there is no room beside them."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=columns, frameon=False)
+        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
 
 
 def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
@@ -126,7 +126,7 @@ def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
     ax.set_ylabel(f"memory ({unit})")
     ax.set_ylim(0, (top or 1.0) * 1.18)
     _legend(ax)
-    return _png(fig)
+    return png(fig)
 
 
 def step_chart(benchmark: dict) -> bytes:
@@ -139,7 +139,7 @@ def step_chart(benchmark: dict) -> bytes:
     if any(s is None for s in seconds):
         say(ax, NOT_RECORDED + " (metrics/benchmark.json has no step breakdown)")
         ax.set_xticks([])
-        return _png(fig)
+        return png(fig)
     total, left = sum(seconds) * 1000, 0.0
     for (_, label), value, color in zip(STEP_PARTS, seconds, STEP_COLORS):
         ms = value * 1000
@@ -149,7 +149,7 @@ def step_chart(benchmark: dict) -> bytes:
     ax.set_xlim(0, total * 1.02)
     ax.set_ylim(-0.4, 0.6)
     _legend(ax)
-    return _png(fig)
+    return png(fig)
 
 
 def estimate_chart(estimate: dict, measured: float | None, measured_label: str) -> bytes:
@@ -176,7 +176,7 @@ def estimate_chart(estimate: dict, measured: float | None, measured_label: str) 
     ax.set_xlim(0, max(v for v in (point, high, measured, 1.0) if v is not None) / scale * 1.1)
     ax.set_ylim(-0.5, 1.6)
     _legend(ax)
-    return _png(fig)
+    return png(fig)
 
 
 def loss_chart(rows: list, unigram: float | None, vocab_size: int | None) -> bytes:
@@ -204,13 +204,13 @@ def loss_chart(rows: list, unigram: float | None, vocab_size: int | None) -> byt
             label=f"unigram level (token frequencies, no context): {unigram:.2f}",
         )
     _legend(ax)
-    return _png(fig)
+    return png(fig)
 
 
 def composed_page(title: str, lines: list, charts: list) -> bytes:
     """The card drawn by matplotlib alone (no Chromium here): its title and key lines over its charts,
     two to a row."""
-    images = [plt.imread(io.BytesIO(png), format="png") for png in charts]
+    images = [plt.imread(io.BytesIO(chart), format="png") for chart in charts]
     rows = math.ceil(len(images) / 2)
     head = 0.8 + 0.26 * len(lines)
     fig = plt.figure(figsize=(13, head + 4.6 * rows))
@@ -234,4 +234,4 @@ def composed_page(title: str, lines: list, charts: list) -> bytes:
         ax = fig.add_subplot(grid[1 + i // 2, i % 2])
         ax.imshow(img)
         ax.axis("off")
-    return _png(fig)
+    return png(fig)

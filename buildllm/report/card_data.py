@@ -85,15 +85,7 @@ def read_card(name: str = "workspace", rev: str = "workspace", source: str = "dv
     sample = files.json(SAMPLE_PATH) if trained else None
     if not trained:
         absent[JSON_LOG_PATH.as_posix()] = absent[SAMPLE_PATH.as_posix()] = "its baseline's, with train"
-    return CardData(
-        name=name,
-        rev=rev,
-        records=records,
-        notes=notes,
-        rows=rows,
-        sample=sample if isinstance(sample, dict) else None,
-        absent=absent,
-    )
+    return CardData(name, rev, records, notes, rows, sample if isinstance(sample, dict) else None, absent)
 
 
 def read_named(name: str) -> CardData:

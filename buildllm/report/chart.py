@@ -12,15 +12,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt  # the Agg backend: card_charts selects it
+import pandas as pd
 
-matplotlib.use("Agg")  # files only; no display on CI or over SSH
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from buildllm.atomic import atomic_path  # noqa: E402
-from buildllm.report.card_charts import COLORS, NOT_RECORDED, STEP_COLORS, STEP_PARTS, say, seconds_unit  # noqa: E402
-from buildllm.report.compare import Comparison  # noqa: E402
+from buildllm.atomic import atomic_write
+from buildllm.report.card_charts import COLORS, NOT_RECORDED, STEP_COLORS, STEP_PARTS, png, say, seconds_unit
+from buildllm.report.compare import Comparison
 
 
 def _col(frame: pd.DataFrame, name: str) -> pd.Series:
@@ -141,7 +138,5 @@ def write_chart(c: Comparison, path: Path) -> Path:
         ax.set_ylim(0, top * 1.25)
         ax.set_xticks(range(len(names)), names, rotation=15 if len(names) > 3 else 0, fontsize=9)
     fig.suptitle("Device comparison: " + " vs ".join(names), fontsize=13)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    atomic_write(path, lambda tmp: tmp.write_bytes(png(fig, dpi=110)))
     return path

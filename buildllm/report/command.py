@@ -7,18 +7,11 @@ import json
 from pathlib import Path
 
 from buildllm.errors import UserError
-from buildllm.report.compare import Comparison, compare
+from buildllm.report.compare import compare
 from buildllm.report.render import write_report
 
 
-def run_compare(
-    names: list,
-    out: str,
-    allow_different: bool = False,
-    vary: list | None = None,
-    paired: bool = False,
-    rounds: int | None = None,
-) -> Comparison:
+def run_compare(names: list, out: str, allow_different: bool, vary: list | None, paired: bool, rounds: int | None):
     if rounds is not None and not paired:
         raise UserError(f"--rounds {rounds} applies to --paired only; add --paired to re-measure the benchmarks here")
     rounds = 6 if rounds is None else rounds
@@ -42,4 +35,3 @@ def run_compare(
     paths = write_report(comparison, Path(out))
     print(comparison.verdict)
     print("report written: " + ", ".join(str(p) for p in paths))
-    return comparison

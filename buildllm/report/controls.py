@@ -1,7 +1,5 @@
-"""The controls check of `buildllm compare` (the course's rule is quoted in buildllm/report/compare.py):
-which runs count, and whether they differ only where they are meant to. Every param and every
-resolved setting is compared across the experiments; a run that failed, or whose metrics
-contradict its own params, is set aside with its reason."""
+"""The controls check of `buildllm compare` (the course's rule and what follows from it: compare.py's
+docstring): which runs count, and whether they differ only where they are meant to."""
 
 from __future__ import annotations
 
@@ -49,45 +47,27 @@ MUST_AGREE = {
 
 def check_runs(experiments: list) -> tuple[list, list]:
     """Keep runs whose metrics are their own; say in one line why each other one is left out."""
-    kept, excluded = [], []
-    for exp in experiments:
-        if exp.state == "failed":
-            code = f" (exit code {exp.returncode})" if exp.returncode is not None else ""
-            log = f"; its log: {exp.log}" if exp.log else ""
-            excluded.append(
-                (
-                    exp.name,
-                    f"the run failed{code}, so the metrics `dvc exp show` lists for it are its "
-                    f"baseline's, not its own; none of its numbers are reported{log}",
-                )
-            )
-            continue
-        if exp.state in ("queued", "running"):
-            excluded.append((exp.name, f"the run is {exp.state}, not finished; `dvc queue status` shows progress"))
-            continue
-        if not exp.metrics:
-            why = (
-                "every metrics file in it is its baseline's: no stage ran in it"
-                if exp.carried
-                else "it records no metrics (" + ", ".join(metrics_path(s).as_posix() for s in PIPELINE) + ")"
-            )
-            excluded.append((exp.name, why + "; run its stages, e.g. `dvc exp run ... benchmark estimate`"))
-            continue
-        conflict = _contradiction(exp)
-        if conflict:
-            excluded.append(
-                (
-                    exp.name,
-                    f"{conflict}, so these metrics are not this experiment's (a failed or stale "
-                    f"run); rerun it with `{exp.command}`",
-                )
-            )
-            continue
-        kept.append(exp)
-    return kept, excluded
+    reasons = [(exp, _not_its_own(exp)) for exp in experiments]
+    return [exp for exp, why in reasons if why is None], [(exp.name, why) for exp, why in reasons if why is not None]
 
 
-def _contradiction(exp: Experiment) -> str | None:
+def _not_its_own(exp: Experiment) -> str | None:
+    if exp.state == "failed":
+        code = f" (exit code {exp.returncode})" if exp.returncode is not None else ""
+        log = f"; its log: {exp.log}" if exp.log else ""
+        return (
+            f"the run failed{code}, so the metrics `dvc exp show` lists for it are its "
+            f"baseline's, not its own; none of its numbers are reported{log}"
+        )
+    if exp.state in ("queued", "running"):
+        return f"the run is {exp.state}, not finished; `dvc queue status` shows progress"
+    if not exp.metrics:
+        why = (
+            "every metrics file in it is its baseline's: no stage ran in it"
+            if exp.carried
+            else "it records no metrics (" + ", ".join(metrics_path(s).as_posix() for s in PIPELINE) + ")"
+        )
+        return why + "; run its stages, e.g. `dvc exp run ... benchmark estimate`"
     for param, key in MUST_AGREE.items():
         wanted = exp.params.get(param)
         if wanted is None or wanted == "auto":
@@ -98,7 +78,11 @@ def _contradiction(exp: Experiment) -> str | None:
                 continue
             same = (str(got).split(":")[0] == str(wanted).split(":")[0]) if key == "device" else _same(got, wanted)
             if not same:
-                return f"{metrics_path(stage).as_posix()} says {key} {got} but its params ask for {param}={wanted}"
+                return (
+                    f"{metrics_path(stage).as_posix()} says {key} {got} but its params ask for {param}={wanted}, "
+                    f"so these metrics are not this experiment's (a failed or stale run); rerun it with "
+                    f"`{exp.command}`"
+                )
     return None
 
 
@@ -146,8 +130,7 @@ def controls_table(experiments: list, vary: list) -> tuple[pd.DataFrame, list]:
     for key in VARIABLES:
         add(key, "params", [e.params.get(key) for e in experiments], params_known)
         add(key, "resolved", [e.metric(key) for e in experiments])
-    keys = list(dict.fromkeys(k for e in experiments for k in e.params))
-    for key in keys:
+    for key in dict.fromkeys(k for e in experiments for k in e.params):
         if key not in VARIABLES:
             add(key, "params", [e.params.get(key) for e in experiments], params_known)
     for key in RESOLVED:

@@ -6,11 +6,9 @@ checkpoint saves included, continued across a resume), and tokens/s against the 
 three overlays `dvc plots diff A B` draws from dvc.yaml's `plots:`, here as one PNG that the
 self-contained report inlines.
 
-The time to a stated loss: the target is the highest of the experiments' best validation losses,
-rounded up to the next 0.01, so that every experiment with a validation reaches it; each one's time
-is the elapsed second of its first validation at or below the target. Validation runs every
-eval_interval steps, so the time is resolved to that: a run may have crossed the target earlier.
-The loss is in bits per byte of the validation text where every log has it (buildllm/data/text_bytes.py:
+The time to a stated loss is defined in TARGET_NOTE, which the report prints beside it; validation
+runs every eval_interval steps, so a run may have crossed the target before its time says. The loss
+is in bits per byte of the validation text where every log has it (buildllm/data/text_bytes.py:
 comparable across tokenizers), else in nats per token, which only runs with one tokenizer share.
 """
 
@@ -19,15 +17,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt  # the Agg backend: card_charts selects it
 
-matplotlib.use("Agg")  # files only; no display on CI or over SSH
-import matplotlib.pyplot as plt  # noqa: E402
-
-from buildllm.atomic import atomic_path  # noqa: E402
-from buildllm.report.card_charts import COLORS, say  # noqa: E402
-from buildllm.report.card_data import log_rows  # noqa: E402
-from buildllm.report.experiments import Files  # noqa: E402
+from buildllm.atomic import atomic_write
+from buildllm.report.card_charts import COLORS, png, say
+from buildllm.report.card_data import log_rows
+from buildllm.report.experiments import Files
 
 TARGET_NOTE = (
     "Time to the target loss: the target is the highest of the experiments' best validation losses "
@@ -119,7 +114,5 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
         else:
             say(ax, "not recorded (no training log)")
     fig.suptitle("Training curves: " + " vs ".join(curves), fontsize=13)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    atomic_write(path, lambda tmp: tmp.write_bytes(png(fig)))
     return path

@@ -258,11 +258,8 @@ def _applied(exp: Experiment, workspace: Experiment) -> bool:
     return exp.params == workspace.params and all(workspace.metrics.get(s) == m for s, m in exp.metrics.items())
 
 
-def _find(name: str, candidates: list):
-    for exp in candidates:
-        if name == exp.name or (len(name) >= 7 and exp.rev.startswith(name)):
-            return exp
-    return None
+def _find(name: str, candidates: list) -> Experiment | None:
+    return next((e for e in candidates if name == e.name or (len(name) >= 7 and e.rev.startswith(name))), None)
 
 
 # A metrics folder from another machine. A GPU box without DVC (or a run kept outside git) leaves

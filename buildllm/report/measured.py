@@ -65,8 +65,8 @@ def save(
         source = metrics / f"{stage}.json"
         if source.exists():
             shutil.copyfile(source, folder / source.name)
-    for stale in (folder / f"{stage}.json" for stage in STAGES if not (metrics / f"{stage}.json").exists()):
-        stale.unlink(missing_ok=True)
+        else:  # a record this run did not write must not stay from an earlier run of that name
+            (folder / source.name).unlink(missing_ok=True)
     run = {"date": today or datetime.date.today().isoformat(), "command": command, "note": note}
     atomic_write_text(folder / "run.json", json.dumps(run, indent=2) + "\n")
     return folder
@@ -176,7 +176,6 @@ def render(root: Path = BENCHMARKS) -> str:
 
 
 def write(root: Path = BENCHMARKS, document: Path = DOCUMENT) -> Path:
-    document.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(document, render(root))
     return document
 

@@ -48,24 +48,25 @@ KEY_CONTROLS = control_keys() + (
 )
 
 
-def duration(seconds) -> str:
-    return NOT_RECORDED if _missing(seconds) else units.duration(seconds)
-
-
-def size(n) -> str:
-    return NOT_RECORDED if _missing(n) else units.size(n)
-
-
-def number(fmt: str):
-    return lambda v: NOT_RECORDED if _missing(v) else fmt.format(v)
-
-
 def _missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
 
 
-def _column(f: pd.DataFrame, name: str) -> list:
-    return list(f[name]) if name in f else [None] * len(f)
+def recorded(show):
+    """`show` for a recorded value, "not recorded" for None or NaN."""
+    return lambda v: NOT_RECORDED if _missing(v) else show(v)
+
+
+duration, size = recorded(units.duration), recorded(units.size)
+
+
+def number(fmt: str):
+    return recorded(fmt.format)
+
+
+def cells(f: pd.DataFrame, show, *columns: str) -> list:
+    """`show` applied across each experiment's values of `columns` (a column the frame lacks: None)."""
+    return list(map(show, *(list(f[name]) if name in f else [None] * len(f) for name in columns)))
 
 
 def speedup_cells(c: Comparison) -> list:
@@ -105,6 +106,10 @@ def _rate_range(low, high, steps, tokens) -> str:
     return f"{low * per_step:,.0f} – {high * per_step:,.0f}"
 
 
+def _span(estimate, low, high) -> str:
+    return NOT_RECORDED if _missing(estimate) else f"{duration(estimate)} (range {duration(low)} – {duration(high)})"
+
+
 def _peak(flops, source) -> str:
     if _missing(flops):
         return NOT_RECORDED
@@ -114,64 +119,56 @@ def _peak(flops, source) -> str:
 def results_rows(c: Comparison) -> list:
     """(figure, one formatted value per experiment) for the results table."""
     f = c.frame
-    spans = [
-        NOT_RECORDED if _missing(e) else f"{duration(e)} (range {duration(lo)} – {duration(hi)})"
-        for e, lo, hi in zip(f["estimated_seconds"], f["estimated_seconds_low"], f["estimated_seconds_high"])
-    ]
     rows = [
-        ("device (resolved)", [str(v) if not _missing(v) else NOT_RECORDED for v in f["device"]]),
-        ("precision (resolved)", [str(v) if not _missing(v) else NOT_RECORDED for v in f["precision"]]),
-        ("tokens/s (benchmark)", list(map(number("{:,.0f}"), f["tokens_per_second"]))),
+        ("device (resolved)", cells(f, number("{}"), "device")),
+        ("precision (resolved)", cells(f, number("{}"), "precision")),
+        ("tokens/s (benchmark)", cells(f, number("{:,.0f}"), "tokens_per_second")),
         (
             "tokens/s per interval (slowest – fastest)",
-            list(
-                map(
-                    _rate_range,
-                    _column(f, "benchmark:interval_steps_per_second_min"),
-                    _column(f, "benchmark:interval_steps_per_second_max"),
-                    f["steps_per_second"],
-                    f["tokens_per_second"],
-                )
+            cells(
+                f,
+                _rate_range,
+                "benchmark:interval_steps_per_second_min",
+                "benchmark:interval_steps_per_second_max",
+                "steps_per_second",
+                "tokens_per_second",
             ),
         ),
-        ("throughput variation (CV)", list(map(_noise, f["throughput_cv"]))),
+        ("throughput variation (CV)", cells(f, _noise, "throughput_cv")),
         (
             "other processes' CPU load (start / end)",
-            list(map(_load, f["other_load_start"], f["other_load_end"], f["busy_machine"])),
+            cells(f, _load, "other_load_start", "other_load_end", "busy_machine"),
         ),
     ]
     if c.paired is not None:
         rows += [
             (
                 f"tokens/s, paired re-runs (median of {len(c.paired.rounds)})",
-                list(map(number("{:,.0f}"), f["paired_tokens_per_second"])),
+                cells(f, number("{:,.0f}"), "paired_tokens_per_second"),
             ),
-            ("throughput variation, paired re-runs (median CV)", list(map(_noise, f["paired_throughput_cv"]))),
+            ("throughput variation, paired re-runs (median CV)", cells(f, _noise, "paired_throughput_cv")),
         ]
     rows += [
         (f"speed-up vs {c.reference}" + (" (paired)" if c.paired is not None else ""), speedup_cells(c)),
-        ("optimizer steps/s", list(map(number("{:.3f}"), f["steps_per_second"]))),
-        ("peak memory", list(map(size, f["peak_memory_bytes"]))),
+        ("optimizer steps/s", cells(f, number("{:.3f}"), "steps_per_second")),
+        ("peak memory", cells(f, size, "peak_memory_bytes")),
         (
             "peak memory method",
-            [NOT_RECORDED if _missing(v) or not v else str(v) for v in _column(f, "benchmark:peak_memory_method")],
+            cells(f, recorded(lambda v: str(v) if v else NOT_RECORDED), "benchmark:peak_memory_method"),
         ),
-        ("checkpoint save", list(map(duration, f["checkpoint_save_seconds"]))),
-        ("checkpoint size", list(map(size, f["checkpoint_bytes"]))),
-        ("time to first step", list(map(duration, f["time_to_first_step_seconds"]))),
-        ("model FLOPs utilisation", list(map(number("{:.1%}"), f["mfu"]))),
-        (
-            "MFU's peak FLOP/s (source)",
-            list(map(_peak, _column(f, "benchmark:peak_flops"), _column(f, "benchmark:peak_flops_source"))),
-        ),
-        ("estimated full run", spans),
-        ("planned tokens", list(map(number("{:,.0f}"), f["planned_tokens"]))),
-        ("training tokens/s (train stage)", list(map(number("{:,.0f}"), f["train_tokens_per_second"]))),
-        ("training time (train stage)", list(map(duration, f["train_elapsed_seconds"]))),
+        ("checkpoint save", cells(f, duration, "checkpoint_save_seconds")),
+        ("checkpoint size", cells(f, size, "checkpoint_bytes")),
+        ("time to first step", cells(f, duration, "time_to_first_step_seconds")),
+        ("model FLOPs utilisation", cells(f, number("{:.1%}"), "mfu")),
+        ("MFU's peak FLOP/s (source)", cells(f, _peak, "benchmark:peak_flops", "benchmark:peak_flops_source")),
+        ("estimated full run", cells(f, _span, "estimated_seconds", "estimated_seconds_low", "estimated_seconds_high")),
+        ("planned tokens", cells(f, number("{:,.0f}"), "planned_tokens")),
+        ("training tokens/s (train stage)", cells(f, number("{:,.0f}"), "train_tokens_per_second")),
+        ("training time (train stage)", cells(f, duration, "train_elapsed_seconds")),
         ("final validation loss, nats/token (train stage)", per_token_cells(c, f["final_validation_loss"])),
         (
             "final validation loss, bits/byte (train stage)",
-            list(map(number("{:.4f}"), f["final_validation_bits_per_byte"])),
+            cells(f, number("{:.4f}"), "final_validation_bits_per_byte"),
         ),
         (
             f"time to validation loss ≤ {c.target_loss:.2f} {UNITS[c.loss_key]} (train stage)"
@@ -191,18 +188,13 @@ def per_token_cells(c: Comparison, losses) -> list:
 
 
 def time_to_target_cells(c: Comparison) -> list:
-    cells = []
-    for exp in c.experiments:
-        rows = c.curves.get(exp.name) or []
+    def cell(rows: list) -> str:
+        if not rows or c.target_loss is None:
+            return NOT_RECORDED
         reached = time_to(rows, c.target_loss, c.loss_key)
-        cells.append(
-            NOT_RECORDED
-            if not rows or c.target_loss is None
-            else "not reached"
-            if reached is None
-            else f"{duration(reached[0])} (step {reached[1]:,})"
-        )
-    return cells
+        return "not reached" if reached is None else f"{duration(reached[0])} (step {reached[1]:,})"
+
+    return [cell(c.curves.get(e.name) or []) for e in c.experiments]
 
 
 def interval_note(c: Comparison) -> str:
@@ -255,12 +247,8 @@ def environment_line(row: pd.Series) -> str:
         f"processor {get('processor') or NOT_RECORDED}; GPU {gpu}; memory {size(get('memory_total_bytes'))}; "
         f"PyTorch {get('torch_version') or NOT_RECORDED} (CUDA build {get('torch_cuda_version') or NOT_RECORDED}); "
         f"Python {get('python_version') or NOT_RECORDED}; {get('platform') or ''}; "
-        f"BuildLLM {get('buildllm_version') or NOT_RECORDED}; {_int(get('threads'))} threads"
+        f"BuildLLM {get('buildllm_version') or NOT_RECORDED}; {number('{:.0f}')(get('threads'))} threads"
     )
-
-
-def _int(v):
-    return NOT_RECORDED if v is None else int(v)
 
 
 def controls_shown(c: Comparison) -> tuple[pd.DataFrame, list]:
@@ -364,10 +352,6 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
             )
         )
     return blocks
-
-
-def markdown(c: Comparison, out: Path) -> str:
-    return to_markdown(sections(c, out, b""))
 
 
 def write_report(c: Comparison, out: Path) -> list:

@@ -105,15 +105,6 @@ def loss_lines(d: CardData) -> list:
     return lines
 
 
-def load_words(t: dict) -> str:
-    """Whether other processes took the training run's cores, and how much (device/load.py)."""
-    return (
-        f"{'busy machine' if t.get('busy_machine') else 'machine not busy'}: other processes used "
-        f"{t['other_load_mean']:.2f} cores on average while it trained (up to {t.get('other_load_max', 0):.2f}), "
-        f"{t.get('contended_share', 0):.0%} of its {t.get('cores_used', '?')} cores taken"
-    )
-
-
 def estimate_line(d: CardData) -> str:
     total, low, high = (d.get("dry_run", f"memory_estimate_{k}_bytes") for k in ("total", "low", "high"))
     if total is None:
@@ -134,8 +125,8 @@ def headline(d: CardData) -> list:
         )
     else:
         versus = f"{_duration(seconds)} measured; estimate {_duration(e.get('estimated_seconds'))}"
-    if t.get("other_load_mean") is not None:  # beside the verdict: were the run's cores its own?
-        versus += f"; {load_words(t)}"
+    if load := d.note("train", "busy_machine_reason"):  # beside the verdict: were the run's cores its own?
+        versus += f"; {load}"  # device/load.py run_load_line
     peak, source = b.get("peak_flops"), d.note("benchmark", "peak_flops_source")
     method = d.note("benchmark", "peak_memory_method")
     mfu = (

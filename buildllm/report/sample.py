@@ -16,21 +16,14 @@ from buildllm.config import Config
 from buildllm.errors import UserError
 
 SAMPLE_PATH = Path("metrics/sample_notes.json")
-PROMPT, NEW_TOKENS, TEMPERATURE, TOP_K = "The", 60, 0.8, 50
+SETTINGS = {"prompt": "The", "new_tokens": 60, "temperature": 0.8, "top_k": 50}
 
 
-def make_sample(config: Config) -> dict:
-    """The sample and how it was drawn, or why there is none (no checkpoint yet)."""
+def write_sample(config: Config) -> None:
+    """The sample and how it was drawn, or why there is none (no checkpoint yet), into SAMPLE_PATH."""
     from buildllm.train.generate import checkpoint_file, checkpoint_tokenizer, generate_ids, load_model
 
-    settings = {
-        "prompt": PROMPT,
-        "new_tokens": NEW_TOKENS,
-        "temperature": TEMPERATURE,
-        "top_k": TOP_K,
-        "seed": config.seed,
-        "device": "cpu",
-    }
+    sample = {**SETTINGS, "seed": config.seed, "device": "cpu"}
     try:
         path = checkpoint_file(config.train.checkpoint_directory)
         model, state = load_model(path, "cpu")
@@ -38,14 +31,11 @@ def make_sample(config: Config) -> dict:
             state.get("tokenizer", ""), config.train.tokenizer, path, model.config.vocab_size
         )
     except UserError as exc:
-        return {**settings, "missing_reason": str(exc)}
-    ids = generate_ids(
-        model, encoder.encode(PROMPT).ids, NEW_TOKENS, temperature=TEMPERATURE, top_k=TOP_K, seed=config.seed
-    )
-    return {**settings, "text": encoder.decode(ids), "checkpoint_step": state["step"], "checkpoint": path.name}
-
-
-def write_sample(config: Config, path: Path = SAMPLE_PATH) -> dict:
-    sample = make_sample(config)
-    atomic_write_text(path, json.dumps(sample, indent=2, ensure_ascii=False) + "\n")
-    return sample
+        sample["missing_reason"] = str(exc)
+    else:
+        prompt, new, temperature, top_k = (SETTINGS[k] for k in ("prompt", "new_tokens", "temperature", "top_k"))
+        ids = generate_ids(
+            model, encoder.encode(prompt).ids, new, temperature=temperature, top_k=top_k, seed=config.seed
+        )
+        sample.update(text=encoder.decode(ids), checkpoint_step=state["step"], checkpoint=path.name)
+    atomic_write_text(SAMPLE_PATH, json.dumps(sample, indent=2, ensure_ascii=False) + "\n")

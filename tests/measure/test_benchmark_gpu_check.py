@@ -19,8 +19,7 @@ import pytest
 import standin
 import torch
 from conftest import ROOT, clone_project, once_per_run, run_env
-
-from buildllm.remote.wheelhouse import wheel_name
+from packaging.utils import parse_wheel_filename
 
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 BUDGET_S = 400
@@ -232,7 +231,7 @@ def wheelhouse_here(tmp_path_factory):
 def test_the_route_rehearsed_on_a_cpu_stand_in_comes_home_as_an_experiment(tmp_path, bounded_run, wheelhouse_here):
     began = time.monotonic()
     wheels, made = wheelhouse_here
-    names = [wheel_name(p)[0] for p in wheels.glob("*.whl")]
+    names = [parse_wheel_filename(p.name)[0] for p in wheels.glob("*.whl")]
     assert "dvc" in names and "torch" not in names and len(names) == len(set(names)), made  # one version a name
     home = clone_project(bounded_run, tmp_path / "home")
     far = tmp_path / "far"

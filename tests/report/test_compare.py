@@ -27,7 +27,7 @@ from buildllm.report.chart import panels
 from buildllm.report.compare import compare
 from buildllm.report.document import Heading, Table, to_html, to_markdown
 from buildllm.report.experiments import select
-from buildllm.report.render import markdown, sections, write_report
+from buildllm.report.render import sections, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "b" * 40
@@ -466,7 +466,7 @@ def test_a_noisy_run_makes_even_a_large_speedup_inconclusive(tmp_path):
 
 def test_report_tables_show_peak_source_memory_method_and_same_device():
     c = compare(["cpu-fp32", "cpu-bf16"], rows=rows(FP32, BF16))
-    md = markdown(c, Path("r"))
+    md = to_markdown(sections(c, Path("r"), b""))
     assert "| device | resolved | cpu | cpu | same |" in md  # both on the CPU: not "variable"
     assert "| precision | resolved | fp32 | bf16 | variable |" in md
     assert "| MFU's peak FLOP/s (source) | 0.2 TFLOP/s (measured: 2048^3 fp32 matmul) |" in md
