@@ -30,13 +30,15 @@ class Budget:
         """The deadline of a part starting now: its share of the whole budget, within the budget."""
         return min(self.end, self.clock() + SHARES[name] * self.seconds)
 
-    def take_turns(self, name: str, turns: dict, skipped: list) -> dict | None:
+    def take_turns(
+        self, name: str, turns: dict, skipped: list, warmup: int = 1, rounds: int = MAX_ROUNDS
+    ) -> dict | None:
         """Each side's seconds, round by round (the first side is the reference), within part `name`'s
         share; None, and said in `skipped`, when not even one round fitted."""
         seconds = interleave(
             turns,
-            warmup=1,
-            rounds=MAX_ROUNDS,
+            warmup=warmup,
+            rounds=rounds,
             soft_deadline=self.share(name),
             hard_deadline=self.end,
             min_rounds=MIN_ROUNDS,

@@ -124,9 +124,7 @@ def disk_check(plan: RunPlan, estimate: dict | None, existing: int) -> tuple[Che
     except UserError:
         steps = estimate["planned_optimizer_steps"] if estimate else 1
     each = estimate["checkpoint_bytes"] if estimate else storage.checkpoint_bytes(plan.parameters)
-    found = storage.storage(
-        t.checkpoint_directory, each, steps, 0, t.checkpoint_interval, t.keep_checkpoints, t.log_interval, existing
-    )
+    found = storage.storage(t, each, steps, 0, existing)
     row = partial(Check, "disk", "free disk at the checkpoint directory")
     if found.fits:
         return row("pass", found.figure()), found

@@ -73,16 +73,13 @@ def planned(args):
 
 def run_steps(config, folder: Path) -> dict:
     """Benchmark, estimate and train in `folder`; the train command's wall clock as the parent saw it."""
-    from buildllm.measure.workfolder import config_params, prepare, run_command
+    from buildllm.measure.workfolder import config_params, prepare, run_step
 
     prepare(folder, config_params(config, folder))
     seconds = {}
     for step in ("benchmark", "estimate", "train"):
         print(json.dumps({"action": f"verify estimate: buildllm {step}", "folder": str(folder)}), flush=True)
-        done = run_command(folder, [step])
-        if done.returncode != 0:
-            raise UserError(f"`buildllm {step}` failed in {folder} ({done.last_line()}); run it there to see why")
-        seconds[step] = done.seconds
+        seconds[step] = run_step(folder, step, "verify estimate").seconds
     return seconds
 
 
