@@ -36,7 +36,7 @@ from buildllm.device.peak_flops import MatmulProbe, sample_peak, step_probe, tab
 from buildllm.errors import TrainingFailed
 from buildllm.measure.breakdown import describe as describe_parts
 from buildllm.measure.breakdown import overheads, step_breakdown
-from buildllm.measure.stats import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
+from buildllm.measure.stats import coefficient_of_variation, interval_metrics, noise_warning, numbered
 from buildllm.memory.estimate import plan_memory
 from buildllm.metrics import write_metrics
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu
@@ -253,10 +253,12 @@ def benchmark(config: Config, write: bool = True) -> dict:
 
 def mfu_from_metrics(m: dict) -> float:
     """MFU from a benchmark's metrics alone: each step against the peak measured beside it (the
-    median of those; model/flops.py paired_mfu), or achieved ÷ peak for a peak taken once."""
-    peaks = step_peaks(m)
+    median of those; model/flops.py paired_mfu), or achieved ÷ peak for a peak taken once (a
+    datasheet peak, a GPU: no step_<i>_peak_flops)."""
+    peaks = numbered(m, "step_{}_peak_flops")
     if peaks:
-        return paired_mfu(m["flops_per_token"], m["tokens_per_step"], [1 / s for s in step_times(m)], peaks)
+        steps_per_second = [1 / s for s in numbered(m, "step_{}_seconds")]
+        return paired_mfu(m["flops_per_token"], m["tokens_per_step"], steps_per_second, peaks)
     return mfu(m["flops_per_token"], m["tokens_per_second"], m["peak_flops"])
 
 

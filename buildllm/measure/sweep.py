@@ -58,8 +58,7 @@ def sweep(
             "threads": plan.threads,
             "workers": plan.workers,
             "batch_size": plan.batch_size,
-            "steps_per_second": figures["steps_per_second"],
-            "tokens_per_second": figures["tokens_per_second"],
+            **{key: figures[key] for key in ("steps_per_second", "tokens_per_second")},
             # The step's time waiting for data: what more workers can win back.
             "data_share": shares(figures).get("data", 0.0),
             # Others' CPU load at the trial's start or end (load.py): its row is then slower than it can be.

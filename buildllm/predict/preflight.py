@@ -249,15 +249,10 @@ def run_checks(config: Config, dvc: bool = False) -> tuple[list[Check], dict]:
     figures.update(free_disk_bytes=needed.free, disk_needed_bytes=needed.needed, **health.battery(), **sensed)
     if benchmark and not benchmark.get("oom"):
         figures.update(
-            batch_size=benchmark["batch_size"],
-            tokens_per_second=benchmark["tokens_per_second"],
-            throughput_drift=benchmark.get("throughput_drift", 0.0),
+            {key: benchmark.get(key, 0.0) for key in ("batch_size", "tokens_per_second", "throughput_drift")}
         )
     if estimate:
-        figures.update(
-            estimated_seconds=estimate["estimated_seconds"],
-            checkpoint_storage_bytes=estimate["checkpoint_storage_bytes"],
-        )
+        figures.update({key: estimate[key] for key in ("estimated_seconds", "checkpoint_storage_bytes")})
     return rows, figures
 
 

@@ -127,9 +127,7 @@ def judge(folder: Path, wall: dict | None) -> tuple[dict, bool]:
     )
     record = {
         **figures,
-        "profile": trained["profile"],
-        "device": trained["device"],
-        "precision": trained["precision"],
+        **{key: trained[key] for key in ("profile", "device", "precision")},
         "planned_steps": trained["optimizer_steps"],
         "estimated_step_seconds": est["estimated_seconds_by_steps"],
         "train_seconds": trained["train_seconds"],

@@ -68,13 +68,7 @@ def command(args) -> int:
             misses += 1
         mfus.append(m["mfu"])
         speeds.append(m["steps_per_second"])
-        record.update(
-            {
-                f"run_{number}_mfu": m["mfu"],
-                f"run_{number}_steps_per_second": m["steps_per_second"],
-                f"run_{number}_throughput_cv": m["throughput_cv"],
-            }
-        )
+        record.update({f"run_{number}_{key}": m[key] for key in ("mfu", "steps_per_second", "throughput_cv")})
         print(
             f"{number:>4}{m['tokens_per_second']:>12,.0f}{m['steps_per_second']:>9.2f}"
             f"{m['achieved_flops'] / 1e12:>18.4f}{m['peak_flops'] / 1e12:>14.4f}{m['peak_flops_before'] / 1e12:>8.3f}"
@@ -94,9 +88,7 @@ def command(args) -> int:
     )
     record.update(
         {
-            "profile": m["profile"],
-            "device": m["device"],
-            "precision": m["precision"],
+            **{key: m[key] for key in ("profile", "device", "precision")},
             "runs": runs,
             "mfu_median": statistics.median(mfus),
             "mfu_spread": spread,
