@@ -42,7 +42,7 @@ def _measure_try(config: Config) -> dict:
     apply_plan(plan)
     train, validation = load_windows(plan.config, plan.model)
     try:
-        figures = measure(plan, train, validation, extras=False, progress=False, load=False)
+        figures = measure(plan, train, validation, extras=False, load=False)
     except Exception as exc:  # only an out-of-memory error is an answer; anything else is a bug
         if not out_of_memory(exc):
             raise

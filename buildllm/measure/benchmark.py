@@ -53,17 +53,17 @@ def measure(
     validation: Windows,
     *,
     extras: bool = True,
-    progress: bool = True,
     probe: MatmulProbe | None = None,
     load: bool = True,
 ) -> dict:
     """Time warm-up and measured steps of one plan; returns flat figures (no file written).
 
-    extras=False skips the timed validation pass and checkpoint save (the batch finder and the
-    sweep only need speed and memory). A probe times one matmul before the first measured step and
-    after every one (outside the steps' own time): each step's peak is the mean of the two rates
-    beside it. With `load`, other processes' CPU load is read just before and just after the
-    measured work (load.py): busy_machine says whether they took the cores it ran on."""
+    extras=False skips the progress bar, the timed validation pass and checkpoint save (the batch
+    finder and the sweep print their own lines, and only need speed and memory). A probe times one
+    matmul before the first measured step and after every one (outside the steps' own time): each
+    step's peak is the mean of the two rates beside it. With `load`, other processes' CPU load is
+    read just before and just after the measured work (load.py): busy_machine says whether they
+    took the cores it ran on."""
     bench = plan.config.benchmark
     # On the CPU the steps use the torch threads; an accelerator's steps still need a core to feed it.
     watch = LoadWatch(used=plan.threads if plan.device.threads_apply else 1) if load else None
@@ -85,7 +85,7 @@ def measure(
             probe.sample(1)
         if watch:
             watch.mark()  # others' load over the whole measured window, beside the start and the end
-        with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not progress) as bar:
+        with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not extras) as bar:
             for steps in (n for n in per_interval if n > 0):
                 if probe:
                     # CPU: each step timed alone, with one matmul after it, so every step has the

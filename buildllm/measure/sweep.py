@@ -51,7 +51,7 @@ def sweep(
         plan = make_plan(with_overrides(config, trial))
         apply_plan(plan)
         train, validation = load_windows(plan.config, plan.model)
-        figures = measure(plan, train, validation, extras=False, progress=False)
+        figures = measure(plan, train, validation, extras=False)
         row = {
             "preset": plan.profile.name,
             "architecture": plan.model.architecture,

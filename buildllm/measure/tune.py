@@ -169,7 +169,6 @@ def tune(config: Config) -> dict:
         for p in tunable_precisions(reference.device)
     }
     train, validation, tokens = windows_or_random(config, reference.model, reference.batch_size)
-    m = reference.model
     record: dict = {
         "machine_id": this_machine(),
         "profile": reference.profile.name,
@@ -179,7 +178,7 @@ def tune(config: Config) -> dict:
         "torch_version": torch.__version__,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "batch_size": reference.batch_size,
-        "shape": tuned.shape_label(m, config.train.gradient_checkpointing),
+        "shape": tuned.shape_label(reference.model, config.train.gradient_checkpointing),
         "tokens": tokens,
         "budget_seconds": config.tune.seconds,
     }

@@ -1,9 +1,5 @@
-"""`buildllm tune`'s time budget: each part's share of `tune.seconds`, and its paired turns within it.
-
-Each part runs its sides in turns (A B A B, buildllm/measure/stats.py interleave) until its share
-of the budget is spent, after at least MIN_ROUNDS rounds; a part that cannot start in time is
-skipped, and the record says so.
-"""
+"""`buildllm tune`'s time budget: each part's share of `tune.seconds`, and its paired turns within it
+(A B A B, measure/stats.py interleave) until that share is spent, at least MIN_ROUNDS once started."""
 
 from __future__ import annotations
 
