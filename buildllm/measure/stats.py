@@ -131,11 +131,7 @@ class Speedup:
     @property
     def level(self) -> str:
         """The interval's confidence as a reader sees it: 95%, or 96.9% for 6 pairs."""
-        return (
-            f"{self.coverage:.0%}"
-            if abs(self.coverage * 100 - round(self.coverage * 100)) < 1e-9
-            else f"{self.coverage:.1%}"
-        )
+        return f"{self.coverage:.1%}".replace(".0%", "%")
 
     def text(self) -> str:
         if not self.has_interval:
