@@ -58,12 +58,11 @@ def measure(
 ) -> dict:
     """Time warm-up and measured steps of one plan; returns flat figures (no file written).
 
-    extras=False skips the progress bar, the timed validation pass and checkpoint save (the batch
-    finder and the sweep print their own lines, and only need speed and memory). A probe times one
-    matmul before the first measured step and after every one (outside the steps' own time): each
-    step's peak is the mean of the two rates beside it. With `load`, other processes' CPU load is
-    read just before and just after the measured work (load.py): busy_machine says whether they
-    took the cores it ran on."""
+    extras=False (the batch finder, the sweep: speed and memory only) skips the progress bar, the
+    timed validation pass and the checkpoint save. A probe times one matmul before the first
+    measured step and after every one (outside the steps' own time): each step's peak is the mean
+    of the two rates beside it. With `load`, other processes' CPU load is read just before and just
+    after the measured work (load.py): busy_machine says whether they took the cores it ran on."""
     bench = plan.config.benchmark
     # On the CPU the steps use the torch threads; an accelerator's steps still need a core to feed it.
     watch = LoadWatch(used=plan.threads if plan.device.threads_apply else 1) if load else None

@@ -52,12 +52,10 @@ def foreign_files(directory: str | Path) -> list[str]:
 
 def remove_leftovers(directory: str | Path) -> list[str]:
     """Delete temp files of saves a kill interrupted."""
-    removed = []
-    for path in Path(directory).iterdir():
-        if TEMP.match(path.name):
-            path.unlink(missing_ok=True)
-            removed.append(path.name)
-    return removed
+    leftovers = [path for path in Path(directory).iterdir() if TEMP.match(path.name)]
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return [path.name for path in leftovers]
 
 
 def save(directory: str | Path, state: dict, keep: int) -> tuple[float, int, Path]:

@@ -58,13 +58,7 @@ def planned(args):
         return load_config(args.params, chosen)
     if args.factor < 1:
         raise UserError(f"--factor {args.factor}: give at least 1 (training steps = factor x benchmark steps)")
-    chosen.update(
-        {
-            "benchmark.warmup_steps": args.warmup_steps,
-            "benchmark.measured_steps": args.measured_steps,
-            "benchmark.intervals": args.intervals,
-        }
-    )
+    chosen.update({f"benchmark.{key}": getattr(args, key) for key in ("warmup_steps", "measured_steps", "intervals")})
     config = load_config(args.params, chosen)
     steps = args.factor * (config.benchmark.warmup_steps + config.benchmark.measured_steps)
     examples = steps * make_plan(config).batch_size * config.train.grad_accum
