@@ -88,7 +88,7 @@ def run_command(folder: Path, arguments: list[str], timeout: float | None = None
 
 
 def run_step(folder: Path, command: str, who: str, timeout: float | None = None) -> Ran:
-    """`buildllm <command>` in `folder`, or one line, naming `who` asked for it, on why it did not finish."""
+    """`buildllm <command>` in `folder`; when it does not finish, one line on why, naming `who` ran it."""
     try:
         done = run_command(folder, [command], timeout)
     except subprocess.TimeoutExpired:

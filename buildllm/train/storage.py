@@ -27,8 +27,8 @@ ROW_BYTES = 200
 class Storage:
     directory: Path
     checkpoint_bytes: int
-    kept: int  # checkpoints on disk when the most are: those kept, beside the one being written
-    new_files: int  # checkpoint files on disk then beyond those there now
+    kept: int  # at the peak, the checkpoints kept beside the one being written
+    new_files: int  # at the peak, checkpoint files beyond those in the directory now
     log_bytes: int
     free: int
 
