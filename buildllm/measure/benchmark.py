@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 from tqdm import tqdm
 
@@ -75,10 +76,7 @@ def measure(
             if done == 1:  # start-up and the first step, which allocates (and compiles)
                 first_step = plan.device.timed()
         warmed = plan.device.timed()
-        per_interval = [
-            bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
-            for i in range(bench.intervals)
-        ]
+        per_interval = [len(part) for part in np.array_split(range(bench.measured_steps), bench.intervals)]
         rates, losses, seconds, step_seconds = [], [], [], []
         if probe:
             probe.sample(1)
