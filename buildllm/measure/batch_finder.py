@@ -15,7 +15,7 @@ import json
 import multiprocessing
 import re
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import load_windows
@@ -35,14 +35,6 @@ def parse_bytes(text: str) -> int:
     return int(float(match.group(1)) * UNITS[match.group(2).lower()])
 
 
-@dataclass(frozen=True)
-class Try:
-    batch_size: int
-    fits: bool
-    peak_bytes: int
-    note: str
-
-
 def _measure_try(config: Config) -> dict:
     from buildllm.measure.benchmark import measure  # the benchmark imports the Trainer: only a try needs it
 
@@ -50,7 +42,7 @@ def _measure_try(config: Config) -> dict:
     apply_plan(plan)
     train, validation = load_windows(plan.config, plan.model)
     try:
-        figures = measure(plan, train, validation, extras=False, progress=False, load=False)
+        figures = measure(plan, train, validation, extras=False, load=False)
     except Exception as exc:  # only an out-of-memory error is an answer; anything else is a bug
         if not out_of_memory(exc):
             raise
@@ -102,7 +94,7 @@ def find_batch_size(config: Config) -> dict:
     )
     load_windows(probe, plan.model)  # missing or bad token files: one line now, not in every try
     announce("find_batch_size", plan, memory_budget_bytes=budget, usable_bytes=limit, safety_margin=bench.safety_margin)
-    tries: list[Try] = []
+    tries: list[dict] = []
 
     def attempt(batch_size: int) -> bool:
         trial = with_overrides(probe, {"train.batch_size": batch_size})
@@ -114,7 +106,7 @@ def find_batch_size(config: Config) -> dict:
             else f"peak {result['peak_memory_bytes'] / 2**20:.0f} MiB {'<=' if fits else '>'} "
             f"{limit / 2**20:.0f} MiB usable"
         )
-        tries.append(Try(batch_size, fits, result["peak_memory_bytes"], note))
+        tries.append({"batch_size": batch_size, "peak_bytes": result["peak_memory_bytes"], "fits": fits})
         print(json.dumps({"try_batch_size": batch_size, "fits": fits, "note": note}), flush=True)
         return fits
 
@@ -146,9 +138,7 @@ def find_batch_size(config: Config) -> dict:
         "found_batch_size": good,
         "tries": len(tries),
         "largest_try_fits": good == ceiling,
-        **{f"try_{i}_batch_size": t.batch_size for i, t in enumerate(tries)},
-        **{f"try_{i}_peak_bytes": t.peak_bytes for i, t in enumerate(tries)},
-        **{f"try_{i}_fits": t.fits for i, t in enumerate(tries)},
+        **{f"try_{i}_{key}": t[key] for key in ("batch_size", "peak_bytes", "fits") for i, t in enumerate(tries)},
     }
     write_metrics(metrics_path("batch_size"), result)
     if good:

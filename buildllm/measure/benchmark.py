@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 from tqdm import tqdm
 
@@ -36,7 +37,7 @@ from buildllm.device.peak_flops import MatmulProbe, sample_peak, step_probe, tab
 from buildllm.errors import TrainingFailed
 from buildllm.measure.breakdown import describe as describe_parts
 from buildllm.measure.breakdown import overheads, step_breakdown
-from buildllm.measure.stats import coefficient_of_variation, interval_metrics, noise_warning, step_peaks, step_times
+from buildllm.measure.stats import coefficient_of_variation, interval_metrics, noise_warning, numbered
 from buildllm.memory.estimate import plan_memory
 from buildllm.metrics import write_metrics
 from buildllm.model.flops import flops_per_token, matmul_parameters, mfu, paired_mfu
@@ -53,17 +54,16 @@ def measure(
     validation: Windows,
     *,
     extras: bool = True,
-    progress: bool = True,
     probe: MatmulProbe | None = None,
     load: bool = True,
 ) -> dict:
     """Time warm-up and measured steps of one plan; returns flat figures (no file written).
 
-    extras=False skips the timed validation pass and checkpoint save (the batch finder and the
-    sweep only need speed and memory). A probe times one matmul before the first measured step and
-    after every one (outside the steps' own time): each step's peak is the mean of the two rates
-    beside it. With `load`, other processes' CPU load is read just before and just after the
-    measured work (load.py): busy_machine says whether they took the cores it ran on."""
+    extras=False (the batch finder, the sweep: speed and memory only) skips the progress bar, the
+    timed validation pass and the checkpoint save. A probe times one matmul before the first
+    measured step and after every one (outside the steps' own time): each step's peak is the mean
+    of the two rates beside it. With `load`, other processes' CPU load is read just before and just
+    after the measured work (load.py): busy_machine says whether they took the cores it ran on."""
     bench = plan.config.benchmark
     # On the CPU the steps use the torch threads; an accelerator's steps still need a core to feed it.
     watch = LoadWatch(used=plan.threads if plan.device.threads_apply else 1) if load else None
@@ -76,16 +76,13 @@ def measure(
             if done == 1:  # start-up and the first step, which allocates (and compiles)
                 first_step = plan.device.timed()
         warmed = plan.device.timed()
-        per_interval = [
-            bench.measured_steps // bench.intervals + (i < bench.measured_steps % bench.intervals)
-            for i in range(bench.intervals)
-        ]
+        per_interval = [len(part) for part in np.array_split(range(bench.measured_steps), bench.intervals)]
         rates, losses, seconds, step_seconds = [], [], [], []
         if probe:
             probe.sample(1)
         if watch:
             watch.mark()  # others' load over the whole measured window, beside the start and the end
-        with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not progress) as bar:
+        with tqdm(total=bench.measured_steps, desc="benchmark", unit="step", disable=not extras) as bar:
             for steps in (n for n in per_interval if n > 0):
                 if probe:
                     # CPU: each step timed alone, with one matmul after it, so every step has the
@@ -253,10 +250,12 @@ def benchmark(config: Config, write: bool = True) -> dict:
 
 def mfu_from_metrics(m: dict) -> float:
     """MFU from a benchmark's metrics alone: each step against the peak measured beside it (the
-    median of those; model/flops.py paired_mfu), or achieved ÷ peak for a peak taken once."""
-    peaks = step_peaks(m)
+    median of those; model/flops.py paired_mfu), or achieved ÷ peak for a peak taken once (a
+    datasheet peak, a GPU: no step_<i>_peak_flops)."""
+    peaks = numbered(m, "step_{}_peak_flops")
     if peaks:
-        return paired_mfu(m["flops_per_token"], m["tokens_per_step"], [1 / s for s in step_times(m)], peaks)
+        steps_per_second = [1 / s for s in numbered(m, "step_{}_seconds")]
+        return paired_mfu(m["flops_per_token"], m["tokens_per_step"], steps_per_second, peaks)
     return mfu(m["flops_per_token"], m["tokens_per_second"], m["peak_flops"])
 
 

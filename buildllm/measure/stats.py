@@ -58,7 +58,7 @@ def interval_metrics(rates: list) -> dict:
     return {f"interval_{i}_steps_per_second": float(rate) for i, rate in enumerate(rates, start=1)}
 
 
-def _numbered(metrics: dict, key: str) -> list:
+def numbered(metrics: dict, key: str) -> list:
     """The values of key.format(1), key.format(2), ... up to the first one missing, in order."""
     values = []
     while isinstance(metrics.get(key.format(len(values) + 1)), (int, float)):
@@ -66,20 +66,9 @@ def _numbered(metrics: dict, key: str) -> list:
     return values
 
 
-def step_peaks(metrics: dict) -> list:
-    """The matmul peak (FLOP/s) measured beside each measured step, in order; [] where the peak was
-    not measured between the steps (a datasheet peak, a GPU)."""
-    return _numbered(metrics, "step_{}_peak_flops")
-
-
-def step_times(metrics: dict) -> list:
-    """Each measured step's seconds, where the steps were timed one by one (the CPU)."""
-    return _numbered(metrics, "step_{}_seconds")
-
-
 def interval_rates(metrics: dict) -> list:
     """The per-interval rates a benchmark recorded, in order; [] for a benchmark older than them."""
-    return _numbered(metrics, "interval_{}_steps_per_second")
+    return numbered(metrics, "interval_{}_steps_per_second")
 
 
 def coefficient_of_variation(rates: list) -> float:
@@ -142,11 +131,7 @@ class Speedup:
     @property
     def level(self) -> str:
         """The interval's confidence as a reader sees it: 95%, or 96.9% for 6 pairs."""
-        return (
-            f"{self.coverage:.0%}"
-            if abs(self.coverage * 100 - round(self.coverage * 100)) < 1e-9
-            else f"{self.coverage:.1%}"
-        )
+        return f"{self.coverage:.1%}".replace(".0%", "%")
 
     def text(self) -> str:
         if not self.has_interval:

@@ -13,22 +13,10 @@ import json
 
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import load_windows
+from buildllm.measure.breakdown import shares
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
-
-COLUMNS = (
-    "preset",
-    "architecture",
-    "threads",
-    "workers",
-    "batch_size",
-    "steps_per_second",
-    "tokens_per_second",
-    "data_share",
-    "other_load",
-    "busy_machine",
-)
 
 
 def sweep(
@@ -41,47 +29,38 @@ def sweep(
     from buildllm.measure.benchmark import measure
 
     rows = []
-    axes = (
-        presets or [config.preset],
-        architectures or [config.model.architecture],
-        threads or [config.train.threads],
-        workers or [config.train.workers],
-    )
+    # Each knob's values, params.yaml's own where none are given; every combination is one trial.
+    axes = {
+        "preset": presets or [config.preset],
+        "model.architecture": architectures or [config.model.architecture],
+        "train.threads": threads or [config.train.threads],
+        "train.workers": workers or [config.train.workers],
+    }
+    trials = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
     announce(
         "sweep",
         make_plan(config),
-        presets=axes[0],
-        architectures=axes[1],
-        threads=axes[2],
-        workers=axes[3],
-        runs=len(list(itertools.product(*axes))),
+        presets=axes["preset"],
+        architectures=axes["model.architecture"],
+        threads=axes["train.threads"],
+        workers=axes["train.workers"],
+        runs=len(trials),
         measured_steps=config.benchmark.measured_steps,
     )
-    for preset, architecture, thread_count, worker_count in itertools.product(*axes):
-        trial = with_overrides(
-            config,
-            {
-                "preset": preset,
-                "model.architecture": architecture,
-                "train.threads": thread_count,
-                "train.workers": worker_count,
-            },
-        )
-        plan = make_plan(trial)
+    for trial in trials:
+        plan = make_plan(with_overrides(config, trial))
         apply_plan(plan)
         train, validation = load_windows(plan.config, plan.model)
-        figures = measure(plan, train, validation, extras=False, progress=False)
-        # The step's time waiting for data: what more workers can win back.
-        step = sum(figures[f"step_{phase}_seconds"] for phase in ("data", "transfer", "compute", "optimizer"))
+        figures = measure(plan, train, validation, extras=False)
         row = {
             "preset": plan.profile.name,
             "architecture": plan.model.architecture,
             "threads": plan.threads,
             "workers": plan.workers,
             "batch_size": plan.batch_size,
-            "steps_per_second": figures["steps_per_second"],
-            "tokens_per_second": figures["tokens_per_second"],
-            "data_share": figures["step_data_seconds"] / step if step else 0.0,
+            **{key: figures[key] for key in ("steps_per_second", "tokens_per_second")},
+            # The step's time waiting for data: what more workers can win back.
+            "data_share": shares(figures).get("data", 0.0),
             # Others' CPU load at the trial's start or end (load.py): its row is then slower than it can be.
             "other_load": max(figures["other_load_start"], figures["other_load_end"]),
             "busy_machine": figures["busy_machine"],

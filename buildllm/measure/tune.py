@@ -35,7 +35,7 @@ from buildllm.data.windows import Windows, windows_or_random
 from buildllm.device.device import processor_name
 from buildllm.device.load import LoadWatch, load_line
 from buildllm.device.precision import fp32_only_reason, tunable_precisions
-from buildllm.measure.stats import compare, interleave
+from buildllm.measure.stats import compare
 from buildllm.measure.tune_budget import MIN_ROUNDS, NO_TIME, Budget, steps_per_turn
 from buildllm.measure.tune_compile import measure_compile
 from buildllm.measure.tune_kernels import measure_attention, measure_chunks
@@ -85,20 +85,13 @@ def measure_precision(
             trainer.step()  # every side has taken the same steps before the timed turns
     wanted = config.tune.loss_steps
     rounds = max(MIN_ROUNDS, math.ceil((wanted - 2) / k))
-    seconds = interleave(
-        {name: (lambda t=t: [t.step() for _ in range(k)]) for name, t in trainers.items()},
-        warmup=0,
-        rounds=rounds,
-        soft_deadline=budget.share("precision"),
-        hard_deadline=budget.end,
-        min_rounds=MIN_ROUNDS,
-        clock=device.timed,
-    )
+    turns = {name: (lambda t=t: [t.step() for _ in range(k)]) for name, t in trainers.items()}
+    seconds = budget.take_turns("precision", turns, skipped, warmup=0, rounds=rounds)
+    if seconds is None:
+        why = f"{NO_TIME} after building the trainers"
+        return {"reference": "fp32", "skipped": why, "loss_check": {"done": False, "skipped": why}}, trainers
     figures: dict = {"reference": "fp32", "steps_per_turn": k, **compare(seconds, "fp32")}
-    if not seconds["fp32"]:
-        figures["skipped"] = f"{NO_TIME} after building the trainers"
-        skipped.append(f"precision: {figures['skipped']}")
-    elif len(seconds["fp32"]) < rounds:
+    if len(seconds["fp32"]) < rounds:
         skipped.append(f"precision: {len(seconds['fp32'])} of {rounds} rounds, to stay within tune.seconds")
     steps = trainers["fp32"].step_count
     check: dict = {
@@ -109,7 +102,7 @@ def measure_precision(
         "validation_examples": len(validation),
     }
     # A validation batch's forward pass costs about a third of a training step's forward + backward.
-    step_seconds = max(seconds["fp32"] or [0.0]) / k
+    step_seconds = max(seconds["fp32"]) / k
     passes = len(trainers) * math.ceil(len(validation) / batch) * step_seconds / 3
     if budget.left() > passes:
         check.update({name: trainer.evaluate() for name, trainer in trainers.items()})
@@ -176,7 +169,6 @@ def tune(config: Config) -> dict:
         for p in tunable_precisions(reference.device)
     }
     train, validation, tokens = windows_or_random(config, reference.model, reference.batch_size)
-    m = reference.model
     record: dict = {
         "machine_id": this_machine(),
         "profile": reference.profile.name,
@@ -186,7 +178,7 @@ def tune(config: Config) -> dict:
         "torch_version": torch.__version__,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "batch_size": reference.batch_size,
-        "shape": tuned.shape_label(m, config.train.gradient_checkpointing),
+        "shape": tuned.shape_label(reference.model, config.train.gradient_checkpointing),
         "tokens": tokens,
         "budget_seconds": config.tune.seconds,
     }

@@ -1,9 +1,5 @@
-"""`buildllm tune`'s time budget: each part's share of `tune.seconds`, and its paired turns within it.
-
-Each part runs its sides in turns (A B A B, buildllm/measure/stats.py interleave) until its share
-of the budget is spent, after at least MIN_ROUNDS rounds; a part that cannot start in time is
-skipped, and the record says so.
-"""
+"""`buildllm tune`'s time budget: each part's share of `tune.seconds`, and its paired turns within it
+(A B A B, measure/stats.py interleave) until that share is spent, at least MIN_ROUNDS once started."""
 
 from __future__ import annotations
 
@@ -30,13 +26,15 @@ class Budget:
         """The deadline of a part starting now: its share of the whole budget, within the budget."""
         return min(self.end, self.clock() + SHARES[name] * self.seconds)
 
-    def take_turns(self, name: str, turns: dict, skipped: list) -> dict | None:
+    def take_turns(
+        self, name: str, turns: dict, skipped: list, warmup: int = 1, rounds: int = MAX_ROUNDS
+    ) -> dict | None:
         """Each side's seconds, round by round (the first side is the reference), within part `name`'s
         share; None, and said in `skipped`, when not even one round fitted."""
         seconds = interleave(
             turns,
-            warmup=1,
-            rounds=MAX_ROUNDS,
+            warmup=warmup,
+            rounds=rounds,
             soft_deadline=self.share(name),
             hard_deadline=self.end,
             min_rounds=MIN_ROUNDS,

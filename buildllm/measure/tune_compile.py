@@ -86,10 +86,7 @@ def child(params: str, settings: dict, deadline: float) -> dict:
     return {
         "compile_seconds": warmup["compiled"] - warmup["plain"],
         "speedup": figures["ratio"],
-        "low": figures["low"],
-        "high": figures["high"],
-        "pairs": figures["pairs"],
-        "coverage": figures["coverage"],
+        **{key: figures[key] for key in ("low", "high", "pairs", "coverage")},
         "plain_step_seconds": figures["reference_median_seconds"],
         "compiled_step_seconds": figures["median_seconds"],
         "precision": plans["plain"].precision.precision,

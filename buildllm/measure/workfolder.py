@@ -53,16 +53,16 @@ def config_params(config: Config, folder: Path) -> dict:
     return params
 
 
-def prepare(folder: Path, params: dict, root: Path | None = None) -> Path:
+def prepare(folder: Path, params: dict) -> Path:
     """Make `folder` with `params` (flat dotted keys or nested) as its params.yaml, linking every entry
-    of `root` (default: the working directory) but its metrics and params."""
-    folder, root = Path(folder), Path(root or Path.cwd())
+    of the working directory (the project) but its metrics and params."""
+    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tree: dict = {}
     for dotted, value in params.items():
         set_dotted(tree, dotted, value)
     (folder / "params.yaml").write_text(yaml.safe_dump(tree, sort_keys=False))
-    for entry in root.iterdir():
+    for entry in Path.cwd().iterdir():
         link = folder / entry.name
         if entry.name not in KEEP_OUT and not link.exists():
             link.symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
@@ -87,31 +87,30 @@ def run_command(folder: Path, arguments: list[str], timeout: float | None = None
     return Ran(done.returncode, time.perf_counter() - begin, done.stdout, done.stderr)
 
 
-def read_result(folder: Path, stage: str) -> dict:
-    return json.loads((Path(folder) / "metrics" / f"{stage}.json").read_text())
-
-
-def _run_one(folder: Path, name: str, round_number: int, timeout: float) -> dict:
-    result_file = folder / "metrics" / "benchmark.json"
-    result_file.unlink(missing_ok=True)
+def run_step(folder: Path, command: str, who: str, timeout: float | None = None) -> Ran:
+    """`buildllm <command>` in `folder`; when it does not finish, one line on why, naming `who` ran it."""
     try:
-        done = run_command(folder, ["benchmark"], timeout)
+        done = run_command(folder, [command], timeout)
     except subprocess.TimeoutExpired:
         raise UserError(
-            f"--paired: the benchmark of {name} (round {round_number}) ran over {timeout:.0f} s; "
-            "bound it with fewer benchmark.measured_steps in that experiment"
+            f"{who}: `buildllm {command}` ran over {timeout:.0f} s; bound it with fewer benchmark.measured_steps"
         ) from None
-    if done.returncode != 0 or not result_file.is_file():
+    if done.returncode != 0:
         raise UserError(
-            f"--paired: the benchmark of {name} (round {round_number}) failed here "
-            f"({done.last_line()}); run `buildllm benchmark` with that experiment's params to see why"
+            f"{who}: `buildllm {command}` failed ({done.last_line()}); run it with the same params to see why"
         )
-    return read_result(folder, "benchmark")
+    return done
 
 
-def remeasure(
-    experiments: list, rounds: int, root: Path | None = None, progress: bool = True, timeout: float = 1800
-) -> Paired:
+def run_benchmark(folder: Path, who: str, timeout: float) -> dict:
+    """A fresh `buildllm benchmark` in `folder`: the metrics it wrote (an earlier round's go first)."""
+    result = Path(folder) / "metrics" / "benchmark.json"
+    result.unlink(missing_ok=True)
+    run_step(folder, "benchmark", who, timeout)
+    return json.loads(result.read_text())
+
+
+def remeasure(experiments: list, rounds: int, timeout: float = 1800) -> Paired:
     """Rerun each experiment's benchmark `rounds` times, interleaved, each in a fresh process."""
     if rounds < 1:
         raise UserError(f"--rounds {rounds}: give at least 1 (6 or more for a 95% interval)")
@@ -121,7 +120,6 @@ def remeasure(
                 f"--paired re-measures on this machine from each experiment's params; {exp.name} is a "
                 "metrics folder (measured elsewhere), so it cannot be rerun here: drop --paired"
             )
-    root = Path(root or Path.cwd())
     paired = Paired(names=[e.name for e in experiments])
     print(
         json.dumps(
@@ -135,14 +133,16 @@ def remeasure(
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="buildllm-paired-") as tmp:
-        folders = {exp.name: prepare(Path(tmp) / f"run{i}", exp.params, root) for i, exp in enumerate(experiments)}
-        with tqdm(total=rounds * len(experiments), desc="paired", unit="run", disable=not progress) as bar:
+        folders = {exp.name: prepare(Path(tmp) / f"run{i}", exp.params) for i, exp in enumerate(experiments)}
+        with tqdm(total=rounds * len(experiments), desc="paired", unit="run") as bar:
             for r in range(rounds):
                 order = experiments if r % 2 == 0 else experiments[::-1]
                 measured = {}
                 for exp in order:
                     bar.set_postfix_str(f"round {r + 1}: {exp.name}")
-                    measured[exp.name] = _run_one(folders[exp.name], exp.name, r + 1, timeout)
+                    measured[exp.name] = run_benchmark(
+                        folders[exp.name], f"--paired, {exp.name}, round {r + 1}", timeout
+                    )
                     bar.update()
                 paired.rounds.append(measured)
                 paired.orders.append([e.name for e in order])

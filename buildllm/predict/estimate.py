@@ -76,14 +76,6 @@ def projected_run(plan: RunPlan) -> dict:
     return {key: resolved[key] for key in ("profile", "device", "precision", "batch_size", "grad_accum", "epochs")}
 
 
-def control_differences(benchmark: dict, plan_controls: dict) -> list[str]:
-    return [
-        f"{key} {benchmark.get(key)!r} (benchmark) vs {value!r} (plan)"
-        for key, value in plan_controls.items()
-        if benchmark.get(key) != value
-    ]
-
-
 def estimate(config: Config, benchmark: dict | None = None, write: bool = True) -> dict:
     benchmark = benchmark if benchmark is not None else read_metrics(metrics_path("benchmark"))
     if benchmark.get("oom"):
@@ -97,7 +89,11 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
         "validation_examples": planned_examples(plan, "validation"),
         "machine": machine_name(plan.device),
     }
-    differences = control_differences(benchmark, plan_controls)
+    differences = [
+        f"{key} {benchmark.get(key)!r} (benchmark) vs {value!r} (plan)"
+        for key, value in plan_controls.items()
+        if benchmark.get(key) != value
+    ]
     if differences:
         raise UserError(
             "the benchmark's controls differ from the planned run ("

@@ -124,9 +124,7 @@ def disk_check(plan: RunPlan, estimate: dict | None, existing: int) -> tuple[Che
     except UserError:
         steps = estimate["planned_optimizer_steps"] if estimate else 1
     each = estimate["checkpoint_bytes"] if estimate else storage.checkpoint_bytes(plan.parameters)
-    found = storage.storage(
-        t.checkpoint_directory, each, steps, 0, t.checkpoint_interval, t.keep_checkpoints, t.log_interval, existing
-    )
+    found = storage.storage(t, each, steps, 0, existing)
     row = partial(Check, "disk", "free disk at the checkpoint directory")
     if found.fits:
         return row("pass", found.figure()), found
@@ -251,15 +249,10 @@ def run_checks(config: Config, dvc: bool = False) -> tuple[list[Check], dict]:
     figures.update(free_disk_bytes=needed.free, disk_needed_bytes=needed.needed, **health.battery(), **sensed)
     if benchmark and not benchmark.get("oom"):
         figures.update(
-            batch_size=benchmark["batch_size"],
-            tokens_per_second=benchmark["tokens_per_second"],
-            throughput_drift=benchmark.get("throughput_drift", 0.0),
+            {key: benchmark.get(key, 0.0) for key in ("batch_size", "tokens_per_second", "throughput_drift")}
         )
     if estimate:
-        figures.update(
-            estimated_seconds=estimate["estimated_seconds"],
-            checkpoint_storage_bytes=estimate["checkpoint_storage_bytes"],
-        )
+        figures.update({key: estimate[key] for key in ("estimated_seconds", "checkpoint_storage_bytes")})
     return rows, figures
 
 

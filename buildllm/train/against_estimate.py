@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import psutil
 
@@ -21,9 +20,8 @@ SAME_PLAN = ("profile", "device", "precision", "batch_size", "grad_accum")
 
 
 def same_plan(estimate: dict, run: dict) -> bool:
-    return all(estimate.get(key) == run.get(key) for key in SAME_PLAN) and estimate.get(
-        "planned_optimizer_steps"
-    ) == run.get("planned_steps")
+    steps = estimate.get("planned_optimizer_steps") == run.get("planned_steps")
+    return steps and all(estimate.get(key) == run.get(key) for key in SAME_PLAN)
 
 
 def position(estimate: dict, seconds: float) -> dict:
@@ -40,10 +38,10 @@ def position(estimate: dict, seconds: float) -> dict:
     }
 
 
-def against_estimate(run: dict, path: str | Path | None = None) -> dict:
+def against_estimate(run: dict) -> dict:
     """The position of a completed, unresumed run against metrics/estimate.json, when that file
     estimated this very plan; {} otherwise (no estimate, another plan, a resumed run)."""
-    path = Path(path or metrics_path("estimate"))
+    path = metrics_path("estimate")
     if run.get("status") != "completed" or run.get("resumed") or not path.is_file():
         return {}
     try:

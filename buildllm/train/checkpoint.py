@@ -52,12 +52,10 @@ def foreign_files(directory: str | Path) -> list[str]:
 
 def remove_leftovers(directory: str | Path) -> list[str]:
     """Delete temp files of saves a kill interrupted."""
-    removed = []
-    for path in Path(directory).iterdir():
-        if TEMP.match(path.name):
-            path.unlink(missing_ok=True)
-            removed.append(path.name)
-    return removed
+    leftovers = [path for path in Path(directory).iterdir() if TEMP.match(path.name)]
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return [path.name for path in leftovers]
 
 
 def save(directory: str | Path, state: dict, keep: int) -> tuple[float, int, Path]:
@@ -131,11 +129,11 @@ def diagnose(path: Path) -> str:
     return "not a BuildLLM checkpoint: it holds objects other than tensors and plain values"
 
 
-def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+def load(path: str | Path) -> dict:
     path = Path(path)
     try:
         # weights_only: tensors and plain containers only; a checkpoint cannot run code when loaded.
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except OSError:
         raise
     except Exception:  # torch raises many types for a damaged file
@@ -249,11 +247,7 @@ class DirectoryLock:
         raise UserError(f"could not take the lock {self.path}; another run keeps taking it; try again")
 
     def _take_over_if_stale(self) -> None:
-        try:
-            pid_text, started, host = (self.path.read_text().split() + ["", "", ""])[:3]
-            pid = int(pid_text)
-        except (OSError, ValueError):
-            pid, started, host = None, "", ""
+        pid, started, host = _owner(self.path)
         if pid is not None and host == socket.gethostname() and _alive(pid, started):
             raise UserError(
                 f"checkpoint directory {self.path.parent} in use by pid {pid}; wait for that run to "
@@ -279,14 +273,21 @@ class DirectoryLock:
 
 def lock_holder(directory: str | Path) -> str:
     """Who holds `directory`'s lock, if a live run (or another host) does; "" when it is free. Reads only."""
-    try:
-        pid_text, started, host = ((Path(directory) / LOCK).read_text().split() + ["", "", ""])[:3]
-        pid = int(pid_text)
-    except (OSError, ValueError):
+    pid, started, host = _owner(Path(directory) / LOCK)
+    if pid is None:
         return ""
     if host and host != socket.gethostname():
         return f"pid {pid} on host {host}"
     return f"pid {pid}" if _alive(pid, started) else ""
+
+
+def _owner(path: Path) -> tuple[int | None, str, str]:
+    """(pid, start time, host) as a lock file names them; (None, "", "") when it does not read."""
+    try:
+        pid_text, started, host = (path.read_text().split() + ["", "", ""])[:3]
+        return int(pid_text), started, host
+    except (OSError, ValueError):
+        return None, "", ""
 
 
 def _alive(pid: int, started: str) -> bool:

@@ -24,9 +24,7 @@ from buildllm.device.device import Device
 @dataclass(frozen=True)
 class World:
     rank: int = 0
-    local_rank: int = 0
     size: int = 1
-    backend: str = ""
     tensors: str = "cpu"  # where collectives' tensors live (NCCL moves only CUDA tensors, gloo only CPU ones)
 
     @property
@@ -47,7 +45,7 @@ def start(device: Device) -> tuple[World, Device]:
     device = device.for_rank(local_rank, rank, size, os.environ.get("LOCAL_WORLD_SIZE", "?"))
     if not dist.is_initialized():
         dist.init_process_group(backend=device.collective_backend)
-    return World(rank, local_rank, size, device.collective_backend, device.collective_device), device
+    return World(rank, size, device.collective_device), device
 
 
 def stop(world: World, clean: bool = True) -> None:

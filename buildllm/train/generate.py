@@ -141,16 +141,8 @@ def command(args: argparse.Namespace) -> None:
     """`buildllm generate`: the startup line, then the prompt and its continuation."""
     if args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
         raise UserError("--max-new-tokens, --temperature and --top-k must not be negative")
-    overrides = {
-        key: value
-        for key, value in (
-            ("train.checkpoint_directory", args.checkpoint_directory),
-            ("device", args.device),
-            ("seed", args.seed),
-        )
-        if value is not None
-    }
-    config = load_config(args.params, overrides)
+    given = {"train.checkpoint_directory": args.checkpoint_directory, "device": args.device, "seed": args.seed}
+    config = load_config(args.params, {key: value for key, value in given.items() if value is not None})
     decision = resolve_device(config.device)
     path = checkpoint_file(config.train.checkpoint_directory)
     model, state = load_model(path, decision.device)

@@ -12,7 +12,6 @@ import signal
 import sys
 import threading
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -43,12 +42,9 @@ def train(config: Config, under_dvc: bool = False) -> dict:
     together = False
     try:
         apply_plan(plan)
-        directory = Path(config.train.checkpoint_directory)
         built = False
         try:
-            trainer = Trainer(
-                plan, train_windows, validation_windows, world=world, tokenizer=tokenizer, directory=directory
-            )
+            trainer = Trainer(plan, train_windows, validation_windows, world=world, tokenizer=tokenizer)
             built = True
         except (RuntimeError, MemoryError) as exc:
             if not out_of_memory(exc):
@@ -64,13 +60,13 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         # The bytes the validation targets stand for: the loss in bits per byte, comparable across tokenizers.
         trainer.log.facts.update(validation_bytes(tokenizer, validation_windows, plan.model.vocab_size))
         # Only rank 0 writes, so only rank 0 locks; every rank follows its resume decision.
-        lock = checkpoint.DirectoryLock(directory)
+        lock = checkpoint.DirectoryLock(trainer.directory)
         decision = None
         if world.is_main:
             try:
                 lock.acquire()
                 resumed = checkpoint.state_to_resume(
-                    directory, trainer.signature, config.train.resume, config.train.force
+                    trainer.directory, trainer.signature, config.train.resume, config.train.force
                 )
                 storage.before_training(trainer, resumed)  # refuses a run its disk cannot hold
                 decision = ("state", resumed)
@@ -111,7 +107,7 @@ def eta(log: RunLog, remaining: int) -> str:
     return tqdm.format_interval(log.seconds / log.steps * remaining) if log.steps else "?"
 
 
-def run(trainer: Trainer, advice_on_stop: str = "run the same command again to resume") -> dict:
+def run(trainer: Trainer, advice_on_stop: str) -> dict:
     """Train to the planned step; validate, log, checkpoint on the way; write the metrics."""
     cfg, world, device = trainer.config.train, trainer.world, trainer.device
     if world.is_main:

@@ -133,10 +133,8 @@ class RunLog:
         """metrics/train.json: flat; what is unknown (no save yet, no step this session) is left out.
 
         progress: where the run stands (optimizer steps, tokens, total train seconds, resume)."""
-        trained = [r for r in self.rows if r["train_loss"] is not None]
-        validated = [r for r in self.rows if r["validation_loss"] is not None]
-        train_loss = trained[-1]["train_loss"] if trained else None
-        last = validated[-1] if validated else None
+        train_loss = next((r["train_loss"] for r in reversed(self.rows) if r["train_loss"] is not None), None)
+        last = next((r for r in reversed(self.rows) if r["validation_loss"] is not None), None)
         # "Final" only when validated at the step the run ended on; after a stop, the last evaluation
         # is reported with its step, never passed off as the final one.
         validation = last["validation_loss"] if last and last["step"] == progress["optimizer_steps"] else None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildllm import disk
+from buildllm.config import TrainConfig
 from buildllm.device import health
 from buildllm.errors import UserError
 from buildllm.train import checkpoint
@@ -26,16 +27,10 @@ ROW_BYTES = 200
 class Storage:
     directory: Path
     checkpoint_bytes: int
-    saves: int
-    keep: int
-    existing: int  # checkpoints already in the directory (a resume)
+    kept: int  # at the peak, the checkpoints kept beside the one being written
+    new_files: int  # at the peak, checkpoint files beyond those in the directory now
     log_bytes: int
     free: int
-
-    @property
-    def new_files(self) -> int:
-        """Checkpoint files on disk at the peak beyond those there now: kept + the one being written."""
-        return max(0, min(self.existing + self.saves, self.keep + 1) - self.existing)
 
     @property
     def needed(self) -> int:
@@ -49,9 +44,8 @@ class Storage:
         return f"{size(self.free)} free, needs {size(self.needed)}"
 
     def explain(self) -> str:
-        kept = min(self.existing + self.saves, self.keep + 1) - 1
         return (
-            f"{kept} kept + 1 being written, {self.new_files} new × {size(self.checkpoint_bytes)}, "
+            f"{self.kept} kept + 1 being written, {self.new_files} new × {size(self.checkpoint_bytes)}, "
             f"+ {size(self.log_bytes)} of logs"
         )
 
@@ -71,25 +65,19 @@ def planned_saves(planned_steps: int, start_step: int, interval: int) -> int:
     return (planned_steps - 1) // interval - start_step // interval + 1
 
 
-def storage(
-    directory: str | Path,
-    checkpoint_bytes: int,
-    planned_steps: int,
-    start_step: int,
-    interval: int,
-    keep: int,
-    log_interval: int,
-    existing: int = 0,
-) -> Storage:
-    rows = planned_steps // max(1, log_interval) + 2
+def storage(train: TrainConfig, checkpoint_bytes: int, planned_steps: int, start_step: int, existing: int) -> Storage:
+    """The disk a run of `train`'s settings takes from `start_step` on, with `existing` checkpoints
+    already in its directory (a resume): a save writes the new file before the oldest is pruned."""
+    saves = planned_saves(planned_steps, start_step, train.checkpoint_interval)
+    at_most = min(existing + saves, train.keep_checkpoints + 1)
+    rows = planned_steps // max(1, train.log_interval) + 2
     return Storage(
-        Path(directory),
+        Path(train.checkpoint_directory),
         int(checkpoint_bytes),
-        planned_saves(planned_steps, start_step, interval),
-        keep,
-        existing,
+        at_most - 1,
+        max(0, at_most - existing),
         LOG_BYTES + rows * ROW_BYTES,
-        disk.free_bytes(directory),
+        disk.free_bytes(train.checkpoint_directory),
     )
 
 
@@ -113,16 +101,8 @@ def before_training(trainer, resumed: dict | None) -> Storage:
     figures; a warning when the machine runs on battery."""
     existing = checkpoint.list_checkpoints(trainer.directory) if resumed is not None else []
     size_each = existing[-1].stat().st_size if existing else expected_checkpoint_bytes(trainer.model)
-    cfg = trainer.config.train
     needed = storage(
-        trainer.directory,
-        size_each,
-        trainer.planned_steps,
-        resumed["step"] if resumed else 0,
-        cfg.checkpoint_interval,
-        cfg.keep_checkpoints,
-        cfg.log_interval,
-        len(existing),
+        trainer.config.train, size_each, trainer.planned_steps, resumed["step"] if resumed else 0, len(existing)
     )
     if not needed.fits:
         raise UserError(needed.refusal())

@@ -58,13 +58,7 @@ def planned(args):
         return load_config(args.params, chosen)
     if args.factor < 1:
         raise UserError(f"--factor {args.factor}: give at least 1 (training steps = factor x benchmark steps)")
-    chosen.update(
-        {
-            "benchmark.warmup_steps": args.warmup_steps,
-            "benchmark.measured_steps": args.measured_steps,
-            "benchmark.intervals": args.intervals,
-        }
-    )
+    chosen.update({f"benchmark.{key}": getattr(args, key) for key in ("warmup_steps", "measured_steps", "intervals")})
     config = load_config(args.params, chosen)
     steps = args.factor * (config.benchmark.warmup_steps + config.benchmark.measured_steps)
     examples = steps * make_plan(config).batch_size * config.train.grad_accum
@@ -73,16 +67,13 @@ def planned(args):
 
 def run_steps(config, folder: Path) -> dict:
     """Benchmark, estimate and train in `folder`; the train command's wall clock as the parent saw it."""
-    from buildllm.measure.workfolder import config_params, prepare, run_command
+    from buildllm.measure.workfolder import config_params, prepare, run_step
 
     prepare(folder, config_params(config, folder))
     seconds = {}
     for step in ("benchmark", "estimate", "train"):
         print(json.dumps({"action": f"verify estimate: buildllm {step}", "folder": str(folder)}), flush=True)
-        done = run_command(folder, [step])
-        if done.returncode != 0:
-            raise UserError(f"`buildllm {step}` failed in {folder} ({done.last_line()}); run it there to see why")
-        seconds[step] = done.seconds
+        seconds[step] = run_step(folder, step, "verify estimate").seconds
     return seconds
 
 
@@ -130,9 +121,7 @@ def judge(folder: Path, wall: dict | None) -> tuple[dict, bool]:
     )
     record = {
         **figures,
-        "profile": trained["profile"],
-        "device": trained["device"],
-        "precision": trained["precision"],
+        **{key: trained[key] for key in ("profile", "device", "precision")},
         "planned_steps": trained["optimizer_steps"],
         "estimated_step_seconds": est["estimated_seconds_by_steps"],
         "train_seconds": trained["train_seconds"],

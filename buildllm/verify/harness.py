@@ -1,9 +1,5 @@
-"""What every check shares: its settings from params.yaml and flags, and its record and verdict.
-
-A check's record is a flat metrics file (buildllm/metrics.py), written atomically: its figures,
-what was compared with what, the machine (processor model and ISA flags, as `lscpu` gives them,
-and the load when it started), and `verdict` "inside" or "miss". The exit code follows the verdict.
-"""
+"""What every check shares: its settings from params.yaml and flags, and its record and verdict
+(a flat metrics file: its figures, the machine and its load at the start, and "inside" or "miss")."""
 
 from __future__ import annotations
 
@@ -13,8 +9,6 @@ from pathlib import Path
 from buildllm.errors import UserError
 from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
-
-MISS = 1  # the exit code of a check with a figure outside its range
 
 
 def add_plan_arguments(parser) -> None:
@@ -34,10 +28,6 @@ def plan_overrides(args, extra: dict) -> dict:
         profile = {"iteration": args.iteration, "preset": None} if args.iteration else {}
     chosen = {**profile, "device": args.device, "precision": args.precision, "train.threads": args.threads, **extra}
     return {key: value for key, value in chosen.items() if value is not None or key == "preset"}
-
-
-def record_path(check: str, out: str | None) -> Path:
-    return Path(out) if out else metrics_path(f"verify_{check}")
 
 
 def cpu_flags() -> str:
@@ -69,12 +59,11 @@ def finish(check: str, out: str | None, figures: dict, misses: int, judged: int)
             "make the token files first (`buildllm corpus && buildllm tokenize`)"
         )
     verdict = "miss" if misses else "inside"
-    path = write_metrics(
-        record_path(check, out), {"check": check, **figures, "judged": judged, "misses": misses, "verdict": verdict}
-    )
+    record = {"check": check, **figures, "judged": judged, "misses": misses, "verdict": verdict}
+    path = write_metrics(Path(out) if out else metrics_path(f"verify_{check}"), record)
     print(
         f"verify {check}: {max(judged - misses, 0)} of {judged} inside the stated range"
         f"{'' if not misses else f'; {misses} MISSED'}; record in {path}",
         flush=True,
     )
-    return MISS if misses else 0
+    return 1 if misses else 0

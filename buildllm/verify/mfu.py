@@ -13,7 +13,6 @@ spread is the run-to-run variation the estimate's range allows for (predict/esti
 from __future__ import annotations
 
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -40,19 +39,11 @@ def add_arguments(parser) -> None:
 
 def one_run(config, number: int) -> dict:
     """A fresh `buildllm benchmark` in a folder of its own: its metrics."""
-    from buildllm.measure.workfolder import config_params, prepare, read_result, run_command
+    from buildllm.measure.workfolder import config_params, prepare, run_benchmark
 
     with tempfile.TemporaryDirectory(prefix="buildllm-verify-mfu-") as tmp:
         folder = prepare(Path(tmp) / "run", config_params(config, Path(tmp) / "run"))
-        try:
-            done = run_command(folder, ["benchmark"], timeout=3600)
-        except subprocess.TimeoutExpired:
-            raise UserError(
-                f"run {number}: the benchmark ran over an hour; bound it with fewer benchmark.measured_steps"
-            ) from None
-        if done.returncode != 0:
-            raise UserError(f"run {number}: `buildllm benchmark` failed ({done.last_line()}); run it to see why")
-        return read_result(folder, "benchmark")
+        return run_benchmark(folder, f"verify mfu, run {number}", timeout=3600)
 
 
 def command(args) -> int:
@@ -77,13 +68,7 @@ def command(args) -> int:
             misses += 1
         mfus.append(m["mfu"])
         speeds.append(m["steps_per_second"])
-        record.update(
-            {
-                f"run_{number}_mfu": m["mfu"],
-                f"run_{number}_steps_per_second": m["steps_per_second"],
-                f"run_{number}_throughput_cv": m["throughput_cv"],
-            }
-        )
+        record.update({f"run_{number}_{key}": m[key] for key in ("mfu", "steps_per_second", "throughput_cv")})
         print(
             f"{number:>4}{m['tokens_per_second']:>12,.0f}{m['steps_per_second']:>9.2f}"
             f"{m['achieved_flops'] / 1e12:>18.4f}{m['peak_flops'] / 1e12:>14.4f}{m['peak_flops_before'] / 1e12:>8.3f}"
@@ -103,9 +88,7 @@ def command(args) -> int:
     )
     record.update(
         {
-            "profile": m["profile"],
-            "device": m["device"],
-            "precision": m["precision"],
+            **{key: m[key] for key in ("profile", "device", "precision")},
             "runs": runs,
             "mfu_median": statistics.median(mfus),
             "mfu_spread": spread,

@@ -153,7 +153,7 @@ def _peak_in_fresh_process(settings: dict, queue) -> None:
     plan = make_plan(load_config(None, settings))
     apply_plan(plan)
     train, validation = load_windows(plan.config, plan.model)
-    figures = measure(plan, train, validation, extras=False, progress=False)
+    figures = measure(plan, train, validation, extras=False)
     queue.put((plan_memory(plan).total, figures["peak_memory_bytes"]))
 
 
