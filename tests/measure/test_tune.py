@@ -103,7 +103,11 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
         assert bf16["pairs"] == len(bf16["ratios"]) >= 1 and bf16["low"] <= bf16["ratio"] <= bf16["high"]
         assert bf16["median_seconds"] > 0 and bf16["reference_median_seconds"] > 0
         check = record["precision"]["loss_check"]
-        assert check["tolerance"] == 0.05 and check["fp32"] > 0 and check["bf16"] > 0 and check["steps"] >= 2
+        assert check["tolerance"] == 0.05 and check["steps"] >= 2
+        # Both losses measured, or (on a machine too busy to fit the validation passes in 29 s) the
+        # check skipped with its reason, as the console says.
+        measured = check.get("fp32", 0) > 0 and check.get("bf16", 0) > 0
+        assert measured or ("for the validation passes" in check["skipped"] and "loss check: " in out)
     else:  # nothing to compare fp32 with: said, and auto's reason quotes it
         assert "bf16" not in record["precision"] and "no bf16 matmul path" in record["precision"]["skipped"]
         assert record["precision"]["loss_check"]["tokens"] == "real"
