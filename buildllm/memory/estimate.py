@@ -40,8 +40,15 @@ CPU_LOW_PRECISION_RUNTIME_BYTES = 12 * MiB
 # freed, and keeps freed heap blocks for reuse: the resident growth was another 6-16% of the live tensors.
 CPU_ALLOCATOR_OVERHEAD = 0.12
 # Gradient checkpointing on the CPU: the rebuilt blocks' memory glibc keeps (remade_after_backward), in
-# widths (n_embd-sized vectors) per token and layer, fitted on verify memory's FITTED_CHECKPOINTING shapes.
+# widths (n_embd-sized vectors) per token and layer: fp32 ones in fp32, fitted on verify memory's
+# FITTED_CHECKPOINTING shapes; compute-dtype ones under autocast, fitted on FITTED_BF16_CHECKPOINTING.
 CPU_CHECKPOINT_RETAINED_WIDTHS = 10
+CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST = 7
+# Gradient accumulation on the CPU: the share of one micro-batch's activations the second micro-batch
+# allocates anew (remade_after_backward), in fp32 and under autocast, fitted on verify memory's
+# FITTED_ACCUMULATION shapes.
+CPU_ACCUMULATION_REMADE = 0.4
+CPU_ACCUMULATION_REMADE_AUTOCAST = 0.18
 # torch.compile on the CPU: what a compiled step holds that an eager one does not. With glibc's mmap
 # threshold pinned (every freed tensor returned, so the growth is live memory) compiled tiny b32 and
 # gpt_first_cpu b16 grew by 70.6 and 71.6 MiB more than eager: inductor's generated code, loaded
@@ -224,13 +231,16 @@ def estimate_training_memory(
     live = weights + optimizer + sum(parts.values())
     allocator = 0
     if device.host_memory:
-        runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if precision_bytes != FP32 else 0)
+        autocast = precision_bytes != FP32
+        runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if autocast else 0)
         retained = 0
-        if gradient_checkpointing:  # per_layer's bytes per saved float, times the widths glibc keeps
-            widths = CPU_CHECKPOINT_RETAINED_WIDTHS * model.n_embd / (fp32_floats + low_floats)
-            retained = int(model.n_layer * per_layer * widths)
+        if gradient_checkpointing:
+            widths = CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST if autocast else CPU_CHECKPOINT_RETAINED_WIDTHS
+            retained = model.n_layer * tokens * widths * model.n_embd * precision_bytes
         allocator = (
-            int(live * CPU_ALLOCATOR_OVERHEAD) + runtime + remade_after_backward(activations, retained, grad_accum)
+            int(live * CPU_ALLOCATOR_OVERHEAD)
+            + runtime
+            + remade_after_backward(activations, retained, grad_accum, autocast)
         )
     workspace = cuda_workspace_bytes(device)
     if device.host_memory and compiled:
@@ -245,16 +255,28 @@ def estimate_training_memory(
     )
 
 
-def remade_after_backward(activations: int, retained: int, grad_accum: int) -> int:
+def remade_after_backward(activations: int, retained: int, grad_accum: int, autocast: bool) -> int:
     """CPU: activations allocated again after a backward pass has reshaped glibc's heap.
 
     glibc keeps freed heap blocks, and a tensor made after a backward lands in them only where a
     hole of its size is free: the backward interleaved gradients and temporaries with the freed
-    activations. With the mmap threshold pinned (MALLOC_MMAP_THRESHOLD_=131072: every tensor
-    returned on free) the resident growth matched the live tensors plus the runtime; unpinned,
-    gradient accumulation (gpt_first_cpu b16 accum 4; activations 66 MiB) grew by 80 MiB more. So
-    one micro-batch's activations are counted again. Without accumulation or checkpointing, the
-    forward reuses the previous step's blocks in the same order and CPU_ALLOCATOR_OVERHEAD covers it.
+    activations. Without accumulation or checkpointing, the forward reuses the previous step's
+    blocks in the same order and CPU_ALLOCATOR_OVERHEAD covers it.
+
+    Gradient accumulation: the second micro-batch's forward runs after the first one's backward,
+    beside the gradients it made. With the mmap threshold pinned (MALLOC_MMAP_THRESHOLD_=131072:
+    every tensor returned on free) accumulating grew by exactly those gradients (gpt_first_cpu fp32
+    b8: 86.2 MiB without, 91.3 accum 2, 91.5 accum 4; gradients 5.1 MiB): no more is alive. Unpinned
+    it grew by 14.2 MiB beyond them (94.5 MiB without), and accum 4 held what accum 2 did (114.8 and
+    113.8 MiB): the
+    second micro-batch allocates part of its activations anew, and the third and later reuse the
+    second's blocks. That part, (unpinned accum 2 - plain - gradients) / one micro-batch's
+    activations, was 0.43 (gpt_first_cpu fp32 b8), 0.38 (student modern fp32 b8) and 0.30 (tiny
+    fp32 b64 with checkpointing): CPU_ACCUMULATION_REMADE = 0.4; under bf16 autocast 0.18
+    (gpt_first_cpu bf16 b8; 104.3 MiB without, 112.8 accum 2): CPU_ACCUMULATION_REMADE_AUTOCAST.
+    Why bf16's mostly half-size activations leave a smaller share was not measured further. (The
+    earlier term, a whole micro-batch's activations, read 1.15-1.19 of the
+    measured peak on held-out accumulation shapes.)
 
     Gradient checkpointing rebuilds each block in backward beside the gradient temporaries of the
     block after it and the parameter gradients made so far, which land between the rebuilt blocks'
@@ -262,16 +284,26 @@ def remade_after_backward(activations: int, retained: int, grad_accum: int) -> i
     estimate already counts, and the pinned runs confirm it: the saved block inputs, one rebuilt
     block and the fused loss's tensors (pinned growth 49-113 MiB against the live part plus runtime of
     57-119 MiB on the six fitted fp32 shapes). The unpinned growth beyond the pinned one, less
-    CPU_ALLOCATOR_OVERHEAD, was 8 to 11.4 widths (n_embd floats) per token and layer on the fitted
+    CPU_ALLOCATOR_OVERHEAD, was 8 to 11.4 fp32 widths (n_embd floats) per token and layer on the fitted
     shapes (gpt_first_cpu b8/b24/b48, student classic and modern b16, tiny b64; 2026-12-02, 2-core AMD
-    EPYC, 2 fresh processes each): CPU_CHECKPOINT_RETAINED_WIDTHS = 10 of them, in the layer's own
-    mix of fp32 and compute-dtype bytes. (The earlier term, one rebuilt block, read 0.65-0.77 of
-    the measured peak on classic shapes.) Pinning the threshold at 1 MiB would keep the saving (81
+    EPYC, 2 fresh processes each): CPU_CHECKPOINT_RETAINED_WIDTHS = 10 of them. Under bf16 autocast
+    the same accounting gave 11.1, 18.3 and 14.2 bytes per token, layer and n_embd (gpt_first_cpu
+    b24, student classic b16, tiny b64; pinned 88.4, 108.2, 70.6 MiB, unpinned 113.0, 145.6, 83.2):
+    about 7 bf16 widths (CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST), not the 10 widths at the layer's
+    fp32/bf16 mix (22.5 bytes) counted before, which read 1.10-1.22 of the peak on held-out bf16 shapes.
+    (The first term, one rebuilt block, read 0.65-0.77 of the measured peak on classic shapes.)
+    Pinning the threshold at 1 MiB would keep the saving (81
     MiB against 146-161 at gpt_first_cpu b24), but the step then ran at 0.68x the speed with
     checkpointing and 0.72x without (medians of 4 interleaved pairs each, gpt_first_cpu b24 and b16),
     so the runtime leaves glibc alone.
+
+    Measured 2026-12-03 (accumulation, bf16 checkpointing) on a 2-core AMD EPYC (family 25, model 17,
+    Zen 4; AVX-512 with AVX512-BF16, no AMX), torch 2.13 CPU, 2 fresh processes per shape and setting
+    (verify memory's FITTED_ACCUMULATION and FITTED_BF16_CHECKPOINTING).
     """
-    return (activations if grad_accum > 1 else 0) + retained
+    if grad_accum == 1:
+        return retained
+    return int(activations * (CPU_ACCUMULATION_REMADE_AUTOCAST if autocast else CPU_ACCUMULATION_REMADE)) + retained
 
 
 def plan_memory(plan) -> MemoryEstimate:

@@ -109,25 +109,45 @@ def test_accumulation_and_checkpointing_move_the_estimate_the_right_way():
     assert bf16.activations < plain.activations and bf16.autocast_weights == 2 * parameters
 
 
-def test_checkpointing_on_the_cpu_counts_the_rebuilt_blocks_glibc_keeps():
-    # The rebuilt blocks' memory glibc keeps apart: CPU_CHECKPOINT_RETAINED_WIDTHS widths per token and
-    # layer, in the layer's own bytes per saved float; GPUs have no such term. The range is not widened.
-    from buildllm.memory.estimate import CPU_CHECKPOINT_RETAINED_WIDTHS
+@pytest.mark.parametrize("precision_bytes", [4, 2])
+def test_checkpointing_on_the_cpu_counts_the_rebuilt_blocks_glibc_keeps(precision_bytes):
+    # The rebuilt blocks' memory glibc keeps apart: widths per token and layer, fp32 ones in fp32 and
+    # compute-dtype ones under autocast (fewer: measured apart); GPUs have no such term. The range is not widened.
+    from buildllm.memory.estimate import CPU_CHECKPOINT_RETAINED_WIDTHS, CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST
 
     model = load_profile("gpt_first_cpu").model
     parameters = build_model(model, "meta").num_parameters()
-    plain = planned_estimate(model, parameters, 24, 4, CPU)
-    checkpointed = planned_estimate(model, parameters, 24, 4, CPU, gradient_checkpointing=True)
-    floats = sum(saved_floats_per_token_per_layer(model))
+    plain = planned_estimate(model, parameters, 24, precision_bytes, CPU)
+    checkpointed = planned_estimate(model, parameters, 24, precision_bytes, CPU, gradient_checkpointing=True)
+    widths = CPU_CHECKPOINT_RETAINED_WIDTHS if precision_bytes == FP32 else CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST
     tokens = 24 * model.sequence_length
-    retained = model.n_layer * tokens * CPU_CHECKPOINT_RETAINED_WIDTHS * model.n_embd * FP32
+    retained = model.n_layer * tokens * widths * model.n_embd * precision_bytes
     live = checkpointed.total - checkpointed.allocator
-    assert checkpointed.allocator - int(live * 0.12) - 20 * 2**20 == pytest.approx(retained, abs=2)
+    runtime = (20 if precision_bytes == FP32 else 32) * 2**20
+    assert checkpointed.allocator - int(live * 0.12) - runtime == pytest.approx(retained, abs=2)
     assert checkpointed.activations < plain.activations and checkpointed.total < plain.total
     assert (checkpointed.low, checkpointed.high) == (int(checkpointed.total * 0.85), int(checkpointed.total * 1.25))
-    assert floats > 10  # the widths are a share of a layer's saved floats
-    on_gpu = planned_estimate(model, parameters, 24, 4, CUDA, gradient_checkpointing=True)
+    on_gpu = planned_estimate(model, parameters, 24, precision_bytes, CUDA, gradient_checkpointing=True)
     assert on_gpu.allocator == 0 and on_gpu.high == int(on_gpu.total * 1.15)
+
+
+@pytest.mark.parametrize("precision_bytes", [4, 2])
+def test_accumulation_on_the_cpu_counts_a_share_of_one_micro_batch_allocated_anew(precision_bytes):
+    # The second micro-batch allocates a share of its activations anew; later ones reuse its blocks.
+    from buildllm.memory.estimate import CPU_ACCUMULATION_REMADE, CPU_ACCUMULATION_REMADE_AUTOCAST
+
+    model = load_profile("gpt_first_cpu").model
+    parameters = build_model(model, "meta").num_parameters()
+    plain = planned_estimate(model, parameters, 8, precision_bytes, CPU)
+    two, four = (planned_estimate(model, parameters, 8, precision_bytes, CPU, grad_accum=n) for n in (2, 4))
+    share = CPU_ACCUMULATION_REMADE if precision_bytes == FP32 else CPU_ACCUMULATION_REMADE_AUTOCAST
+    live = two.total - two.allocator
+    assert two.gradients == 4 * parameters and two.activations == plain.activations
+    assert two.allocator - int(live * 0.12) - (plain.allocator - int((plain.total - plain.allocator) * 0.12)) == (
+        int(share * two.activations)
+    )
+    assert four.total == two.total and 0 < share < 1
+    assert planned_estimate(model, parameters, 8, precision_bytes, CUDA, grad_accum=2).allocator == 0
 
 
 def test_a_compiled_step_on_the_cpu_holds_inductors_runtime():
