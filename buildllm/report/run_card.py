@@ -77,6 +77,8 @@ def measured_time(d: CardData) -> tuple[float | None, str]:
         if not logged:
             return None, "not recorded (a resumed run from before the log kept elapsed_seconds)"
         return logged[-1], "measured: the train loop's time over all sessions, up to the last log row"
+    if d.get("train", "run_seconds") is not None:  # what the estimate projects, and the console judged
+        return d.get("train", "run_seconds"), "measured: the train command, start-up included"
     return d.get("train", "elapsed_seconds"), "measured: the train loop, first step to end"
 
 

@@ -122,3 +122,20 @@ def test_the_target_loss_is_the_worst_best_and_its_time_the_first_validation_bel
     assert time_to(fast, 5.35) == (10.0, 20) and time_to(slow, 5.35) == (40.0, 20)
     assert time_to(fast, 4.0) is None
     assert target_loss({"fast": fast, "none": []}) is None  # one run alone is no comparison
+
+
+def test_the_time_verdict_judges_the_train_commands_wall_clock_as_the_console_does():
+    """The estimate projects the whole train command, start-up included (train/against_estimate.py):
+    the card judges that figure, not the loop's own time, so card and console give one verdict."""
+    from buildllm.report.card_data import CardData
+
+    train = {"status": "completed", "elapsed_seconds": 100.0, "run_seconds": 112.0}
+    estimate = {"estimated_seconds": 115.0, "estimated_seconds_low": 105.0, "estimated_seconds_high": 130.0}
+    card = CardData("workspace", "workspace", {"train": train, "estimate": estimate}, {}, [], None)
+    verdict = dict(headline(card))["run time against the estimate"]
+    assert verdict.startswith("1 min 52 s measured") and "within the range" in verdict
+    # A run recorded before run_seconds existed is judged on its loop's time, as before.
+    older = CardData(
+        "workspace", "workspace", {"train": {**train, "run_seconds": None}, "estimate": estimate}, {}, [], None
+    )
+    assert "below the range" in dict(headline(older))["run time against the estimate"]
