@@ -25,8 +25,8 @@ PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", ".dvc/config", ".dvcignore
 # The files whose tests take a minute or more in CI (fresh clone, 2 cores, `--durations`), in the
 # order xdist should hand them out: the longest first, so the short files fill in around them at the
 # end instead of one worker finishing the run alone on a seven-minute test. The session's shared
-# pipelines (bounded_repro, default_run) are built by the first file of each group below; their other
-# users follow on the same worker's queue, so no worker sits waiting on another's lock.
+# pipelines (bounded_repro, default_run) are built by the first file of each group below, and their
+# other users come after it in the order, so they start once it is built rather than beside it.
 LONGEST_FIRST = [
     "docs/test_readme.py",  # the walkthrough, about 7 minutes
     "report/test_compare_e2e.py",  # builds bounded_repro (about 2 minutes), then its own lab
@@ -47,6 +47,10 @@ LONGEST_FIRST = [
     "train/test_distributed.py",
     "verify/test_mfu_check.py",
 ]
+# A renamed or removed file would silently lose its place in the order: say so at once instead.
+assert all((Path(__file__).parent / name).is_file() for name in LONGEST_FIRST), (
+    "tests/conftest.py: LONGEST_FIRST names a missing file"
+)
 
 
 def pytest_configure(config) -> None:
