@@ -8,6 +8,7 @@ defaults and which process-wide knobs apply, and how it joins a multi-process ru
 
 from __future__ import annotations
 
+import importlib
 import platform
 import subprocess
 import sys
@@ -18,7 +19,6 @@ from pathlib import Path
 import psutil
 import torch
 
-from buildllm.device.peak_flops import Peak, peak_flops
 from buildllm.device.peak_memory import PeakMemory
 from buildllm.errors import DeviceUnavailable
 
@@ -127,6 +127,20 @@ class Device:
         self.synchronize()
         return time.perf_counter()
 
+    def end_step(self) -> bool:
+        """End an optimizer step's graph on XLA, which records operations and runs them only at a
+        boundary: without one per step the graph grows step after step (recompiling, then running
+        out of memory). torch_xla.sync() where it exists, the older xm.mark_step() before it; nothing
+        elsewhere. Returns whether a boundary was marked."""
+        if self.kind != "xla":
+            return False
+        torch_xla = importlib.import_module("torch_xla")
+        if callable(getattr(torch_xla, "sync", None)):
+            torch_xla.sync()
+        else:
+            importlib.import_module("torch_xla.core.xla_model").mark_step()
+        return True
+
     # --- what the kind implies for a run ------------------------------------------------------
     @property
     def runtime_defaults(self) -> str:
@@ -231,10 +245,6 @@ class Device:
         """Hand the caching allocator's free blocks back, so the next try starts from a clean device."""
         if self.kind == "cuda":
             torch.cuda.empty_cache()
-
-    def peak_flops(self, precision: str, tf32: bool, threads: int, rates: list[float] | None = None) -> Peak:
-        """The datasheet peak, else the median of `rates` (a run's own timed matmuls) or of a sample now."""
-        return peak_flops(self, precision, tf32, threads, rates)
 
     # --- several processes -----------------------------------------------------------------------
     def for_rank(self, local_rank: int, rank: int, size: int, local_size: str = "?") -> Device:

@@ -6,7 +6,7 @@ a short large matmul in the run's dtype and thread count (the benchmark on the C
 measured steps, see MatmulProbe). Nothing is cached outside the project:
 the metrics file records the peak it used and where it came from, so its MFU can be recomputed
 from that file alone, and no other run's history (or a file DVC cannot see) moves it.
-A Device answers with Device.peak_flops(); `device` below is that Device.
+`device` below is a buildllm.device.Device.
 """
 
 from __future__ import annotations
@@ -112,9 +112,9 @@ def table_or_none(device, precision: str, tf32: bool) -> Peak | None:
     return table_peak(device.name, precision, tf32) if device.kind == "cuda" else None
 
 
-def peak_flops(device, precision: str, tf32: bool, threads: int, rates: list[float] | None = None) -> Peak:
-    """The datasheet figure, else the median of `rates` (or of a sample taken now). `threads` is
-    the run's count, already applied to torch: the measurement runs with it.
+def peak_flops(device, precision: str, tf32: bool, rates: list[float] | None = None) -> Peak:
+    """The datasheet figure, else the median of `rates` (or of a sample taken now), measured in the
+    run's thread count, already applied to torch.
 
     The median, not the best: a typical rate under the same conditions as the steps, so a steady
     background load slows numerator and denominator alike, where the best of a few would be one

@@ -33,7 +33,7 @@ from buildllm.device.hardware import environment
 from buildllm.device.health import interval_trend
 from buildllm.device.load import LoadWatch, busy_warning
 from buildllm.device.oom import advice, out_of_memory
-from buildllm.device.peak_flops import MatmulProbe, sample_peak, step_probe, table_or_none
+from buildllm.device.peak_flops import MatmulProbe, peak_flops, sample_peak, step_probe, table_or_none
 from buildllm.errors import TrainingFailed
 from buildllm.measure.breakdown import describe as describe_parts
 from buildllm.measure.breakdown import overheads, step_breakdown
@@ -65,8 +65,7 @@ def measure(
     of the two rates beside it. With `load`, other processes' CPU load is read just before and just
     after the measured work (load.py): busy_machine says whether they took the cores it ran on."""
     bench = plan.config.benchmark
-    # On the CPU the steps use the torch threads; an accelerator's steps still need a core to feed it.
-    watch = LoadWatch(used=plan.threads if plan.device.threads_apply else 1) if load else None
+    watch = LoadWatch(used=plan.cores) if load else None
     scratch = Path(tempfile.mkdtemp(prefix="buildllm-benchmark-"))
     try:
         start = plan.device.timed()
@@ -219,7 +218,7 @@ def benchmark(config: Config, write: bool = True) -> dict:
     if measured_apart:
         edges = [before, sample_peak(plan.device, plan.precision.precision)]
     rates = [rate for edge in edges for rate in edge]
-    peak = plan.device.peak_flops(plan.precision.precision, plan.precision.tf32_enabled, plan.threads, rates=rates)
+    peak = peak_flops(plan.device, plan.precision.precision, plan.precision.tf32_enabled, rates=rates)
     achieved = figures["flops_per_token"] * figures["tokens_per_second"]
     metrics = {
         **base,

@@ -56,6 +56,10 @@ MIN_COMPILE_SECONDS = 30.0  # a cold compile at iteration 1 took about 40 s on 2
 LOSS_CHECK_BATCHES = 4  # validation batches each side's loss is measured on
 
 
+def not_compared(why: str, **check) -> dict:
+    return {"reference": "fp32", "skipped": why, "loss_check": {"done": False, "skipped": why, **check}}
+
+
 def measure_precision(
     config: Config, plans: dict[str, RunPlan], train, validation, tokens: str, budget: Budget, skipped: list, scratch
 ) -> tuple[dict, dict]:
@@ -72,13 +76,11 @@ def measure_precision(
         trainers[name] = Trainer(plan, train, validation, directory=scratch)
         trainers[name].step()  # the first step allocates; untimed
     if len(plans) == 1:  # nothing to compare: the fp32 trainer is still built, for the threads part
-        why = f"no precision but fp32 trains here: {fp32_only_reason(device)}"
-        check = {"done": False, "skipped": why, "tokens": tokens}
-        return {"reference": "fp32", "skipped": why, "loss_check": check}, trainers
+        return not_compared(f"no precision but fp32 trains here: {fp32_only_reason(device)}", tokens=tokens), trainers
     if len(trainers) < len(plans) or budget.left() <= 0:
         why = f"{NO_TIME} after building and warming up the trainers"
         skipped.append(f"precision: {why}")
-        return {"reference": "fp32", "skipped": why, "loss_check": {"done": False, "skipped": why}}, trainers
+        return not_compared(why), trainers
     k = steps_per_turn(trainers["fp32"].step, device.timed)
     for name, trainer in trainers.items():
         if name != "fp32":
@@ -88,8 +90,7 @@ def measure_precision(
     turns = {name: (lambda t=t: [t.step() for _ in range(k)]) for name, t in trainers.items()}
     seconds = budget.take_turns("precision", turns, skipped, warmup=0, rounds=rounds)
     if seconds is None:
-        why = f"{NO_TIME} after building the trainers"
-        return {"reference": "fp32", "skipped": why, "loss_check": {"done": False, "skipped": why}}, trainers
+        return not_compared(f"{NO_TIME} after building the trainers"), trainers
     figures: dict = {"reference": "fp32", "steps_per_turn": k, **compare(seconds, "fp32")}
     if len(seconds["fp32"]) < rounds:
         skipped.append(f"precision: {len(seconds['fp32'])} of {rounds} rounds, to stay within tune.seconds")
@@ -156,7 +157,7 @@ def tune(config: Config) -> dict:
     device = reference.device
     budget = Budget(config.tune.seconds, device.timed)
     # Others' load, not the load average: that counts tune's own threads and lags by a minute.
-    watch = LoadWatch(used=reference.threads if device.threads_apply else 1)
+    watch = LoadWatch(used=reference.cores)
     watch.mark()
     announce(
         "tune",

@@ -70,6 +70,11 @@ class RunPlan:
         """Tokens in one optimizer step of one process (all micro-batches of gradient accumulation)."""
         return self.batch_size * self.config.train.grad_accum * self.model.sequence_length
 
+    @property
+    def cores(self) -> int:
+        """The cores a run computes on: its torch threads on the CPU; one feeds an accelerator."""
+        return self.threads if self.device.threads_apply else 1
+
 
 def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     """training_examples: the windows a caller has already loaded; otherwise counted from the token file."""

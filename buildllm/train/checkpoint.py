@@ -247,17 +247,14 @@ class DirectoryLock:
         raise UserError(f"could not take the lock {self.path}; another run keeps taking it; try again")
 
     def _take_over_if_stale(self) -> None:
-        pid, started, host = _owner(self.path)
-        if pid is not None and host == socket.gethostname() and _alive(pid, started):
+        if holder := lock_holder(self.path.parent):
+            # Another host's run cannot be checked from here: only its owner knows it is gone.
+            gone = f"; if that run is gone, delete {self.path} and rerun" if " on host " in holder else ""
             raise UserError(
-                f"checkpoint directory {self.path.parent} in use by pid {pid}; wait for that run to "
-                "finish or stop it, or use another --checkpoint-directory"
+                f"checkpoint directory {self.path.parent} in use by {holder}; wait for that run to "
+                f"finish or stop it, or use another --checkpoint-directory{gone}"
             )
-        if pid is not None and host and host != socket.gethostname():
-            raise UserError(
-                f"checkpoint directory {self.path.parent} is locked by pid {pid} on host {host}; if that "
-                f"run is gone, delete {self.path} and rerun"
-            )
+        pid = _owner(self.path)[0]
         print(f"warning: taking over the stale lock {self.path} (pid {pid} is no longer running)", file=sys.stderr)
         self.path.unlink(missing_ok=True)
 

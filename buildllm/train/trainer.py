@@ -20,7 +20,6 @@ from buildllm.config import config_to_dict, knobs, value_at
 from buildllm.data.windows import Windows, batches_per_epoch, loader, optimizer_steps, sequential_batches
 from buildllm.device.precision import autocast, grad_scaler
 from buildllm.device.rng import rng_state, set_rng_state
-from buildllm.device.xla import step_boundary
 from buildllm.errors import TrainingFailed, UserError
 from buildllm.model.gpt import build_model
 from buildllm.optimizer import build_optimizer
@@ -151,8 +150,7 @@ class Trainer:
             "checkpoint_directory": str(self.directory),
             "tokenizer": self.tokenizer,
         }
-        cores = plan.threads if plan.device.threads_apply else 1  # an accelerator still needs a core to feed it
-        self.log = RunLog(self.world, plan.tokens_per_step, {**facts(plan), **self.sizes}, cores)
+        self.log = RunLog(self.world, plan.tokens_per_step, {**facts(plan), **self.sizes}, plan.cores)
         # The same initial weights and random draws whoever builds the trainer, and in every process.
         self.model = build_model(plan.model, self.device.device, seed=plan.config.seed)
         self.model.gradient_checkpointing = cfg.gradient_checkpointing
@@ -190,7 +188,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        step_boundary(self.device)  # XLA: one graph per optimizer step
+        self.device.end_step()  # XLA: one graph per optimizer step
         self.step_count += 1
         self.tokens_seen += self.tokens_per_step
         return loss

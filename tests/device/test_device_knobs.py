@@ -12,7 +12,6 @@ import types
 import pytest
 
 from buildllm.device.device import Device
-from buildllm.device.xla import step_boundary
 from buildllm.train import trainer as trainer_module
 
 SET_BEFORE_TORCH = """
@@ -73,9 +72,9 @@ def stand_in_xla(monkeypatch, with_sync: bool) -> list[str]:
 @pytest.mark.parametrize("with_sync, expected", [(True, "sync"), (False, "mark_step")])
 def test_an_xla_step_boundary_uses_sync_or_mark_step(monkeypatch, with_sync, expected):
     calls = stand_in_xla(monkeypatch, with_sync)
-    assert step_boundary(Device("xla", "xla", "xla", "test")) and calls == [expected]
-    assert not step_boundary(Device("cpu", "cpu", "cpu", "test")) and calls == [expected]
-    assert not step_boundary(Device("cuda", "cuda:0", "cuda", "test")) and calls == [expected]
+    assert Device("xla", "xla", "xla", "test").end_step() and calls == [expected]
+    assert not Device("cpu", "cpu", "cpu", "test").end_step() and calls == [expected]
+    assert not Device("cuda", "cuda:0", "cuda", "test").end_step() and calls == [expected]
 
 
 def test_the_train_step_marks_one_boundary_per_optimizer_step(tokens, tmp_path, monkeypatch):
@@ -84,7 +83,7 @@ def test_the_train_step_marks_one_boundary_per_optimizer_step(tokens, tmp_path, 
     from buildllm.plan.run_plan import apply_plan, make_plan
 
     seen = []
-    monkeypatch.setattr(trainer_module, "step_boundary", seen.append)
+    monkeypatch.setattr(Device, "end_step", lambda device: seen.append(device))
     plan = make_plan(
         load_config(
             None, {"preset": "tiny", "device": "cpu", "train.threads": 1, "train.batch_size": 4, "train.grad_accum": 3}
