@@ -2,7 +2,7 @@
 
 The fused kernel updates all parameters in one launch; not every device or build has it, so the plan
 builds it once on the run's device and records why it fell back, instead of guessing from the
-device's name. The trainer builds its optimizer from this answer (buildllm/optimizer.py).
+device's name. The trainer builds its optimizer from this answer (train/trainer.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from buildllm.atomic import atomic_write
+from buildllm.atomic import atomic_open
 from buildllm.errors import UserError
 
 NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
@@ -67,26 +67,17 @@ def save(directory: str | Path, state: dict, keep: int) -> tuple[float, int, Pat
     path = directory / checkpoint_name(state["step"])
     previous = list_checkpoints(directory)
     needed = max([state_bytes(state)] + [p.stat().st_size for p in previous[-1:]])
-    started = time.perf_counter()
-
-    def write(tmp: Path) -> None:
-        # Through a Python file object, so a full disk surfaces as ENOSPC (torch's own writer loses the
-        # errno), and the random temp name stays out of the zip: equal states give equal bytes.
-        with open(tmp, "wb") as handle:
-            torch.save(state, handle)
-
-    atomic_write(
-        path,
-        write,
-        needed=needed,
-        advice=(
-            f"{len(previous)} earlier checkpoint(s) there are intact; free space, lower "
-            "--keep-checkpoints or use a --checkpoint-directory on a disk with room, then rerun "
-            "the same command to resume"
-        )
+    advice = (
+        f"{len(previous)} earlier checkpoint(s) there are intact; free space, lower --keep-checkpoints or use "
+        "a --checkpoint-directory on a disk with room, then rerun the same command to resume"
         if previous
-        else "nothing was saved; free space or use a --checkpoint-directory on a disk with room, then rerun",
+        else "nothing was saved; free space or use a --checkpoint-directory on a disk with room, then rerun"
     )
+    # Through a Python file object, so a full disk surfaces as ENOSPC (torch's own writer loses the
+    # errno), and the random temp name stays out of the zip: equal states give equal bytes.
+    started = time.perf_counter()
+    with atomic_open(path, needed, advice) as handle:
+        torch.save(state, handle)
     seconds = time.perf_counter() - started
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink(missing_ok=True)

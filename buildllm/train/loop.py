@@ -12,17 +12,19 @@ import signal
 import sys
 import threading
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from buildllm.config import Config
-from buildllm.data.run_data import load_run_data
 from buildllm.data.text_bytes import validation_bytes
-from buildllm.data.windows import Windows
+from buildllm.data.tokenization import load_tokenizer
+from buildllm.data.windows import Windows, load_windows
 from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
 from buildllm.disk import DiskFull
 from buildllm.errors import TrainingFailed, UserError
+from buildllm.paths import tokenizer_path
 from buildllm.plan.memory import refuse_unless_fits
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
 from buildllm.train import checkpoint, distributed, storage
@@ -91,6 +93,17 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         raise
     distributed.stop(world)
     return metrics
+
+
+def load_run_data(config: Config, model) -> tuple[Windows, Windows, Path]:
+    """(training windows, validation windows, tokenizer path), checked before anything is built. A
+    tokenizer made for another vocabulary is refused now; a run may go without one (the path is
+    recorded either way)."""
+    tokenizer = tokenizer_path(config, model.vocab_size)
+    train, validation = load_windows(config, model)
+    if tokenizer.exists() or config.train.tokenizer:
+        load_tokenizer(tokenizer, model.vocab_size)
+    return train, validation, tokenizer
 
 
 def resume_advice(under_dvc: bool) -> str:

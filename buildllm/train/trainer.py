@@ -22,7 +22,6 @@ from buildllm.device.precision import autocast, grad_scaler
 from buildllm.device.rng import rng_state, set_rng_state
 from buildllm.errors import TrainingFailed, UserError
 from buildllm.model.gpt import build_model
-from buildllm.optimizer import build_optimizer
 from buildllm.plan.run_plan import RunPlan, facts
 from buildllm.train import checkpoint, distributed
 from buildllm.train.distributed import World
@@ -97,6 +96,18 @@ def run_signature(plan: RunPlan, world_size: int, training_examples: int) -> dic
         "precision": plan.precision.precision,
         "learning_rate": plan.learning_rate,
     }
+
+
+def build_optimizer(
+    model: torch.nn.Module, learning_rate: float, weight_decay: float, fused: bool
+) -> torch.optim.AdamW:
+    """AdamW with weight decay on weight matrices and embeddings (as GPT-2 does), not on norms and biases:
+    decay pulls a gain or an offset towards zero, which only distorts it."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # GPT-2's betas; fused: the plan's probe (plan/fused_adamw.py), made once per run on its device.
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.95), fused=True if fused else None)
 
 
 class Trainer:
