@@ -88,25 +88,18 @@ def cmd_config(args) -> None:
 
 
 def cmd_benchmark(args) -> None:
-    threads, workers = args.threads or [], args.workers or []
-    single = {"train.threads": threads[0]} if len(threads) == 1 else {}
-    if len(workers) == 1:
-        single["train.workers"] = workers[0]
-    config = config_from_args(args, single)
+    # One value of --threads or --workers is a setting; several make a sweep.
+    given = {"train.threads": args.threads or [], "train.workers": args.workers or []}
+    config = config_from_args(args, {key: values[0] for key, values in given.items() if len(values) == 1})
+    swept = [values if len(values) > 1 else None for values in given.values()]
     if args.find_batch_size:
         from buildllm.measure.batch_finder import find_batch_size
 
         find_batch_size(config)
-    elif args.presets or args.architectures or len(threads) > 1 or len(workers) > 1:
+    elif args.presets or args.architectures or any(swept):
         from buildllm.measure.sweep import sweep
 
-        sweep(
-            config,
-            args.presets,
-            args.architectures,
-            threads if len(threads) > 1 else None,
-            workers if len(workers) > 1 else None,
-        )
+        sweep(config, args.presets, args.architectures, *swept)
     else:
         from buildllm.measure.benchmark import benchmark
 

@@ -112,15 +112,10 @@ def table_or_none(device, precision: str, tf32: bool) -> Peak | None:
     return table_peak(device.name, precision, tf32) if device.kind == "cuda" else None
 
 
-def peak_flops(device, precision: str, tf32: bool, rates: list[float] | None = None) -> Peak:
-    """The datasheet figure, else the median of `rates` (or of a sample taken now), measured in the
-    run's thread count, already applied to torch.
+def measured_peak(device, precision: str, rates: list[float]) -> Peak:
+    """The median of a run's own timed matmuls (`rates`), in its dtype and thread count.
 
     The median, not the best: a typical rate under the same conditions as the steps, so a steady
     background load slows numerator and denominator alike, where the best of a few would be one
     lucky moment that a rerun does not repeat (MFU must agree between two runs within 3%)."""
-    known = table_or_none(device, precision, tf32)
-    if known is not None:
-        return known
-    rates = rates or sample_peak(device, precision)
     return Peak(statistics.median(rates), f"measured: {matmul_size(device)}^3 {precision} matmuls")

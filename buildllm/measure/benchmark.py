@@ -33,7 +33,7 @@ from buildllm.device.hardware import environment
 from buildllm.device.health import interval_trend
 from buildllm.device.load import LoadWatch, busy_warning
 from buildllm.device.oom import advice, out_of_memory
-from buildllm.device.peak_flops import MatmulProbe, peak_flops, sample_peak, step_probe, table_or_none
+from buildllm.device.peak_flops import MatmulProbe, measured_peak, sample_peak, step_probe, table_or_none
 from buildllm.errors import TrainingFailed
 from buildllm.measure.breakdown import describe as describe_parts
 from buildllm.measure.breakdown import overheads, step_breakdown
@@ -218,7 +218,7 @@ def benchmark(config: Config, write: bool = True) -> dict:
     if measured_apart:
         edges = [before, sample_peak(plan.device, plan.precision.precision)]
     rates = [rate for edge in edges for rate in edge]
-    peak = peak_flops(plan.device, plan.precision.precision, plan.precision.tf32_enabled, rates=rates)
+    peak = known_peak or measured_peak(plan.device, plan.precision.precision, rates)
     achieved = figures["flops_per_token"] * figures["tokens_per_second"]
     metrics = {
         **base,

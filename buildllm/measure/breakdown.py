@@ -25,41 +25,35 @@ PHASES = ("data", "transfer", "compute", "optimizer", "validation", "checkpoint"
 class _TimedDevice:
     """The trainer's device, with its host-to-device copy timed (everything else passes through)."""
 
-    def __init__(self, device, spent: dict):
-        self._device, self._spent = device, spent
+    def __init__(self, device, put):
+        self._device, self.put = device, put
 
     def __getattr__(self, name):
         return getattr(self._device, name)
-
-    def put(self, *tensors, pin: bool = False):
-        begin = self._device.timed()
-        moved = self._device.put(*tensors, pin=pin)
-        self._spent["transfer"] += self._device.timed() - begin
-        return moved
 
 
 def step_breakdown(trainer, steps: int) -> dict:
     """Run `steps` optimizer steps of `trainer` with their parts timed; mean seconds per step."""
     spent = {"data": 0.0, "transfer": 0.0, "optimizer": 0.0}
-    device, cursor_next, optimizer_step = trainer.device, trainer.cursor.next, trainer.optimizer.step
+    device = trainer.device
 
-    def next_batch():
-        begin = time.perf_counter()
-        batch = cursor_next()
-        spent["data"] += time.perf_counter() - begin
-        return batch
+    def timing(phase: str, work, clock):
+        def timed(*args, **kwargs):
+            begin = clock()
+            result = work(*args, **kwargs)
+            spent[phase] += clock() - begin
+            return result
 
-    def update(*args, **kwargs):
-        begin = device.timed()  # the backward's queued work is compute's, not the optimizer's
-        result = optimizer_step(*args, **kwargs)
-        spent["optimizer"] += device.timed() - begin
-        return result
+        return timed
 
     # Instance attributes that shadow the methods; put back whatever was there before.
     saved = [
         (owner, name, vars(owner).get(name)) for owner, name in ((trainer.cursor, "next"), (trainer.optimizer, "step"))
     ]
-    trainer.cursor.next, trainer.device, trainer.optimizer.step = next_batch, _TimedDevice(device, spent), update
+    trainer.cursor.next = timing("data", trainer.cursor.next, time.perf_counter)
+    trainer.device = _TimedDevice(device, timing("transfer", device.put, device.timed))
+    # The backward's queued work is compute's, not the optimizer's: the device is synchronised first.
+    trainer.optimizer.step = timing("optimizer", trainer.optimizer.step, device.timed)
     try:
         begin = device.timed()
         for _ in range(steps):

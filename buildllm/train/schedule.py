@@ -19,10 +19,6 @@ class Schedule:
     warmup_steps: int
     min_ratio: float
 
-    @property
-    def floor(self) -> float:
-        return self.peak * self.min_ratio
-
     def rate(self, step: int) -> float:
         """Learning rate for optimizer step `step` (0 for the first step)."""
         if step < self.warmup_steps:
@@ -30,7 +26,8 @@ class Schedule:
         decay_steps = max(1, self.total_steps - self.warmup_steps)
         # Steps past the plan (a benchmark running longer than the run) stay on the floor.
         progress = min(1.0, (step - self.warmup_steps) / decay_steps)
-        return self.floor + (self.peak - self.floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        floor = self.peak * self.min_ratio
+        return floor + (self.peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def make_schedule(peak: float, total_steps: int, warmup_steps: int | None, min_ratio: float) -> Schedule:
