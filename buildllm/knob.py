@@ -85,14 +85,12 @@ def build(cls: type, data: Mapping, prefix: str = "") -> Any:
         where = prefix.rstrip(".") or "top level"
         raise ConfigError(f"unknown key {prefix}{unknown[0]} in {where}; allowed keys: {', '.join(known)}")
     values = {}
-    for name, f in known.items():
+    for name, value in data.items():
         key = prefix + name
-        if name not in data:
-            continue
         if is_dataclass(hints[name]):
-            values[name] = build(hints[name], data[name] or {}, prefix=key + ".")
+            values[name] = build(hints[name], value or {}, prefix=key + ".")
         else:
-            values[name] = check(key, data[name], hints[name], f.metadata)
+            values[name] = check(key, value, hints[name], known[name].metadata)
     return cls(**values)
 
 

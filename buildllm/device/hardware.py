@@ -87,12 +87,12 @@ def environment(device: Device) -> dict:
     return info
 
 
-def print_environment(device: Device, as_json: bool = False) -> dict:
+def print_environment(device: Device, as_json: bool = False) -> None:
     """`buildllm env` for the device the plan resolved (buildllm/plan/device.py)."""
     info = environment(device)
     if as_json:
         print(json.dumps(info, indent=2))
-        return info
+        return
     gib = 2**30
     lines = [
         f"BuildLLM {info['buildllm_version']}, Python {info['python_version']}, {info['platform']}",
@@ -116,4 +116,3 @@ def print_environment(device: Device, as_json: bool = False) -> dict:
         f"dvc {info['dvc_version']}, tokenizers {info['tokenizers_version']}",
     ]
     print("\n".join(lines))
-    return info

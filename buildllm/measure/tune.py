@@ -26,6 +26,7 @@ import datetime
 import math
 import os
 import tempfile
+from functools import partial
 
 import torch
 from tqdm import tqdm
@@ -133,16 +134,13 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
         return {"default": default, "skipped": NO_TIME}
     k = steps_per_turn(trainer.step, trainer.device.timed)
 
-    def turn(n: int):
-        def run():
-            torch.set_num_threads(n)
-            for _ in range(k):
-                trainer.step()
-
-        return run
+    def run(n: int) -> None:
+        torch.set_num_threads(n)
+        for _ in range(k):
+            trainer.step()
 
     try:
-        seconds = budget.take_turns("threads", {str(n): turn(n) for n in [default, *counts]}, skipped)
+        seconds = budget.take_turns("threads", {str(n): partial(run, n) for n in [default, *counts]}, skipped)
     finally:
         torch.set_num_threads(trainer.plan.threads)
     if seconds is None:

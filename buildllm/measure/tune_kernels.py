@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -34,17 +35,14 @@ def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     weight = (0.02 * torch.randn(m.vocab_size, m.n_embd, generator=generator)).to(device.device).requires_grad_()
     targets = torch.randint(m.vocab_size, (rows,), generator=generator).to(device.device)
 
-    def turn(chunk_rows: int | None):  # None: the plain computation, all logits at once
-        def run():
-            if chunk_rows is None:
-                fused_loss.plain_linear_cross_entropy(x, weight, targets).backward()
-            else:
-                fused_loss.linear_cross_entropy(x, weight, targets, chunk_rows).backward()
-            x.grad = weight.grad = None
+    def run(chunk_rows: int | None) -> None:  # None: the plain computation, all logits at once
+        if chunk_rows is None:
+            fused_loss.plain_linear_cross_entropy(x, weight, targets).backward()
+        else:
+            fused_loss.linear_cross_entropy(x, weight, targets, chunk_rows).backward()
+        x.grad = weight.grad = None
 
-        return run
-
-    turns = {str(r): turn(r) for r in [default_rows, *options]} | {"plain": turn(None)}
+    turns = {str(r): partial(run, r) for r in [default_rows, *options]} | {"plain": partial(run, None)}
     seconds = budget.take_turns("loss_chunk", turns, skipped)
     if seconds is None:
         return {"default_rows": default_rows, "skipped": NO_TIME}
@@ -75,18 +73,19 @@ def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     )
     causal = torch.ones(m.sequence_length, m.sequence_length, dtype=torch.bool, device=device.device).tril()
 
-    def turn(backend):
-        def run():
-            if backend == "explicit":
-                explicit_attention(q, k, v, causal).sum().backward()
-            else:
-                with sdpa_kernel(backend) if backend else contextlib.nullcontext():
-                    F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
-            q.grad = k.grad = v.grad = None
+    def run(backend) -> None:
+        if backend == "explicit":
+            explicit_attention(q, k, v, causal).sum().backward()
+        else:
+            with sdpa_kernel(backend) if backend else contextlib.nullcontext():
+                F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        q.grad = k.grad = v.grad = None
 
-        return run
-
-    turns = {"dispatch": turn(None), "math": turn(SDPBackend.MATH), "explicit": turn("explicit")}
+    turns = {
+        "dispatch": partial(run, None),
+        "math": partial(run, SDPBackend.MATH),
+        "explicit": partial(run, "explicit"),
+    }
     seconds = budget.take_turns("attention", turns, skipped)
     if seconds is None:
         return {"skipped": NO_TIME}

@@ -152,19 +152,10 @@ def largest_batch(
     capacity: the device's memory (`usable` when not given), which sizes the fused loss's chunks."""
 
     def fits(batch: int) -> bool:
-        return (
-            estimate_at(
-                model,
-                parameters,
-                batch,
-                precision_bytes,
-                device,
-                capacity or usable,
-                gradient_checkpointing,
-                grad_accum,
-            ).total
-            <= usable
+        estimate = estimate_at(
+            model, parameters, batch, precision_bytes, device, capacity or usable, gradient_checkpointing, grad_accum
         )
+        return estimate.total <= usable
 
     # fits() holds for every batch up to the answer and for none above it: bisect finds the first
     # batch of 1..LARGEST that does not fit, and the count of those before it is the answer.
