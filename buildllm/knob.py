@@ -40,7 +40,7 @@ def knob(
     validation), whether it has a command-line flag (named after the field: batch_size is
     --batch-size) and its help (the CLI is generated from these), whether a report always shows it
     as a key control, whether a resume must find it unchanged, and which commands offer its flag."""
-    meta = {name: value for name, value in locals().items() if name != "default"}  # every keyword above
+    meta = {name: value for name, value in locals().items() if name != "default"}  # every keyword is metadata
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)

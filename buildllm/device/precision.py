@@ -18,7 +18,6 @@ from buildllm.errors import DeviceUnavailable
 
 @dataclass(frozen=True)
 class PrecisionDecision:
-    requested: str
     precision: str  # fp32 | bf16 | fp16
     grad_scaler: bool
     tf32_enabled: bool
@@ -101,7 +100,7 @@ def native_precision(device: Device) -> tuple[str, str]:
     return "fp32", "auto: CPU training defaults to fp32 (bf16 autocast when asked for, or measured faster here)"
 
 
-def precision_decision(requested: str, precision: str, device: Device, origin: str) -> PrecisionDecision:
+def precision_decision(precision: str, device: Device, origin: str) -> PrecisionDecision:
     """The decision record for `precision` on this device: its matmul and scaling flags, and the reason."""
     on_cuda = device.kind == "cuda"
     tf32 = on_cuda and cuda_capability(device) >= (8, 0)
@@ -113,7 +112,6 @@ def precision_decision(requested: str, precision: str, device: Device, origin: s
     extra = notes.get((device.kind, precision))
     reason = f"{precision}: {origin}" + (f"; {extra}" if extra else "")
     return PrecisionDecision(
-        requested,
         precision,
         grad_scaler=precision == "fp16" and device.kind != "cpu",
         tf32_enabled=tf32,

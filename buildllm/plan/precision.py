@@ -36,7 +36,7 @@ def resolve_precision(
         choice, why = measured_choice(*tune, chosen)
         origin, chosen = (f"{origin}; {why}" if choice == chosen else f"auto: {why}"), choice
     refuse_unsupported(chosen, device)
-    return precision_decision(requested, chosen, device, origin)
+    return precision_decision(chosen, device, origin)
 
 
 def measured_choice(record: dict | None, why_not: str, default: str) -> tuple[str, str]:
