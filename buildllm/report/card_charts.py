@@ -14,8 +14,29 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on CI or over SSH
 import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from buildllm import units  # noqa: E402
 
 NOT_RECORDED = "not recorded"
+
+
+def missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
+
+
+def recorded(show):
+    """`show` for a recorded value, "not recorded" for None or NaN: every report's figures read alike."""
+    return lambda v: NOT_RECORDED if missing(v) else show(v)
+
+
+duration, size = recorded(units.duration), recorded(units.size)
+
+
+def number(fmt: str):
+    return recorded(fmt.format)
+
+
 # The memory model's parts (buildllm/predict/memory_estimate.py), bottom of the stack first.
 MEMORY_PARTS = [
     ("weights", "weights"),

@@ -9,16 +9,14 @@ atomically.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
-from buildllm import units
 from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.config import control_keys
 from buildllm.measure.stats import NOISY_CV, is_noisy
-from buildllm.report.card_charts import NOT_RECORDED
+from buildllm.report.card_charts import NOT_RECORDED, duration, missing, number, recorded, size
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison, tokenizer_note
 from buildllm.report.curves import TARGET_NOTE, UNITS, time_to, write_curves
@@ -48,22 +46,6 @@ KEY_CONTROLS = control_keys() + (
 )
 
 
-def _missing(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
-
-
-def recorded(show):
-    """`show` for a recorded value, "not recorded" for None or NaN."""
-    return lambda v: NOT_RECORDED if _missing(v) else show(v)
-
-
-duration, size = recorded(units.duration), recorded(units.size)
-
-
-def number(fmt: str):
-    return recorded(fmt.format)
-
-
 def cells(f: pd.DataFrame, show, *columns: str) -> list:
     """`show` applied across each experiment's values of `columns` (a column the frame lacks: None)."""
     return list(map(show, *(list(f[name]) if name in f else [None] * len(f) for name in columns)))
@@ -87,33 +69,33 @@ def speedup_cells(c: Comparison) -> list:
 
 
 def _noise(cv) -> str:
-    if _missing(cv):
+    if missing(cv):
         return NOT_RECORDED
     return f"{cv:.1%}" + (f" (noisy: over {NOISY_CV:.0%})" if is_noisy(cv) else "")
 
 
 def _load(start, end, busy) -> str:
-    if _missing(start) or _missing(end):
+    if missing(start) or missing(end):
         return NOT_RECORDED
-    flag = " (busy machine: figures slowed)" if not _missing(busy) and bool(busy) else ""
+    flag = " (busy machine: figures slowed)" if not missing(busy) and bool(busy) else ""
     return f"{start:.2f} / {end:.2f} cores{flag}"
 
 
 def _rate_range(low, high, steps, tokens) -> str:
-    if any(_missing(v) for v in (low, high, steps, tokens)) or not steps:
+    if any(missing(v) for v in (low, high, steps, tokens)) or not steps:
         return NOT_RECORDED
     per_step = tokens / steps
     return f"{low * per_step:,.0f} – {high * per_step:,.0f}"
 
 
 def _span(estimate, low, high) -> str:
-    return NOT_RECORDED if _missing(estimate) else f"{duration(estimate)} (range {duration(low)} – {duration(high)})"
+    return NOT_RECORDED if missing(estimate) else f"{duration(estimate)} (range {duration(low)} – {duration(high)})"
 
 
 def _peak(flops, source) -> str:
-    if _missing(flops):
+    if missing(flops):
         return NOT_RECORDED
-    return f"{flops / 1e12:.3g} TFLOP/s ({source if not _missing(source) and source else 'source not recorded'})"
+    return f"{flops / 1e12:.3g} TFLOP/s ({source if not missing(source) and source else 'source not recorded'})"
 
 
 def results_rows(c: Comparison) -> list:
@@ -238,7 +220,7 @@ def paired_table(c: Comparison) -> Table:
 def environment_line(row: pd.Series) -> str:
     def get(key):
         v = row.get(key)
-        return None if _missing(v) or v == "" else v
+        return None if missing(v) or v == "" else v
 
     if get("processor") is None and get("torch_version") is None:
         return "not recorded (metrics/benchmark.json is absent or has no environment record)"
