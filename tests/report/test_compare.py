@@ -611,7 +611,7 @@ def test_one_run_s_metrics_file_alone_is_compared_too(tmp_path):
 def test_full_records_come_from_each_commit_and_the_workspace(tmp_path):
     # DVC shows only the summaries; a stage's full record is read from the experiment's commit with
     # git, the workspace's from disk, and an experiment row made before the summaries keeps its own.
-    from buildllm.report.experiments import full_record, read_experiments
+    from buildllm.report.experiments import read_experiments
 
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "metrics").mkdir()
@@ -620,9 +620,12 @@ def test_full_records_come_from_each_commit_and_the_workspace(tmp_path):
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m"], cwd=tmp_path, check=True)
     rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
     (tmp_path / "metrics" / "benchmark.json").write_text(json.dumps(benchmark(tokens_per_second=2222.0)))
-    assert full_record(rev, "benchmark")["tokens_per_second"] == 1111.0
-    assert full_record("workspace", "benchmark")["tokens_per_second"] == 2222.0
-    assert full_record(rev, "train") is None and full_record("0" * 40, "benchmark") is None
+    baselines, experiments = read_experiments(
+        [{"rev": "workspace", "data": {}}, {"rev": rev, "name": "main", "data": {}}]
+    )
+    assert baselines[0].metric("tokens_per_second") == 1111.0 and "train" not in baselines[0].metrics
+    assert experiments[0].rev == "workspace" and experiments[0].metric("tokens_per_second") == 2222.0
+    assert read_experiments([{"rev": "0" * 40, "name": "gone", "data": {}}])[0][0].metrics == {}
     old = {
         "rev": rev,
         "name": "main",
