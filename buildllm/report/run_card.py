@@ -22,7 +22,7 @@ from buildllm.metrics import is_note
 from buildllm.report import card_charts
 from buildllm.report.browser import screenshot
 from buildllm.report.card_charts import NOT_RECORDED, duration, number, size
-from buildllm.report.card_data import PLAN_STAGES, CardData, read_card, read_named
+from buildllm.report.card_data import PLAN_STAGES, CardData, read_card
 from buildllm.report.document import Bullets, Code, Columns, Heading, Image, Paragraph, Table, to_html
 from buildllm.report.sample import write_sample
 
@@ -303,7 +303,7 @@ def report(config: Config, experiment: str | None = None, out: str | None = None
     print(json.dumps(plan), flush=True)
     if workspace:
         write_sample(config)
-    data = read_card() if workspace else read_named(experiment)
+    data = read_card(None if workspace else experiment)
     written = write_card(data, target)
     print(f"run card written: {written['html']}, {written['png']} (PNG drawn by {written['png_drawn_by']})")
     return written
