@@ -37,7 +37,27 @@ def number(fmt: str):
     return recorded(fmt.format)
 
 
-# The memory model's parts (buildllm/predict/memory_estimate.py), bottom of the stack first.
+def machine_line(get) -> str:
+    """The machine a run's benchmark recorded (`get`: its metric by key), in one line: the compare
+    report's and the run card's."""
+
+    def value(key):
+        v = get(key)
+        return NOT_RECORDED if missing(v) or v == "" else v
+
+    if value("processor") == value("torch_version") == NOT_RECORDED:
+        return "not recorded (metrics/benchmark.json is absent or has no environment record)"
+    gpu = f"{value('gpu_name')} ({size(get('gpu_memory_bytes'))})" if value("gpu_name") != NOT_RECORDED else "none"
+    return (
+        f"processor {value('processor')}; GPU {gpu}; memory {size(get('memory_total_bytes'))}; "
+        f"PyTorch {value('torch_version')} (CUDA build {value('torch_cuda_version')}); "
+        f"Python {value('python_version')}; {value('platform')}; BuildLLM {value('buildllm_version')}; "
+        f"{number('{:.0f}')(get('threads'))} threads; logical cores {number('{:.0f}')(get('logical_cores'))}; "
+        f"CPU capability {value('cpu_capability')}"
+    )
+
+
+# The memory model's parts (buildllm/memory/estimate.py), bottom of the stack first.
 MEMORY_PARTS = [
     ("weights", "weights"),
     ("gradients", "gradients"),
@@ -76,10 +96,6 @@ def _number(value) -> float | None:
     return float(value) if ok else None
 
 
-def _bytes_unit(largest: float) -> tuple[float, str]:
-    return (2**30, "GiB") if largest >= 4 * 2**30 else (2**20, "MiB")
-
-
 def seconds_unit(largest: float) -> tuple[float, str]:
     if largest < 120:
         return 1.0, "s"
@@ -112,7 +128,8 @@ def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
         ("measured peak\n(benchmark)", _number(benchmark.get("peak_memory_bytes"))),
         ("measured peak\n(training run)", _number(train.get("peak_memory_bytes"))),
     ]
-    scale, unit = _bytes_unit(max([v for v in [total, high] + [p for _, p in peaks] if v] or [1.0]))
+    largest = max([v for v in [total, high] + [p for _, p in peaks] if v] or [1.0])
+    scale, unit = (2**30, "GiB") if largest >= 4 * 2**30 else (2**20, "MiB")
     fig, ax = plt.subplots(figsize=(6.4, 4.3), constrained_layout=True)
     _frame(ax, "Memory: the estimate's parts beside the measured peaks")
     top = 0.0

@@ -301,8 +301,8 @@ def _data_hashes(lock: Path) -> dict:
 
 
 def read_folder(name: str) -> Experiment:
-    path = Path(name)
-    if _metrics_file(path):  # a lone file: that stage's metrics (benchmark's unless named after a stage)
+    path, lone = Path(name), _metrics_file(Path(name))
+    if lone:  # a lone file: that stage's metrics (benchmark's unless named after a stage)
         stage = path.stem if path.stem in STAGES else "benchmark"
         files, path = {stage: path}, path.parent
     else:
@@ -316,7 +316,6 @@ def read_folder(name: str) -> Experiment:
     again = "copy it again from the machine that ran it"
     metrics = {stage: read_metrics(file, advice=again) for stage, file in files.items() if file.is_file()}
     # A lone file's params are its own (x.params.yaml beside x.json); a folder's are its params.yaml.
-    lone = _metrics_file(Path(name))
     params_file = path / (f"{Path(name).stem}.params.yaml" if lone else "params.yaml")
     params = flatten(config_to_dict(load_config(params_file))) if params_file.is_file() else {}
     lock = path / "dvc.lock"

@@ -16,7 +16,7 @@ import pandas as pd
 from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.config import control_keys
 from buildllm.measure.stats import NOISY_CV, is_noisy
-from buildllm.report.card_charts import NOT_RECORDED, duration, missing, number, recorded, size
+from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, missing, number, recorded, size
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison, tokenizer_note
 from buildllm.report.curves import TARGET_NOTE, UNITS, time_to, write_curves
@@ -217,22 +217,6 @@ def paired_table(c: Comparison) -> Table:
     )
 
 
-def environment_line(row: pd.Series) -> str:
-    def get(key):
-        v = row.get(key)
-        return None if missing(v) or v == "" else v
-
-    if get("processor") is None and get("torch_version") is None:
-        return "not recorded (metrics/benchmark.json is absent or has no environment record)"
-    gpu = f"{get('gpu_name')} ({size(get('gpu_memory_bytes'))})" if get("gpu_name") else "none"
-    return (
-        f"processor {get('processor') or NOT_RECORDED}; GPU {gpu}; memory {size(get('memory_total_bytes'))}; "
-        f"PyTorch {get('torch_version') or NOT_RECORDED} (CUDA build {get('torch_cuda_version') or NOT_RECORDED}); "
-        f"Python {get('python_version') or NOT_RECORDED}; {get('platform') or ''}; "
-        f"BuildLLM {get('buildllm_version') or NOT_RECORDED}; {number('{:.0f}')(get('threads'))} threads"
-    )
-
-
 def controls_shown(c: Comparison) -> tuple[pd.DataFrame, list]:
     """The rows worth reading (variables, the course's controls, every difference) and the rest's names."""
     t = c.controls
@@ -311,7 +295,7 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
     if c.paired is not None:
         blocks += [Heading(2, "Paired re-measurements"), paired_table(c)]
     blocks.append(Heading(2, "Reproduce"))
-    for exp, (_, row) in zip(c.experiments, c.frame.iterrows()):
+    for exp in c.experiments:
         if exp.source == "folder":
             origin = [f"source: metrics folder `{exp.rev}`, measured on another machine"]
             date = "not recorded in the folder"
@@ -321,7 +305,9 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
             date = exp.timestamp or "uncommitted workspace, reported " + c.created
         blocks += [
             Heading(3, exp.name),
-            Bullets(origin + [f"date: {date}", f"command: `{exp.command}`", f"environment: {environment_line(row)}"]),
+            Bullets(
+                origin + [f"date: {date}", f"command: `{exp.command}`", f"environment: {machine_line(exp.metric)}"]
+            ),
         ]
     blocks += [Heading(3, "How to rerun"), Code(rerun_block(c, out), "bash")]
     dvc_runs = [e.name for e in c.experiments if e.source == "dvc" and e.rev != "workspace"]

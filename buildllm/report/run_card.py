@@ -21,7 +21,7 @@ from buildllm.config import Config
 from buildllm.metrics import is_note
 from buildllm.report import card_charts
 from buildllm.report.browser import screenshot
-from buildllm.report.card_charts import NOT_RECORDED, duration, number, size
+from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, number, size
 from buildllm.report.card_data import PLAN_STAGES, CardData, read_card
 from buildllm.report.document import Bullets, Code, Columns, Heading, Image, Paragraph, Table, to_html
 from buildllm.report.sample import write_sample
@@ -156,22 +156,12 @@ def machine_blocks(d: CardData) -> list:
             ]
             for key, v in machine.items()
         ]
-    b = d.records.get("benchmark", {})
-    seen = {
-        "processor": b.get("processor"),
-        "logical cores": b.get("logical_cores"),
-        "memory": size(b.get("memory_total_bytes")) if b.get("memory_total_bytes") else None,
-        "GPU": (f"{b['gpu_name']} ({size(b.get('gpu_memory_bytes'))})" if b.get("gpu_name") else "none")
-        if "gpu_name" in b
-        else None,
-        "PyTorch": b.get("torch_version"),
-        "CPU capability": b.get("cpu_capability"),
-    }
-    line = "; ".join(f"{k} {_shown(v)}" for k, v in seen.items()) if b else NOT_RECORDED
     return [
         Heading(2, "Machine"),
         Table(["fingerprint", "value"], rows, "machine"),
-        Paragraph(f"What the benchmark recorded of it: {line}.", muted=True),
+        Paragraph(
+            f"What the benchmark recorded of it: {machine_line(d.records.get('benchmark', {}).get)}.", muted=True
+        ),
     ]
 
 

@@ -290,6 +290,7 @@ def test_the_report_records_how_to_reproduce(tmp_path):
     assert "dvc exp run -n cpu-bs8 -S device=cpu -S precision=bf16 -S train.batch_size=8 benchmark estimate" in md
     assert f"git checkout {BASE}" in md and "3" * 40 in md and "2026-01-01T10:03:00" in md
     assert "processor Test CPU 9000; GPU none; memory 16.00 GiB; PyTorch 2.13.0+cpu" in md
+    assert "Python 3.11.2; not recorded; BuildLLM not recorded; 2 threads; logical cores not recorded" in md
     assert "buildllm compare cpu-fp32 cpu-bs8 --out" in md and "--allow-different" in md.split("How to rerun")[1]
 
 

@@ -74,6 +74,7 @@ def test_a_run_without_its_other_stages_says_not_recorded_and_samples_its_checkp
     assert sample["checkpoint_step"] == 20 and sample["text"].startswith("The") and len(sample["text"]) > 10
     page = (trained / "plots" / "run_card.html").read_text()
     assert html.escape(sample["text"].split()[-1]) in page and "metrics/machine.json is absent" in page
+    assert "benchmark recorded of it: not recorded (metrics/benchmark.json is absent" in page  # as compare says
     assert page.count("data:image/png;base64,") == 4 and "http://" not in page and "https://" not in page
     width, height = png_size(trained / "plots" / "run_card.png")
     assert width >= 1200 and height > 1000
