@@ -323,12 +323,10 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
 
 
 def write_report(c: Comparison, out: Path) -> list:
-    """Write the five files next to each other; return their paths."""
     out = out.with_suffix("") if out.suffix in (".md", ".csv", ".png", ".html") else out
-    base = out.parent / out.name
-    png_path = write_chart(c, base.with_name(base.name + ".png"))
-    curves_path = write_curves(c.curves, c.target_loss, base.with_name(base.name + "_curves.png"), c.loss_key)
-    md_path, csv_path, html_path = (base.with_name(base.name + s) for s in (".md", ".csv", ".html"))
+    png_path = write_chart(c, out.with_name(out.name + ".png"))
+    curves_path = write_curves(c.curves, c.target_loss, out.with_name(out.name + "_curves.png"), c.loss_key)
+    md_path, csv_path, html_path = (out.with_name(out.name + s) for s in (".md", ".csv", ".html"))
     blocks = sections(c, out, png_path.read_bytes(), curves_path.read_bytes())
     atomic_write_text(md_path, to_markdown(blocks))
     with atomic_path(csv_path) as tmp:

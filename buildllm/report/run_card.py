@@ -106,7 +106,6 @@ def estimate_line(d: CardData) -> str:
 
 
 def headline(d: CardData) -> list:
-    """(figure, value) rows for the table at the top."""
     t, b, e = d.records.get("train", {}), d.records.get("benchmark", {}), d.records.get("estimate", {})
     seconds, _ = measured_time(d)
     low, high = e.get("estimated_seconds_low"), e.get("estimated_seconds_high")
