@@ -2,7 +2,9 @@
 the estimate against the real time, and the loss against the levels a model without context reaches.
 
 Every axis names its unit. A figure a run did not record is drawn as the words "not recorded" where
-its bar or line would be, never as a zero or a guess.
+its bar or line would be, never as a zero or a guess; the same words, and the same formatting of a
+figure and of the machine, serve every report's tables (the run card's, the comparison's), and the
+comparison's charts share these colours and helpers.
 """
 
 from __future__ import annotations
