@@ -56,12 +56,9 @@ def log_rows(files: Files) -> list:
     rows = files.json(JSON_LOG_PATH)
     if isinstance(rows, list):
         return [r for r in rows if isinstance(r, dict)]
-    text = files.text(LOG_PATH)
-    if not text:
-        return []
     return [
         {k: (float(v) if v not in ("", None) else None) for k, v in r.items()}
-        for r in csv.DictReader(io.StringIO(text))
+        for r in csv.DictReader(io.StringIO(files.text(LOG_PATH) or ""))
     ]
 
 
