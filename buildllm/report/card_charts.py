@@ -39,6 +39,12 @@ def number(fmt: str):
     return recorded(fmt.format)
 
 
+def span(show, point, low, high) -> str:
+    """A figure with its stated range (`show` formats each), as the estimates state theirs."""
+    stated = "" if missing(low) or missing(high) else f" (range {show(low)} – {show(high)})"
+    return NOT_RECORDED if missing(point) else show(point) + stated
+
+
 def machine_line(get) -> str:
     """The machine a run's benchmark recorded (`get`: its metric by key), in one line: the compare
     report's and the run card's."""

@@ -9,6 +9,7 @@ atomically.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +17,7 @@ import pandas as pd
 from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.config import control_keys
 from buildllm.measure.stats import NOISY_CV, is_noisy
-from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, missing, number, recorded, size
+from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, missing, number, recorded, size, span
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison, tokenizer_note
 from buildllm.report.curves import TARGET_NOTE, UNITS, time_to, write_curves
@@ -88,10 +89,6 @@ def _rate_range(low, high, steps, tokens) -> str:
     return f"{low * per_step:,.0f} – {high * per_step:,.0f}"
 
 
-def _span(estimate, low, high) -> str:
-    return NOT_RECORDED if missing(estimate) else f"{duration(estimate)} (range {duration(low)} – {duration(high)})"
-
-
 def _peak(flops, source) -> str:
     if missing(flops):
         return NOT_RECORDED
@@ -143,7 +140,10 @@ def results_rows(c: Comparison) -> list:
         ("time to first step", cells(f, duration, "time_to_first_step_seconds")),
         ("model FLOPs utilisation", cells(f, number("{:.1%}"), "mfu")),
         ("MFU's peak FLOP/s (source)", cells(f, _peak, "benchmark:peak_flops", "benchmark:peak_flops_source")),
-        ("estimated full run", cells(f, _span, "estimated_seconds", "estimated_seconds_low", "estimated_seconds_high")),
+        (
+            "estimated full run",
+            cells(f, partial(span, duration), "estimated_seconds", "estimated_seconds_low", "estimated_seconds_high"),
+        ),
         ("planned tokens", cells(f, number("{:,.0f}"), "planned_tokens")),
         ("training tokens/s (train stage)", cells(f, number("{:,.0f}"), "train_tokens_per_second")),
         ("training time (train stage)", cells(f, duration, "train_elapsed_seconds")),

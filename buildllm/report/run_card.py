@@ -21,7 +21,7 @@ from buildllm.config import Config
 from buildllm.metrics import is_note
 from buildllm.report import card_charts
 from buildllm.report.browser import screenshot
-from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, number, size
+from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, number, size, span
 from buildllm.report.card_data import PLAN_STAGES, CardData, read_card
 from buildllm.report.document import Bullets, Code, Columns, Heading, Image, Paragraph, Table, to_html
 from buildllm.report.sample import write_sample
@@ -98,25 +98,19 @@ def loss_lines(d: CardData) -> list:
     return lines
 
 
-def estimate_line(d: CardData) -> str:
-    total, low, high = (d.get("dry_run", f"memory_estimate_{k}_bytes") for k in ("total", "low", "high"))
-    if total is None:
-        return NOT_RECORDED
-    return size(total) + ("" if low is None or high is None else f" (range {size(low)} – {size(high)})")
-
-
 def headline(d: CardData) -> list:
     t, b, e = d.records.get("train", {}), d.records.get("benchmark", {}), d.records.get("estimate", {})
     seconds, _ = measured_time(d)
     low, high = e.get("estimated_seconds_low"), e.get("estimated_seconds_high")
-    versus = f"{duration(seconds)} measured; estimate {duration(e.get('estimated_seconds'))}"
+    versus = f"{duration(seconds)} measured; estimate {span(duration, e.get('estimated_seconds'), low, high)}"
     if seconds is not None and low is not None and high is not None:
         where = "within" if low <= seconds <= high else "above" if seconds > high else "below"
-        versus += f" (range {duration(low)} – {duration(high)}): {where} the range"
+        versus += f": {where} the range"
     if load := d.note("train", "busy_machine_reason"):  # beside the verdict: were the run's cores its own?
         versus += f"; {load}"  # device/load.py run_load_line
     peak, source = b.get("peak_flops"), d.note("benchmark", "peak_flops_source")
     method = d.note("benchmark", "peak_memory_method")
+    memory = [d.get("dry_run", f"memory_estimate_{k}_bytes") for k in ("total", "low", "high")]
     mfu = NOT_RECORDED
     if b.get("mfu") is not None:
         of = f"of a {flops(peak)} peak ({source or 'source not recorded'})" if peak else "(peak not recorded)"
@@ -137,7 +131,7 @@ def headline(d: CardData) -> list:
             f"training {size(t.get('peak_memory_bytes'))}; benchmark "
             f"{size(b.get('peak_memory_bytes'))} ({method or 'method not recorded'})",
         ),
-        ("memory estimate (dry run)", estimate_line(d)),
+        ("memory estimate (dry run)", span(size, *memory)),
         ("run time against the estimate", versus),
         ("tokens trained", _shown(t.get("tokens_processed"))),
     ]

@@ -134,7 +134,10 @@ def test_the_time_verdict_judges_the_train_commands_wall_clock_as_the_console_do
     estimate = {"estimated_seconds": 115.0, "estimated_seconds_low": 105.0, "estimated_seconds_high": 130.0}
     card = CardData("workspace", "workspace", {"train": train, "estimate": estimate}, {}, [], None)
     verdict = dict(headline(card))["run time against the estimate"]
-    assert verdict.startswith("1 min 52 s measured") and "within the range" in verdict
+    assert verdict == "1 min 52 s measured; estimate 1 min 55 s (range 1 min 45 s – 2 min 10 s): within the range"
+    memory = {f"memory_estimate_{k}_bytes": v * 2**20 for k, v in (("total", 100), ("low", 85), ("high", 125))}
+    card.records["dry_run"] = memory
+    assert dict(headline(card))["memory estimate (dry run)"] == "100.0 MiB (range 85.0 MiB – 125.0 MiB)"
     # A run recorded before run_seconds existed is judged on its loop's time, as before.
     older = CardData(
         "workspace", "workspace", {"train": {**train, "run_seconds": None}, "estimate": estimate}, {}, [], None
