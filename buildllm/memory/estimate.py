@@ -87,7 +87,6 @@ class MemoryEstimate:
 
     @property
     def parts(self) -> dict[str, int]:
-        """The bytes of each kind, by field name (every field but the spread)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "spread"}
 
     @property

@@ -32,13 +32,6 @@ GPU_MACHINE_HAS = (
 ).split()
 
 
-def default_dvc() -> str:
-    try:
-        return f"dvc=={metadata.version('dvc')}"  # the DVC this side uses, so both sides agree
-    except metadata.PackageNotFoundError:
-        return "dvc==3.67.1"
-
-
 def pip(*args: str) -> None:
     done = subprocess.run([sys.executable, "-m", "pip", *args])
     if done.returncode != 0:
@@ -136,10 +129,11 @@ def add_arguments(parser) -> None:
         "--requirement",
         default=None,
         metavar="SPEC",
-        help="what to carry (default: the DVC installed here, else dvc==3.67.1)",
+        help="what to carry (default: the DVC installed here, a dependency of buildllm, so both sides agree)",
     )
 
 
 def command(args) -> None:
     has = GPU_MACHINE_HAS if args.has is None else args.has
-    make(args.out, args.python_version, args.platforms or list(PLATFORMS), has, args.requirement or default_dvc())
+    requirement = args.requirement or f"dvc=={metadata.version('dvc')}"
+    make(args.out, args.python_version, args.platforms or list(PLATFORMS), has, requirement)

@@ -2,7 +2,9 @@
 the estimate against the real time, and the loss against the levels a model without context reaches.
 
 Every axis names its unit. A figure a run did not record is drawn as the words "not recorded" where
-its bar or line would be, never as a zero or a guess.
+its bar or line would be, never as a zero or a guess; the same words, and the same formatting of a
+figure and of the machine, serve every report's tables (the run card's, the comparison's), and the
+comparison's charts share these colours and helpers.
 """
 
 from __future__ import annotations
@@ -14,9 +16,56 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on CI or over SSH
 import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from buildllm import units  # noqa: E402
 
 NOT_RECORDED = "not recorded"
-# The memory model's parts (buildllm/predict/memory_estimate.py), bottom of the stack first.
+
+
+def missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
+
+
+def recorded(show):
+    """`show` for a recorded value, "not recorded" for None or NaN: every report's figures read alike."""
+    return lambda v: NOT_RECORDED if missing(v) else show(v)
+
+
+duration, size = recorded(units.duration), recorded(units.size)
+
+
+def number(fmt: str):
+    return recorded(fmt.format)
+
+
+def span(show, point, low, high) -> str:
+    """A figure with its stated range (`show` formats each), as the estimates state theirs."""
+    stated = "" if missing(low) or missing(high) else f" (range {show(low)} – {show(high)})"
+    return NOT_RECORDED if missing(point) else show(point) + stated
+
+
+def machine_line(get) -> str:
+    """The machine a run's benchmark recorded (`get`: its metric by key), in one line: the compare
+    report's and the run card's."""
+
+    def value(key):
+        v = get(key)
+        return NOT_RECORDED if missing(v) or v == "" else v
+
+    if value("processor") == value("torch_version") == NOT_RECORDED:
+        return "not recorded (metrics/benchmark.json is absent or has no environment record)"
+    gpu = f"{value('gpu_name')} ({size(get('gpu_memory_bytes'))})" if value("gpu_name") != NOT_RECORDED else "none"
+    return (
+        f"processor {value('processor')}; GPU {gpu}; memory {size(get('memory_total_bytes'))}; "
+        f"PyTorch {value('torch_version')} (CUDA build {value('torch_cuda_version')}); "
+        f"Python {value('python_version')}; {value('platform')}; BuildLLM {value('buildllm_version')}; "
+        f"{number('{:.0f}')(get('threads'))} threads; logical cores {number('{:.0f}')(get('logical_cores'))}; "
+        f"CPU capability {value('cpu_capability')}"
+    )
+
+
+# The memory model's parts (buildllm/memory/estimate.py), bottom of the stack first.
 MEMORY_PARTS = [
     ("weights", "weights"),
     ("gradients", "gradients"),
@@ -55,10 +104,6 @@ def _number(value) -> float | None:
     return float(value) if ok else None
 
 
-def _bytes_unit(largest: float) -> tuple[float, str]:
-    return (2**30, "GiB") if largest >= 4 * 2**30 else (2**20, "MiB")
-
-
 def seconds_unit(largest: float) -> tuple[float, str]:
     if largest < 120:
         return 1.0, "s"
@@ -91,7 +136,8 @@ def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
         ("measured peak\n(benchmark)", _number(benchmark.get("peak_memory_bytes"))),
         ("measured peak\n(training run)", _number(train.get("peak_memory_bytes"))),
     ]
-    scale, unit = _bytes_unit(max([v for v in [total, high] + [p for _, p in peaks] if v] or [1.0]))
+    largest = max([v for v in [total, high] + [p for _, p in peaks] if v] or [1.0])
+    scale, unit = (2**30, "GiB") if largest >= 4 * 2**30 else (2**20, "MiB")
     fig, ax = plt.subplots(figsize=(6.4, 4.3), constrained_layout=True)
     _frame(ax, "Memory: the estimate's parts beside the measured peaks")
     top = 0.0

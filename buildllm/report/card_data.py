@@ -56,18 +56,17 @@ def log_rows(files: Files) -> list:
     rows = files.json(JSON_LOG_PATH)
     if isinstance(rows, list):
         return [r for r in rows if isinstance(r, dict)]
-    text = files.text(LOG_PATH)
-    if not text:
-        return []
     return [
         {k: (float(v) if v not in ("", None) else None) for k, v in r.items()}
-        for r in csv.DictReader(io.StringIO(text))
+        for r in csv.DictReader(io.StringIO(files.text(LOG_PATH) or ""))
     ]
 
 
-def read_card(name: str = "workspace", rev: str = "workspace", source: str = "dvc", carried: tuple = ()) -> CardData:
-    """The card's data from one place; `carried`: stages whose files are the baseline's (not shown)."""
-    files = Files(rev, source)
+def read_card(name: str | None = None) -> CardData:
+    """The workspace's card data, or `name`'s: an experiment, commit, branch or metrics folder, found as
+    `buildllm compare` finds it (the stages it carried unchanged from its baseline are not shown)."""
+    exp = select([name], exp_show, lambda: exp_show(all_commits=True))[0][0] if name else None
+    files, carried = (Files(exp.rev, exp.source), exp.carried) if exp else (Files("workspace"), [])
     records, notes, absent = {}, {}, {}
     for stage in CARD_STAGES:
         if stage in carried:
@@ -85,11 +84,5 @@ def read_card(name: str = "workspace", rev: str = "workspace", source: str = "dv
     sample = files.json(SAMPLE_PATH) if trained else None
     if not trained:
         absent[JSON_LOG_PATH.as_posix()] = absent[SAMPLE_PATH.as_posix()] = "its baseline's, with train"
-    return CardData(name, rev, records, notes, rows, sample if isinstance(sample, dict) else None, absent)
-
-
-def read_named(name: str) -> CardData:
-    """An experiment, commit, branch or metrics folder, found as `buildllm compare` finds it."""
-    chosen, _ = select([name], exp_show, lambda: exp_show(all_commits=True))
-    exp = chosen[0]
-    return read_card(exp.name, exp.rev, exp.source, tuple(exp.carried))
+    sample = sample if isinstance(sample, dict) else None
+    return CardData(exp.name if exp else "workspace", files.rev, records, notes, rows, sample, absent)

@@ -1,5 +1,5 @@
 """`buildllm compare`: build the comparison, write the report, say the verdict. Kept apart from
-compare.py (which builds) and render.py (which writes) so that neither imports the other."""
+compare.py (which builds) because render.py (which writes) imports it: compare.py never imports render."""
 
 from __future__ import annotations
 

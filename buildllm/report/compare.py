@@ -239,7 +239,7 @@ def busy(exp: Experiment) -> bool:
 def tokenizer_note(experiments: list) -> list:
     """Runs with different tokenizers: their per-token losses are not comparable, bits per byte are."""
     tokenizers = {(e.metric("vocab_size"), e.metric("tokenizer", ("train",))) for e in experiments}
-    if len({vocab for vocab, _ in tokenizers}) < 2 and len(tokenizers) < 2:
+    if len(tokenizers) < 2:
         return []
     described = " vs ".join(f"{e.name}: vocab_size {e.metric('vocab_size')}" for e in experiments)
     return [

@@ -76,7 +76,7 @@ def _not_its_own(exp: Experiment) -> str | None:
             got = metrics.get(key)
             if got is None:
                 continue
-            same = (str(got).split(":")[0] == str(wanted).split(":")[0]) if key == "device" else _same(got, wanted)
+            same = (str(got).split(":")[0] == str(wanted).split(":")[0]) if key == "device" else got == wanted
             if not same:
                 return (
                     f"{metrics_path(stage).as_posix()} says {key} {got} but its params ask for {param}={wanted}, "
@@ -84,15 +84,6 @@ def _not_its_own(exp: Experiment) -> str | None:
                     f"`{exp.command}`"
                 )
     return None
-
-
-def _same(a: Any, b: Any) -> bool:
-    def numeric(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-    if numeric(a) and numeric(b):
-        return float(a) == float(b)
-    return a == b
 
 
 def _varied(name: str, vary: list) -> bool:
@@ -115,7 +106,7 @@ def controls_table(experiments: list, vary: list) -> tuple[pd.DataFrame, list]:
         shown = [v if k else "not recorded" for v, k in zip(values, known)]
         shown = ["not recorded" if v is None and source != "params" else v for v in shown]
         compared = [v for v, k in zip(shown, known) if k]
-        same = all(_same(v, compared[0]) for v in compared[1:])
+        same = all(v == compared[0] for v in compared[1:])
         rows.append(
             {
                 "control": control,

@@ -2,7 +2,7 @@
 
 The source is `dvc exp show --json`: typed params per commit, each experiment's run state (a failed
 queued run still lists metrics: its baseline's), and the content hashes of the data each stage
-read; the stages' full metrics records come from each commit through git (full_record). Nothing is
+read; the stages' full metrics records come from each commit through git (_record). Nothing is
 parsed from a printed table.
 
 Or a metrics folder brought from another machine: the same record, read from the files a run
@@ -126,15 +126,6 @@ def flatten(tree: Any, prefix: str = "") -> dict:
     return flat
 
 
-def full_record(rev: str | None, stage: str) -> dict | None:
-    """A stage's full metrics record as the commit `rev` holds it (the workspace's from disk). DVC
-    shows only the stages' summaries (buildllm/metrics.py); the full record is a stage output that
-    each experiment commits, so it is read from git. Commits made before the summaries existed
-    have it as a DVC metric, which `exp show` gives directly (see _record)."""
-    record = Files(rev).json(metrics_path(stage)) if rev else None
-    return record if isinstance(record, dict) else None
-
-
 def is_data(path: str) -> bool:
     """Under data/ or tokenizer/: the files whose content hashes say two runs read the same data."""
     return any(path == root or path.startswith(root + "/") for root in (DATA.as_posix(), TOKENIZERS.as_posix()))
@@ -145,9 +136,13 @@ def _record(entry: dict, name: str, baseline: str, baseline_name: str | None, ex
     params = flatten(((data.get("params") or {}).get("params.yaml") or {}).get("data") or {})
     metrics = {}
     for stage in STAGES:
-        found = (data.get("metrics") or {}).get(metrics_path(stage).as_posix()) or {}
-        record = found.get("data") if isinstance(found.get("data"), dict) else full_record(entry.get("rev"), stage)
-        if record is not None:
+        # DVC shows only the stages' summaries (buildllm/metrics.py); the full record is a stage output
+        # each experiment commits, read from git (the workspace's from disk). Commits made before the
+        # summaries existed have it as a DVC metric, which `exp show` gives directly.
+        record = ((data.get("metrics") or {}).get(metrics_path(stage).as_posix()) or {}).get("data")
+        if not isinstance(record, dict) and entry.get("rev"):
+            record = Files(entry["rev"]).json(metrics_path(stage))
+        if isinstance(record, dict):
             metrics[stage] = record
     # Data identity by content hash: the tokenize stage's outputs as dvc.lock records them (exp show
     # merges deps across stages, so a stage that never ran can blank a dep's hash there).
@@ -306,8 +301,8 @@ def _data_hashes(lock: Path) -> dict:
 
 
 def read_folder(name: str) -> Experiment:
-    path = Path(name)
-    if _metrics_file(path):  # a lone file: that stage's metrics (benchmark's unless named after a stage)
+    path, lone = Path(name), _metrics_file(Path(name))
+    if lone:  # a lone file: that stage's metrics (benchmark's unless named after a stage)
         stage = path.stem if path.stem in STAGES else "benchmark"
         files, path = {stage: path}, path.parent
     else:
@@ -321,7 +316,6 @@ def read_folder(name: str) -> Experiment:
     again = "copy it again from the machine that ran it"
     metrics = {stage: read_metrics(file, advice=again) for stage, file in files.items() if file.is_file()}
     # A lone file's params are its own (x.params.yaml beside x.json); a folder's are its params.yaml.
-    lone = _metrics_file(Path(name))
     params_file = path / (f"{Path(name).stem}.params.yaml" if lone else "params.yaml")
     params = flatten(config_to_dict(load_config(params_file))) if params_file.is_file() else {}
     lock = path / "dvc.lock"

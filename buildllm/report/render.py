@@ -9,16 +9,15 @@ atomically.
 
 from __future__ import annotations
 
-import math
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
-from buildllm import units
 from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.config import control_keys
 from buildllm.measure.stats import NOISY_CV, is_noisy
-from buildllm.report.card_charts import NOT_RECORDED
+from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, missing, number, recorded, size, span
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison, tokenizer_note
 from buildllm.report.curves import TARGET_NOTE, UNITS, time_to, write_curves
@@ -48,22 +47,6 @@ KEY_CONTROLS = control_keys() + (
 )
 
 
-def _missing(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
-
-
-def recorded(show):
-    """`show` for a recorded value, "not recorded" for None or NaN."""
-    return lambda v: NOT_RECORDED if _missing(v) else show(v)
-
-
-duration, size = recorded(units.duration), recorded(units.size)
-
-
-def number(fmt: str):
-    return recorded(fmt.format)
-
-
 def cells(f: pd.DataFrame, show, *columns: str) -> list:
     """`show` applied across each experiment's values of `columns` (a column the frame lacks: None)."""
     return list(map(show, *(list(f[name]) if name in f else [None] * len(f) for name in columns)))
@@ -87,33 +70,29 @@ def speedup_cells(c: Comparison) -> list:
 
 
 def _noise(cv) -> str:
-    if _missing(cv):
+    if missing(cv):
         return NOT_RECORDED
     return f"{cv:.1%}" + (f" (noisy: over {NOISY_CV:.0%})" if is_noisy(cv) else "")
 
 
 def _load(start, end, busy) -> str:
-    if _missing(start) or _missing(end):
+    if missing(start) or missing(end):
         return NOT_RECORDED
-    flag = " (busy machine: figures slowed)" if not _missing(busy) and bool(busy) else ""
+    flag = " (busy machine: figures slowed)" if not missing(busy) and bool(busy) else ""
     return f"{start:.2f} / {end:.2f} cores{flag}"
 
 
 def _rate_range(low, high, steps, tokens) -> str:
-    if any(_missing(v) for v in (low, high, steps, tokens)) or not steps:
+    if any(missing(v) for v in (low, high, steps, tokens)) or not steps:
         return NOT_RECORDED
     per_step = tokens / steps
     return f"{low * per_step:,.0f} – {high * per_step:,.0f}"
 
 
-def _span(estimate, low, high) -> str:
-    return NOT_RECORDED if _missing(estimate) else f"{duration(estimate)} (range {duration(low)} – {duration(high)})"
-
-
 def _peak(flops, source) -> str:
-    if _missing(flops):
+    if missing(flops):
         return NOT_RECORDED
-    return f"{flops / 1e12:.3g} TFLOP/s ({source if not _missing(source) and source else 'source not recorded'})"
+    return f"{flops / 1e12:.3g} TFLOP/s ({source if not missing(source) and source else 'source not recorded'})"
 
 
 def results_rows(c: Comparison) -> list:
@@ -161,7 +140,10 @@ def results_rows(c: Comparison) -> list:
         ("time to first step", cells(f, duration, "time_to_first_step_seconds")),
         ("model FLOPs utilisation", cells(f, number("{:.1%}"), "mfu")),
         ("MFU's peak FLOP/s (source)", cells(f, _peak, "benchmark:peak_flops", "benchmark:peak_flops_source")),
-        ("estimated full run", cells(f, _span, "estimated_seconds", "estimated_seconds_low", "estimated_seconds_high")),
+        (
+            "estimated full run",
+            cells(f, partial(span, duration), "estimated_seconds", "estimated_seconds_low", "estimated_seconds_high"),
+        ),
         ("planned tokens", cells(f, number("{:,.0f}"), "planned_tokens")),
         ("training tokens/s (train stage)", cells(f, number("{:,.0f}"), "train_tokens_per_second")),
         ("training time (train stage)", cells(f, duration, "train_elapsed_seconds")),
@@ -232,22 +214,6 @@ def paired_table(c: Comparison) -> Table:
         )
     return Table(
         ["round", "order", *[f"{n} tokens/s" for n in names], *[f"{n} ÷ {names[0]}" for n in names[1:]]], rows, "paired"
-    )
-
-
-def environment_line(row: pd.Series) -> str:
-    def get(key):
-        v = row.get(key)
-        return None if _missing(v) or v == "" else v
-
-    if get("processor") is None and get("torch_version") is None:
-        return "not recorded (metrics/benchmark.json is absent or has no environment record)"
-    gpu = f"{get('gpu_name')} ({size(get('gpu_memory_bytes'))})" if get("gpu_name") else "none"
-    return (
-        f"processor {get('processor') or NOT_RECORDED}; GPU {gpu}; memory {size(get('memory_total_bytes'))}; "
-        f"PyTorch {get('torch_version') or NOT_RECORDED} (CUDA build {get('torch_cuda_version') or NOT_RECORDED}); "
-        f"Python {get('python_version') or NOT_RECORDED}; {get('platform') or ''}; "
-        f"BuildLLM {get('buildllm_version') or NOT_RECORDED}; {number('{:.0f}')(get('threads'))} threads"
     )
 
 
@@ -329,7 +295,7 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
     if c.paired is not None:
         blocks += [Heading(2, "Paired re-measurements"), paired_table(c)]
     blocks.append(Heading(2, "Reproduce"))
-    for exp, (_, row) in zip(c.experiments, c.frame.iterrows()):
+    for exp in c.experiments:
         if exp.source == "folder":
             origin = [f"source: metrics folder `{exp.rev}`, measured on another machine"]
             date = "not recorded in the folder"
@@ -339,7 +305,9 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
             date = exp.timestamp or "uncommitted workspace, reported " + c.created
         blocks += [
             Heading(3, exp.name),
-            Bullets(origin + [f"date: {date}", f"command: `{exp.command}`", f"environment: {environment_line(row)}"]),
+            Bullets(
+                origin + [f"date: {date}", f"command: `{exp.command}`", f"environment: {machine_line(exp.metric)}"]
+            ),
         ]
     blocks += [Heading(3, "How to rerun"), Code(rerun_block(c, out), "bash")]
     dvc_runs = [e.name for e in c.experiments if e.source == "dvc" and e.rev != "workspace"]
@@ -355,12 +323,10 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
 
 
 def write_report(c: Comparison, out: Path) -> list:
-    """Write the five files next to each other; return their paths."""
     out = out.with_suffix("") if out.suffix in (".md", ".csv", ".png", ".html") else out
-    base = out.parent / out.name
-    png_path = write_chart(c, base.with_name(base.name + ".png"))
-    curves_path = write_curves(c.curves, c.target_loss, base.with_name(base.name + "_curves.png"), c.loss_key)
-    md_path, csv_path, html_path = (base.with_name(base.name + s) for s in (".md", ".csv", ".html"))
+    png_path = write_chart(c, out.with_name(out.name + ".png"))
+    curves_path = write_curves(c.curves, c.target_loss, out.with_name(out.name + "_curves.png"), c.loss_key)
+    md_path, csv_path, html_path = (out.with_name(out.name + s) for s in (".md", ".csv", ".html"))
     blocks = sections(c, out, png_path.read_bytes(), curves_path.read_bytes())
     atomic_write_text(md_path, to_markdown(blocks))
     with atomic_path(csv_path) as tmp:

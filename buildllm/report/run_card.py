@@ -16,18 +16,17 @@ import math
 from datetime import datetime
 from pathlib import Path
 
-from buildllm import units
 from buildllm.atomic import atomic_write, atomic_write_text
 from buildllm.config import Config
 from buildllm.metrics import is_note
 from buildllm.report import card_charts
 from buildllm.report.browser import screenshot
-from buildllm.report.card_data import PLAN_STAGES, CardData, read_card, read_named
+from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, number, size, span
+from buildllm.report.card_data import PLAN_STAGES, CardData, read_card
 from buildllm.report.document import Bullets, Code, Columns, Heading, Image, Paragraph, Table, to_html
 from buildllm.report.sample import write_sample
 
 CARD_PATH = Path("plots/run_card")  # the stage's: .html and .png, committed with each experiment
-NOT_RECORDED = card_charts.NOT_RECORDED
 # (label, key in the records, key of its reason in the notes): the plan's decisions, in reading order.
 DECISIONS = [
     ("device", "device", "device_reason"),
@@ -54,14 +53,6 @@ def _shown(value) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return f"{value:,}" if isinstance(value, int) else f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
-def _size(value) -> str:
-    return NOT_RECORDED if value is None else units.size(value)
-
-
-def _duration(value) -> str:
-    return NOT_RECORDED if value is None else units.duration(value)
 
 
 def flops(rate: float) -> str:
@@ -107,40 +98,24 @@ def loss_lines(d: CardData) -> list:
     return lines
 
 
-def estimate_line(d: CardData) -> str:
-    total, low, high = (d.get("dry_run", f"memory_estimate_{k}_bytes") for k in ("total", "low", "high"))
-    if total is None:
-        return NOT_RECORDED
-    return _size(total) + ("" if low is None or high is None else f" (range {_size(low)} – {_size(high)})")
-
-
 def headline(d: CardData) -> list:
-    """(figure, value) rows for the table at the top."""
     t, b, e = d.records.get("train", {}), d.records.get("benchmark", {}), d.records.get("estimate", {})
     seconds, _ = measured_time(d)
     low, high = e.get("estimated_seconds_low"), e.get("estimated_seconds_high")
+    versus = f"{duration(seconds)} measured; estimate {span(duration, e.get('estimated_seconds'), low, high)}"
     if seconds is not None and low is not None and high is not None:
-        where = "within" if low <= seconds <= high else f"{'above' if seconds > high else 'below'}"
-        versus = (
-            f"{_duration(seconds)} measured; estimate {_duration(e.get('estimated_seconds'))} "
-            f"(range {_duration(low)} – {_duration(high)}): {where} the range"
-        )
-    else:
-        versus = f"{_duration(seconds)} measured; estimate {_duration(e.get('estimated_seconds'))}"
+        where = "within" if low <= seconds <= high else "above" if seconds > high else "below"
+        versus += f": {where} the range"
     if load := d.note("train", "busy_machine_reason"):  # beside the verdict: were the run's cores its own?
         versus += f"; {load}"  # device/load.py run_load_line
     peak, source = b.get("peak_flops"), d.note("benchmark", "peak_flops_source")
     method = d.note("benchmark", "peak_memory_method")
-    mfu = (
-        NOT_RECORDED
-        if b.get("mfu") is None
-        else (
-            f"{b['mfu']:.1%} of a {flops(peak)} peak ({source or 'source not recorded'})"
-            if peak
-            else f"{b['mfu']:.1%} (peak not recorded)"
-        )
-    )
-    rate = lambda r: NOT_RECORDED if r is None else f"{r:,.0f} tokens/s"  # noqa: E731
+    memory = [d.get("dry_run", f"memory_estimate_{k}_bytes") for k in ("total", "low", "high")]
+    mfu = NOT_RECORDED
+    if b.get("mfu") is not None:
+        of = f"of a {flops(peak)} peak ({source or 'source not recorded'})" if peak else "(peak not recorded)"
+        mfu = f"{b['mfu']:.1%} {of}"
+    rate = number("{:,.0f} tokens/s")
     return [
         ("status", _shown(t.get("status"))),
         ("loss", "; ".join(loss_lines(d))),
@@ -153,10 +128,10 @@ def headline(d: CardData) -> list:
         ("model FLOPs utilisation (benchmark)", mfu),
         (
             "peak memory, measured",
-            f"training {_size(t.get('peak_memory_bytes'))}; benchmark "
-            f"{_size(b.get('peak_memory_bytes'))} ({method or 'method not recorded'})",
+            f"training {size(t.get('peak_memory_bytes'))}; benchmark "
+            f"{size(b.get('peak_memory_bytes'))} ({method or 'method not recorded'})",
         ),
-        ("memory estimate (dry run)", estimate_line(d)),
+        ("memory estimate (dry run)", span(size, *memory)),
         ("run time against the estimate", versus),
         ("tokens trained", _shown(t.get("tokens_processed"))),
     ]
@@ -170,26 +145,16 @@ def machine_blocks(d: CardData) -> list:
         rows = [
             [
                 key,
-                _size(v) if key.endswith("_bytes") and isinstance(v, (int, float)) else _shown(d.note("machine", key)),
+                size(v) if key.endswith("_bytes") and isinstance(v, (int, float)) else _shown(d.note("machine", key)),
             ]
             for key, v in machine.items()
         ]
-    b = d.records.get("benchmark", {})
-    seen = {
-        "processor": b.get("processor"),
-        "logical cores": b.get("logical_cores"),
-        "memory": _size(b.get("memory_total_bytes")) if b.get("memory_total_bytes") else None,
-        "GPU": (f"{b['gpu_name']} ({_size(b.get('gpu_memory_bytes'))})" if b.get("gpu_name") else "none")
-        if "gpu_name" in b
-        else None,
-        "PyTorch": b.get("torch_version"),
-        "CPU capability": b.get("cpu_capability"),
-    }
-    line = "; ".join(f"{k} {_shown(v)}" for k, v in seen.items()) if b else NOT_RECORDED
     return [
         Heading(2, "Machine"),
         Table(["fingerprint", "value"], rows, "machine"),
-        Paragraph(f"What the benchmark recorded of it: {line}.", muted=True),
+        Paragraph(
+            f"What the benchmark recorded of it: {machine_line(d.records.get('benchmark', {}).get)}.", muted=True
+        ),
     ]
 
 
@@ -212,8 +177,8 @@ def plan_table(d: CardData) -> Table:
 
 
 def memory_table(d: CardData) -> Table:
-    rows = [[label, _size(d.get("dry_run", f"memory_estimate_{key}_bytes"))] for key, label in card_charts.MEMORY_PARTS]
-    rows.append(["estimate, total", _size(d.get("dry_run", "memory_estimate_total_bytes"))])
+    rows = [[label, size(d.get("dry_run", f"memory_estimate_{key}_bytes"))] for key, label in card_charts.MEMORY_PARTS]
+    rows.append(["estimate, total", size(d.get("dry_run", "memory_estimate_total_bytes"))])
     return Table(["part", "bytes"], rows, "memory")
 
 
@@ -274,9 +239,9 @@ def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
         Heading(2, "Time: the estimate against the run"),
         Image("time chart", "time.png", pictures["time"], "time-chart"),
         Paragraph(
-            f"{covers} ({_duration(seconds)}): validation and checkpoint saves included, process "
+            f"{covers} ({duration(seconds)}): validation and checkpoint saves included, process "
             f"start-up not. The estimate (from the benchmark's slowest and fastest intervals) also "
-            f"counts start-up: {_duration(e.get('startup_seconds'))}.",
+            f"counts start-up: {duration(e.get('startup_seconds'))}.",
             muted=True,
         ),
     ]
@@ -321,7 +286,7 @@ def report(config: Config, experiment: str | None = None, out: str | None = None
     print(json.dumps(plan), flush=True)
     if workspace:
         write_sample(config)
-    data = read_card() if workspace else read_named(experiment)
+    data = read_card(None if workspace else experiment)
     written = write_card(data, target)
     print(f"run card written: {written['html']}, {written['png']} (PNG drawn by {written['png_drawn_by']})")
     return written

@@ -290,6 +290,7 @@ def test_the_report_records_how_to_reproduce(tmp_path):
     assert "dvc exp run -n cpu-bs8 -S device=cpu -S precision=bf16 -S train.batch_size=8 benchmark estimate" in md
     assert f"git checkout {BASE}" in md and "3" * 40 in md and "2026-01-01T10:03:00" in md
     assert "processor Test CPU 9000; GPU none; memory 16.00 GiB; PyTorch 2.13.0+cpu" in md
+    assert "Python 3.11.2; not recorded; BuildLLM not recorded; 2 threads; logical cores not recorded" in md
     assert "buildllm compare cpu-fp32 cpu-bs8 --out" in md and "--allow-different" in md.split("How to rerun")[1]
 
 
@@ -611,7 +612,7 @@ def test_one_run_s_metrics_file_alone_is_compared_too(tmp_path):
 def test_full_records_come_from_each_commit_and_the_workspace(tmp_path):
     # DVC shows only the summaries; a stage's full record is read from the experiment's commit with
     # git, the workspace's from disk, and an experiment row made before the summaries keeps its own.
-    from buildllm.report.experiments import full_record, read_experiments
+    from buildllm.report.experiments import read_experiments
 
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "metrics").mkdir()
@@ -620,9 +621,12 @@ def test_full_records_come_from_each_commit_and_the_workspace(tmp_path):
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m"], cwd=tmp_path, check=True)
     rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
     (tmp_path / "metrics" / "benchmark.json").write_text(json.dumps(benchmark(tokens_per_second=2222.0)))
-    assert full_record(rev, "benchmark")["tokens_per_second"] == 1111.0
-    assert full_record("workspace", "benchmark")["tokens_per_second"] == 2222.0
-    assert full_record(rev, "train") is None and full_record("0" * 40, "benchmark") is None
+    baselines, experiments = read_experiments(
+        [{"rev": "workspace", "data": {}}, {"rev": rev, "name": "main", "data": {}}]
+    )
+    assert baselines[0].metric("tokens_per_second") == 1111.0 and "train" not in baselines[0].metrics
+    assert experiments[0].rev == "workspace" and experiments[0].metric("tokens_per_second") == 2222.0
+    assert read_experiments([{"rev": "0" * 40, "name": "gone", "data": {}}])[0][0].metrics == {}
     old = {
         "rev": rev,
         "name": "main",

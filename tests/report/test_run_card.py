@@ -74,6 +74,7 @@ def test_a_run_without_its_other_stages_says_not_recorded_and_samples_its_checkp
     assert sample["checkpoint_step"] == 20 and sample["text"].startswith("The") and len(sample["text"]) > 10
     page = (trained / "plots" / "run_card.html").read_text()
     assert html.escape(sample["text"].split()[-1]) in page and "metrics/machine.json is absent" in page
+    assert "benchmark recorded of it: not recorded (metrics/benchmark.json is absent" in page  # as compare says
     assert page.count("data:image/png;base64,") == 4 and "http://" not in page and "https://" not in page
     width, height = png_size(trained / "plots" / "run_card.png")
     assert width >= 1200 and height > 1000
@@ -133,7 +134,10 @@ def test_the_time_verdict_judges_the_train_commands_wall_clock_as_the_console_do
     estimate = {"estimated_seconds": 115.0, "estimated_seconds_low": 105.0, "estimated_seconds_high": 130.0}
     card = CardData("workspace", "workspace", {"train": train, "estimate": estimate}, {}, [], None)
     verdict = dict(headline(card))["run time against the estimate"]
-    assert verdict.startswith("1 min 52 s measured") and "within the range" in verdict
+    assert verdict == "1 min 52 s measured; estimate 1 min 55 s (range 1 min 45 s – 2 min 10 s): within the range"
+    memory = {f"memory_estimate_{k}_bytes": v * 2**20 for k, v in (("total", 100), ("low", 85), ("high", 125))}
+    card.records["dry_run"] = memory
+    assert dict(headline(card))["memory estimate (dry run)"] == "100.0 MiB (range 85.0 MiB – 125.0 MiB)"
     # A run recorded before run_seconds existed is judged on its loop's time, as before.
     older = CardData(
         "workspace", "workspace", {"train": {**train, "run_seconds": None}, "estimate": estimate}, {}, [], None
