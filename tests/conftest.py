@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,16 +30,17 @@ PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", ".dvc/config", ".dvcignore
 # other users come after it in the order, so they start once it is built rather than beside it.
 LONGEST_FIRST = [
     "docs/test_readme.py",  # the walkthrough, about 7 minutes
-    "report/test_compare_e2e.py",  # builds bounded_repro (about 2 minutes), then its own lab
-    "report/test_run_card_e2e.py",  # bounded_repro's other users
+    "report/test_compare_e2e.py",  # builds bounded_repro (about 2 minutes), then experiments_lab
+    "report/test_run_card_e2e.py",  # experiments_lab's other user
     "measure/test_benchmark_gpu_check.py",
     "pipeline/test_machine_stage_e2e.py",
     "pipeline/test_stage_deps_e2e.py",
     "predict/test_dry_run.py",  # builds default_run
-    "pipeline/test_train_pipeline.py",
     "measure/test_tune.py",
     "pipeline/test_tune_stage.py",
     "measure/test_batch_finder.py",
+    # default_run's other user: after the files the other worker takes while it is built, not beside it
+    "pipeline/test_train_pipeline.py",
     "verify/test_estimate_check.py",
     "report/test_compare_paired.py",
     "device/test_cuda.py",
@@ -202,6 +204,55 @@ def bounded_repro(tmp_path_factory) -> tuple[Path, str]:
 @pytest.fixture(scope="session")
 def bounded_run(bounded_repro) -> Path:
     return bounded_repro[0]
+
+
+def wait_for_queue(repo: Path, timeout: float = 900) -> str:
+    """`dvc queue status` once nothing is Queued or Running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = run(["dvc", "queue", "status"], repo).stdout
+        if not any(word in status for word in ("Queued", "Running")):
+            return status
+        time.sleep(3)
+    raise AssertionError(f"queue still busy after {timeout} s:\n{status}")
+
+
+# The experiments of the lab below, each with its settings (bf16 only on a CPU with a bf16 matmul path).
+LAB_RUNS = {"cpu-fp32": "precision=fp32", **({"cpu-bf16": "precision=bf16"} if cpu_bf16.native_bf16() else {})}
+LAB_QUEUED = {
+    "cpu-bs8": ("device=cpu", "precision=fp32", "train.batch_size=8"),
+    "cuda-bf16": ("device=cuda", "precision=bf16"),
+}
+
+
+@pytest.fixture(scope="session")
+def experiments_lab(bounded_run, tmp_path_factory) -> tuple[Path, str]:
+    """(the lab's project, `dvc queue status` after its queue ran), made once per test run from the
+    bounded pipeline and read by the compare and run-card tests, each on its own clone_project.
+
+    The project has a DVC remote beside it (`dvc-store`, which only the compare tests push to) and four
+    experiments of its one commit: first two through the queue from the clean baseline, `benchmark
+    estimate` only (fp32 at batch 8, and a cuda run that fails on a CUDA-less machine); then LAB_RUNS
+    as whole-pipeline runs (`dvc exp run`, no --temp), each applied to the workspace in turn, so the
+    workspace holds the last one's outputs, run card included. The queue goes first because a queued
+    run starts from the workspace's tracked files: after a whole run it would carry that run's files."""
+
+    def make(folder: Path) -> str:
+        project = clone_project(bounded_run, folder / "laptop")
+        # An absolute path: DVC resolves a relative one against the filesystem's root in `dvc exp push`.
+        run(["dvc", "remote", "add", "-d", "store", str(folder / "dvc-store")], project)
+        run(["git", "commit", "-qam", "a DVC remote"], project)
+        for name, settings in LAB_QUEUED.items():
+            sets = [arg for item in settings for arg in ("-S", item)]
+            run(["dvc", "exp", "run", "--queue", "-n", name, *sets, "benchmark", "estimate"], project)
+        run(["dvc", "queue", "start"], project)
+        status = wait_for_queue(project)
+        for name, setting in LAB_RUNS.items():
+            run(["dvc", "exp", "run", "-n", name, "-S", "device=cpu", "-S", setting], project)
+        return status
+
+    folder, status = once_per_run(tmp_path_factory, "experiments", make)
+    return folder / "laptop", status
 
 
 @pytest.fixture(scope="session")

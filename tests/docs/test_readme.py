@@ -124,6 +124,8 @@ def check(command: str, result, project: Path) -> None:
     elif command.startswith("buildllm compare"):
         target = re.search(r"--out (\S+)", command)
         assert (project / f"{target.group(1) if target else 'reports/comparison'}.md").exists(), out
+        # The walkthrough's comparisons are equal-budget: their speed-ups are shown, not withheld.
+        assert "Equal-budget comparison" in result.stdout and "Not an equal-budget" not in result.stdout, out
     elif command.startswith("dvc repro train"):
         metrics = json.loads((project / "metrics" / "train.json").read_text())
         assert metrics["status"] == "completed" and metrics["unigram_validation_loss"] > 0

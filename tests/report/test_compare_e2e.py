@@ -1,14 +1,14 @@
 """End to end: real DVC experiments in a throw-away repo, compared by `buildllm compare`.
 
-One module-scoped project (the "laptop") starts from the bounded pipeline, reproduced once with
-`dvc repro` (the session's `bounded_run`, shared with the run-card tests), then runs four
-experiments: two directly (fp32 and bf16 autocast on the CPU; bf16 only on a CPU with a bf16 matmul
-path, elsewhere refused), two through `dvc exp run --queue` + `dvc queue start` (a different batch
-size, and a cuda run that fails on this CUDA-less machine). Where bf16 is refused, the tests that
-need two runs compare fp32 with the batch-size run, and those about bf16 itself skip.
-DVC's own `dvc metrics diff` of the two direct runs is checked here too (it needs the same runs). A second
-clone (the "GPU box") gets the runs through a bare git remote and a directory DVC remote, the
-route docs/across-machines.md gives for comparing a laptop's run with a GPU machine's.
+The "laptop" is a clone of the session's experiments lab (tests/conftest.py `experiments_lab`, shared
+with the run-card tests): the bounded pipeline, reproduced once with `dvc repro`, then two runs through
+`dvc exp run --queue` + `dvc queue start` (a different batch size, and a cuda run that fails on this
+CUDA-less machine), then two whole-pipeline runs directly (fp32 and bf16 autocast on the CPU; bf16 only
+on a CPU with a bf16 matmul path, elsewhere refused). Where bf16 is refused, the tests that need two
+runs compare fp32 with the batch-size run, and those about bf16 itself skip. DVC's own `dvc metrics
+diff` of the two direct runs is checked here too (it needs the same runs). A second clone (the "GPU
+box") gets the runs through a bare git remote and a directory DVC remote, the route
+docs/across-machines.md gives for comparing a laptop's run with a GPU machine's.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from buildllm.device import cpu_bf16
 
 pytestmark = pytest.mark.slow
 
-TARGETS = ["benchmark", "estimate"]
 BF16 = cpu_bf16.native_bf16()
 # The second run the cross-machine tests compare with cpu-fp32.
 SECOND = "cpu-bf16" if BF16 else "cpu-bs8"
@@ -38,11 +37,6 @@ def buildllm(repo: Path, *args: str, check: bool = True) -> subprocess.Completed
     return run([sys.executable, "-m", "buildllm", *args], repo, check=check)
 
 
-def exp_run(repo: Path, name: str, *overrides: str, queue: bool = False) -> None:
-    sets = [arg for item in overrides for arg in ("-S", item)]
-    run(["dvc", "exp", "run", *(["--queue"] if queue else []), "-n", name, *sets, *TARGETS], repo)
-
-
 def committed_metrics(repo: Path, experiment: str, stage: str) -> dict:
     """The metrics file as git holds it in the experiment's commit: read without buildllm's code."""
     ref = run(["git", "for-each-ref", "--format=%(objectname)", f"refs/exps/**/{experiment}"], repo).stdout.split()
@@ -50,33 +44,12 @@ def committed_metrics(repo: Path, experiment: str, stage: str) -> dict:
     return json.loads(run(["git", "show", f"{ref[0]}:metrics/{stage}.json"], repo).stdout)
 
 
-def wait_for_queue(repo: Path, timeout: float = 900) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = run(["dvc", "queue", "status"], repo).stdout
-        if not any(word in status for word in ("Queued", "Running")):
-            return status
-        time.sleep(3)
-    raise AssertionError(f"queue still busy after {timeout} s:\n{status}")
-
-
 @pytest.fixture(scope="module")
-def lab(bounded_run, tmp_path_factory) -> dict:
+def lab(experiments_lab, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("compare")
-    # The baseline: the bounded pipeline, run (token files in the cache, where queued runs check them
-    # out from; a dry run's metrics that the experiments below carry over unchanged).
-    laptop = clone_project(bounded_run, root / "laptop")
-    run(["dvc", "remote", "add", "-d", "store", str(root / "dvc-store")], laptop)
-    run(["git", "commit", "-qam", "a DVC remote"], laptop)
-    exp_run(laptop, "cpu-fp32", "device=cpu", "precision=fp32")
-    if BF16:
-        exp_run(laptop, "cpu-bf16", "device=cpu", "precision=bf16")
-    # Queued runs see only what git tracks (and DVC's cache): the params go in with -S.
-    exp_run(laptop, "cpu-bs8", "device=cpu", "precision=fp32", "train.batch_size=8", queue=True)
-    exp_run(laptop, "cuda-bf16", "device=cuda", "precision=bf16", queue=True)
-    run(["dvc", "queue", "start"], laptop)
-    status = wait_for_queue(laptop)
-    return {"root": root, "laptop": laptop, "queue_status": status}
+    laptop = clone_project(experiments_lab[0], root / "laptop")
+    store = experiments_lab[0].parent / "dvc-store"  # the lab's DVC remote, which only these tests push to
+    return {"root": root, "laptop": laptop, "store": store, "queue_status": experiments_lab[1]}
 
 
 def read_csv(path: Path) -> dict:
@@ -107,17 +80,18 @@ def test_two_real_runs_make_all_four_files_with_the_metrics(lab):
         assert float(row["checkpoint_save_seconds"]) == pytest.approx(bench["checkpoint_save_seconds"], rel=1e-12)
         assert float(row["estimated_seconds"]) == pytest.approx(est["estimated_seconds"], rel=1e-12)
         assert row["processor"] == bench["processor"] and row["torch_version"] == bench["torch_version"]
-        assert row["command"] == f"dvc exp run -n {name} -S device=cpu -S precision={precision} benchmark estimate"
+        # The overrides it ran with, and the stages whose records it changed: the whole pipeline.
+        ran = f"-S device=cpu -S precision={precision} dry_run benchmark estimate train"
+        assert row["command"] == f"dvc exp run -n {name} {ran}"
     fp32, bf16 = (committed_metrics(laptop, n, "benchmark")["tokens_per_second"] for n in ("cpu-fp32", "cpu-bf16"))
     assert float(table["cpu-bf16"]["speedup_vs_first"]) == pytest.approx(bf16 / fp32, rel=1e-9)
     md = files[0].read_text()
     assert md.index("Equal-budget comparison") < md.index("## Controls") < md.index("## Results")
     assert "| precision | resolved | fp32 | bf16 | variable |" in md
     assert f"{fp32:,.0f}" in md and f"{bf16:,.0f}" in md
-    assert "git checkout " in md and "dvc exp run -n cpu-bf16 -S device=cpu -S precision=bf16 benchmark estimate" in md
-    # The baseline ran the whole pipeline; these runs ran benchmark and estimate only: the dry run's and
-    # the training's records are their baseline's, said so, not reported as theirs.
-    assert "cpu-bf16: metrics/dry_run.json, metrics/train.json unchanged from its baseline" in md
+    rerun = "dvc exp run -n cpu-bf16 -S device=cpu -S precision=bf16 dry_run benchmark estimate train"
+    assert "git checkout " in md and rerun in md
+    assert "unchanged from its baseline" not in md  # both ran every stage
 
 
 def test_the_readme_names_the_files_compare_writes(lab):
@@ -144,6 +118,11 @@ def test_a_different_batch_size_is_flagged(lab):
     md = (laptop / "reports" / "batch.md").read_text()
     assert "Not an equal-budget comparison: batch_size 32 vs 8" in md.split("## Controls")[0]
     assert read_csv(laptop / "reports" / "batch.csv")["cpu-bs8"]["speedup_vs_first"] == ""
+    # cpu-bs8 ran benchmark and estimate only: the dry run's and the training's records in its commit are
+    # its baseline's, said so, not reported as its own.
+    assert "cpu-bs8: metrics/dry_run.json, metrics/train.json unchanged from its baseline" in md
+    command = read_csv(laptop / "reports" / "batch.csv")["cpu-bs8"]["command"]
+    assert command.endswith("-S train.batch_size=8 benchmark estimate"), command
     allowed = buildllm(laptop, "compare", "cpu-fp32", "cpu-bs8", "--allow-different", "--out", "reports/batch")
     assert "--allow-different was given" in allowed.stdout
     assert read_csv(laptop / "reports" / "batch.csv")["cpu-bs8"]["speedup_vs_first"] != ""
@@ -168,7 +147,7 @@ def test_round_trip_through_git_and_dvc_remotes(lab):
     run(["git", "remote", "add", "origin", str(origin)], laptop)
     run(["git", "push", "-q", "origin", "main"], laptop)
     run(["dvc", "exp", "push", "origin", "cpu-fp32", SECOND], laptop)  # refs to git, outputs to the DVC remote
-    assert any(p.is_file() for p in (root / "dvc-store").rglob("*")), "dvc exp push sent nothing to the DVC remote"
+    assert any(p.is_file() for p in lab["store"].rglob("*")), "dvc exp push sent nothing to the DVC remote"
     gpu_box = root / "gpu-box"
     run(["git", "clone", "-q", str(origin), str(gpu_box)], root)
     run(["dvc", "pull", "corpus", "tokenize"], gpu_box)  # the laptop's corpus and token files, from the DVC remote

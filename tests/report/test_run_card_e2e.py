@@ -1,11 +1,12 @@
 """End to end with real DVC in a throw-away repo: `dvc repro` leaves a run card that renders offline,
 and two experiments' training logs overlay in `dvc plots diff` and in `buildllm compare`.
 
-One module-scoped project starts from the whole bounded pipeline (tiny preset, a few steps: the
-session's `bounded_run`, reproduced once and shared with the compare tests), then runs two
-experiments of the same controls that differ in precision (this machine has no second device; a
-CPU run and a CUDA run compare the same way). On a CPU without a bf16 matmul path, where bf16 is
-refused, only the fp32 experiment runs and the comparison of the two skips.
+The project is a clone of the session's experiments lab (tests/conftest.py `experiments_lab`, shared
+with the compare tests): the whole bounded pipeline (tiny preset, a few steps), then whole-pipeline
+experiments of the same controls that differ in precision (this machine has no second device; a CPU
+run and a CUDA run compare the same way), the last one's outputs in the workspace. On a CPU without a
+bf16 matmul path, where bf16 is refused, only the fp32 experiment runs and the comparison of the two
+skips.
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import clone_project, needs_cpu_bf16, run
+from conftest import LAB_RUNS, clone_project, needs_cpu_bf16, run
 from test_run_card import png_size
-
-from buildllm.device import cpu_bf16
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-EXPERIMENTS = {"cpu-fp32": "precision=fp32", **({"cpu-bf16": "precision=bf16"} if cpu_bf16.native_bf16() else {})}
+EXPERIMENTS = LAB_RUNS  # the lab's whole-pipeline runs, in the order they ran
 PLOTS = ("Loss against step", "Loss against elapsed time", "Tokens per second against step")
 
 
@@ -36,11 +35,8 @@ def exp_ref(repo: Path, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def lab(bounded_run, tmp_path_factory) -> Path:
-    project = clone_project(bounded_run, tmp_path_factory.mktemp("card") / "project")
-    for name, setting in EXPERIMENTS.items():
-        run(["dvc", "exp", "run", "-n", name, "-S", "device=cpu", "-S", setting], project)
-    return project
+def lab(experiments_lab, tmp_path_factory) -> Path:
+    return clone_project(experiments_lab[0], tmp_path_factory.mktemp("card") / "project")
 
 
 @pytest.mark.skipif(
