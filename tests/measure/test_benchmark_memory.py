@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from train_fixtures import make_token_files
 
 from buildllm.device.device import Device
 from buildllm.memory.estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
@@ -178,8 +177,7 @@ def _peak_in_fresh_process(settings: dict, queue) -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="calibrated for Linux's allocator (glibc)")
-def test_estimate_is_within_15_percent_of_the_measured_cpu_peak(tmp_path):
-    tokens = make_token_files(tmp_path / "tokens")
+def test_estimate_is_within_15_percent_of_the_measured_cpu_peak(tokens):
     settings = {
         "preset": "student",
         "device": "cpu",

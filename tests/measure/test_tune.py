@@ -12,6 +12,7 @@ import yaml
 from buildllm.cli import main
 from buildllm.device import cpu_bf16
 from buildllm.measure.stats import compare, interleave
+from buildllm.plan import threads as threads_rule
 from buildllm.plan import tuned
 from buildllm.plan.run_plan import this_machine
 
@@ -141,8 +142,12 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
 def test_tune_measures_compile_when_the_budget_allows_it(workdir, tokens, capsys, monkeypatch):
     monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
     scratch = own_temp_folder(workdir, monkeypatch)
-    (workdir / "params.yaml").write_text(yaml.safe_dump({"tune": {"loss_steps": 4}}))
-    assert main(["tune", *tune_args(tokens, "--seconds", "100")]) == 0
+    # The thread counts are compared in the test above; set here (to the default that tune would
+    # compile with), their turns (a tenth of the budget) are not taken, and 90 s leave compile about
+    # the window that 100 s with thread turns left it.
+    params = {"tune": {"loss_steps": 4}, "train": {"threads": threads_rule.DEFAULT_THREADS}}
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    assert main(["tune", *tune_args(tokens, "--seconds", "90")]) == 0
     assert not list(scratch.glob("buildllm-*")), "tune or its compile child left scratch folders behind"
     record = tuned.read_all()[this_machine()]["tiny"]["cpu"]
     compiled = record["compile"]

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from train_fixtures import make_token_files, train_args
+from train_fixtures import train_args
 
 from buildllm.cli import main
 from buildllm.report.card_data import read_card
@@ -33,15 +33,14 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tokens, tmp_path_factory):
     """A 20-step tiny run in a folder of its own (metrics/, plots/ and the checkpoints)."""
     folder = tmp_path_factory.mktemp("card")
-    paths = make_token_files(folder / "tokens")
     before = Path.cwd()
     try:
         os.chdir(folder)  # metrics/ and plots/ are written relative to the working directory
-        assert main(train_args(paths, folder / "run", "--eval-interval", "4")) == 0
-        assert main(["report", "--params", str(params_for(folder, paths))]) == 0
+        assert main(train_args(tokens, folder / "run", "--eval-interval", "4")) == 0
+        assert main(["report", "--params", str(params_for(folder, tokens))]) == 0
     finally:
         os.chdir(before)
     return folder

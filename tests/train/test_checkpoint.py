@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from train_fixtures import make_token_files, train_args
+from train_fixtures import train_args
 
 from buildllm.device.rng import rng_state
 from buildllm.errors import UserError
@@ -93,14 +93,13 @@ def test_resume_decision(tmp_path):
         checkpoint.state_to_resume(tmp_path / "run", {**SIGNATURE, "model.n_layer": 4}, resume=True, force=True)
 
 
-def test_the_lock_refuses_a_second_process_while_the_first_lives(tmp_path, monkeypatch):
-    paths = make_token_files(tmp_path / "tokens")
+def test_the_lock_refuses_a_second_process_while_the_first_lives(tokens, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with checkpoint.DirectoryLock(tmp_path / "run"):
         with pytest.raises(UserError, match=f"in use by pid {os.getpid()}"):
             checkpoint.DirectoryLock(tmp_path / "run").acquire()
         second = subprocess.run(
-            [sys.executable, "-m", "buildllm", *train_args(paths, tmp_path / "run")],
+            [sys.executable, "-m", "buildllm", *train_args(tokens, tmp_path / "run")],
             capture_output=True,
             text=True,
             timeout=300,

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 import torch
-from train_fixtures import make_token_files, train_args
+from train_fixtures import train_args
 
 from buildllm import disk
 from buildllm.atomic import atomic_write_text
@@ -27,8 +27,8 @@ from buildllm.train.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
-def paths(tmp_path_factory):
-    return make_token_files(tmp_path_factory.mktemp("tokens"))
+def paths(tokens):
+    return tokens  # the session's token files (tests/conftest.py), read only
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from train_fixtures import make_token_files, train_args
+from train_fixtures import train_args
 
 from buildllm.train import checkpoint
 
@@ -30,13 +30,12 @@ def run(cmd: list[str], cwd) -> dict:
     }
 
 
-def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path):
-    paths = make_token_files(tmp_path / "tokens")
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tokens, tmp_path):
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
-    single = run([sys.executable, "-m", "buildllm", *train_args(paths, tmp_path / "one" / "run")], tmp_path / "one")
+    single = run([sys.executable, "-m", "buildllm", *train_args(tokens, tmp_path / "one" / "run")], tmp_path / "one")
     # Per-process batch 8 x 2 processes = the single run's 16; each rank reads its half of every batch.
-    args = train_args(paths, tmp_path / "two" / "run", "--batch-size", "8")
+    args = train_args(tokens, tmp_path / "two" / "run", "--batch-size", "8")
     double = run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "buildllm", *args],
         tmp_path / "two",
@@ -86,9 +85,8 @@ def probe(paths, cwd, *extra: str, **env) -> tuple[subprocess.CompletedProcess, 
     return result, [json.loads((cwd / f"probe_rank{r}.json").read_text()) for r in (0, 1)]
 
 
-def test_ranks_exchange_losses_and_stop_flags_only_where_losses_are_read(tmp_path):
-    paths = make_token_files(tmp_path / "tokens")
-    result, ranks = probe(paths, tmp_path / "clean", "--log-interval", "5", "--eval-interval", "10")
+def test_ranks_exchange_losses_and_stop_flags_only_where_losses_are_read(tokens, tmp_path):
+    result, ranks = probe(tokens, tmp_path / "clean", "--log-interval", "5", "--eval-interval", "10")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     for rank in ranks:
         assert rank["steps"] == 20
@@ -99,10 +97,9 @@ def test_ranks_exchange_losses_and_stop_flags_only_where_losses_are_read(tmp_pat
     assert ranks[0]["calls"] == ranks[1]["calls"]
 
 
-def test_a_sigterm_on_one_rank_stops_both_at_the_next_read_with_one_checkpoint(tmp_path):
-    paths = make_token_files(tmp_path / "tokens")
+def test_a_sigterm_on_one_rank_stops_both_at_the_next_read_with_one_checkpoint(tokens, tmp_path):
     result, ranks = probe(
-        paths,
+        tokens,
         tmp_path / "stop",
         "--log-interval",
         "5",

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from train_fixtures import make_token_files
 
 from buildllm.cli import main
 from buildllm.config import load_config
@@ -19,9 +18,8 @@ from buildllm.train.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> dict:
+def trained(tokens, tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("generate")
-    paths = make_token_files(folder / "tokens")
     plan = make_plan(
         load_config(
             None,
@@ -36,12 +34,12 @@ def trained(tmp_path_factory) -> dict:
     )
     apply_plan(plan)
     trainer = Trainer(
-        plan, Windows(load_tokens(paths["train"]), 64, 480), tokenizer=paths["tokenizer"], directory=folder / "run"
+        plan, Windows(load_tokens(tokens["train"]), 64, 480), tokenizer=tokens["tokenizer"], directory=folder / "run"
     )
     for _ in range(trainer.planned_steps):
         trainer.step()
     trainer.save_checkpoint()
-    return {**paths, "directory": folder / "run"}
+    return {**tokens, "directory": folder / "run"}
 
 
 @pytest.mark.parametrize("architecture", ["classic", "modern"])

@@ -22,8 +22,8 @@ from buildllm.train.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
-def paths(tmp_path_factory):
-    return make_token_files(tmp_path_factory.mktemp("tokens"))
+def paths(tokens):
+    return tokens  # the session's token files (tests/conftest.py), read only
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from train_fixtures import make_token_files, same_tensors, train_args
+from train_fixtures import same_tensors, train_args
 
 from buildllm.train import checkpoint
 
@@ -21,8 +21,8 @@ STEPS = 40  # 640 examples in batches of 16
 
 
 @pytest.fixture(scope="module")
-def paths(tmp_path_factory):
-    return make_token_files(tmp_path_factory.mktemp("tokens"))
+def paths(tokens):
+    return tokens  # the session's token files (tests/conftest.py), read only
 
 
 def command(paths, directory: Path, *extra: str) -> list[str]:

@@ -41,7 +41,10 @@ def test_a_training_run_records_where_it_fell_against_an_estimate_of_its_plan(to
 @pytest.mark.slow
 def test_the_bounded_check_runs_benchmark_estimate_and_train_and_a_recorded_miss_exits_1(check_params, workdir):
     folder = workdir / "kept"
-    code = main(["verify", "estimate", "--params", str(check_params), "--factor", "4", "--keep", str(folder)])
+    # The bounded form's smallest benchmark that still has intervals for a range (its defaults are 3 +
+    # 20 steps in 4 intervals), and a training run 4 x its 5 steps: what is judged is the same.
+    bounded = ["--warmup-steps", "1", "--measured-steps", "4", "--intervals", "2", "--factor", "4"]
+    code = main(["verify", "estimate", "--params", str(check_params), *bounded, "--keep", str(folder)])
     record = read(workdir / "metrics" / "verify_estimate.json")
     trained = read(folder / "metrics" / "train.json")
     estimated = read(folder / "metrics" / "estimate.json")
