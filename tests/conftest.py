@@ -29,7 +29,7 @@ PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", ".dvc/config", ".dvcignore
 # pipelines (bounded_repro, default_run) are built by the first file of each group below, and their
 # other users come after it in the order, so they start once it is built rather than beside it.
 LONGEST_FIRST = [
-    "docs/test_readme.py",  # the walkthrough, about 7 minutes
+    "docs/test_readme.py",  # the walkthrough, about 6 minutes
     "report/test_compare_e2e.py",  # builds bounded_repro (about 2 minutes), then experiments_lab
     "report/test_run_card_e2e.py",  # experiments_lab's other user
     "measure/test_benchmark_gpu_check.py",
