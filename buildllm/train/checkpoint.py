@@ -240,7 +240,9 @@ class DirectoryLock:
     def _take_over_if_stale(self) -> None:
         if holder := lock_holder(self.path.parent):
             # Another host's run cannot be checked from here: only its owner knows it is gone.
-            gone = f"; if that run is gone, delete {self.path} and rerun" if " on host " in holder else ""
+            host = _owner(self.path)[2]
+            elsewhere = host and host != socket.gethostname()
+            gone = f"; if that run is gone, delete {self.path} and rerun" if elsewhere else ""
             raise UserError(
                 f"checkpoint directory {self.path.parent} in use by {holder}; wait for that run to "
                 f"finish or stop it, or use another --checkpoint-directory{gone}"

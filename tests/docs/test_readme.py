@@ -19,13 +19,12 @@ import hashlib
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from conftest import ROOT, copy_project, run
+from conftest import ROOT, copy_project, run, wait_for_queue
 
 from buildllm.device import cpu_bf16
 
@@ -72,16 +71,12 @@ def lines(result) -> list[str]:
     return (result.stdout + result.stderr).splitlines()
 
 
-def wait_for_queue(project: Path, result) -> None:
+def queue_ended_well(project: Path) -> None:
     """`dvc queue status`: "wait until none is Queued or Running"; none may have failed (but a CPU bf16
     run on a CPU that refuses bf16)."""
-    deadline = time.monotonic() + 600
-    while re.search(r"\b(Queued|Running)\b", result.stdout) and time.monotonic() < deadline:
-        time.sleep(3)
-        result = run(["dvc", "queue", "status"], project)
-    assert not re.search(r"\b(Queued|Running)\b", result.stdout), result.stdout
-    failed = [line for line in result.stdout.splitlines() if re.search(r"\bFailed\b", line)]
-    assert all(CPU_BF16_REFUSED and "bf16" in line for line in failed), result.stdout
+    status = wait_for_queue(project, timeout=600)
+    failed = [line for line in status.splitlines() if re.search(r"\bFailed\b", line)]
+    assert all(CPU_BF16_REFUSED and "bf16" in line for line in failed), status
 
 
 def check(command: str, result, project: Path) -> None:
@@ -111,7 +106,7 @@ def check(command: str, result, project: Path) -> None:
     elif command.startswith(("dvc exp run --temp", "dvc exp run --queue", "dvc queue start", "git checkout")):
         pass  # the exit code (checked by the caller); the runs are read by the commands after them
     elif command.startswith("dvc queue status"):
-        wait_for_queue(project, result)
+        queue_ended_well(project)
     elif command.startswith("dvc metrics show"):
         rows = result.stdout.splitlines()
         assert rows[0].startswith("Path") and max(len(row) for row in rows) <= WIDTH, out

@@ -122,6 +122,21 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over_with_a_warning(tmp_path, c
     assert not lock_file.exists()
 
 
+def test_a_lock_of_another_host_is_refused_and_says_how_to_clear_it(tmp_path):
+    """Whether another host's run lives cannot be checked from here: refused, never taken over, with the
+    way out for a run that is gone; this host's own live run gets no such advice (the test above)."""
+    lock_file = tmp_path / checkpoint.LOCK
+    lock_file.write_text("4242 0.000 another-machine\n")
+    with pytest.raises(UserError) as refused:
+        checkpoint.DirectoryLock(tmp_path).acquire()
+    assert str(refused.value) == (
+        f"checkpoint directory {tmp_path} in use by pid 4242 on host another-machine; wait for that run to "
+        f"finish or stop it, or use another --checkpoint-directory; if that run is gone, delete {lock_file} "
+        "and rerun"
+    )
+    assert lock_file.read_text() == "4242 0.000 another-machine\n"
+
+
 def test_the_same_state_saved_twice_gives_the_same_bytes(tmp_path):
     """A real model and optimizer state with the RNG state: equal states must give equal files."""
     torch.manual_seed(0)
