@@ -12,6 +12,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 from torch.utils.checkpoint import checkpoint
 
 from buildllm.device.rng import seed_all
@@ -25,11 +26,14 @@ def norm_layer(config: GPTConfig) -> nn.Module:
     return nn.RMSNorm(config.n_embd, eps=1e-6)
 
 
-def rotary_tables(config: GPTConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_tables(config: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """On the default device. Computed on the CPU first: the tables are small, and on a meta model the
+    same ops would run torch's Python reference ops (see _NoInitialisation)."""
     half = config.head_dim // 2
-    inv_freq = 1.0 / (config.rope_base ** (torch.arange(0, half, device=device, dtype=torch.float32) / half))
-    angles = torch.outer(torch.arange(config.sequence_length, device=device, dtype=torch.float32), inv_freq)
-    return angles.cos(), angles.sin()
+    inv_freq = 1.0 / (config.rope_base ** (torch.arange(0, half, device="cpu", dtype=torch.float32) / half))
+    angles = torch.outer(torch.arange(config.sequence_length, device="cpu", dtype=torch.float32), inv_freq)
+    device = torch.get_default_device()
+    return angles.cos().to(device), angles.sin().to(device)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -204,4 +208,19 @@ def build_model(config: GPTConfig, device: str | torch.device = "cpu", seed: int
     if seed is not None:
         seed_all(seed)
     with torch.device(device):
-        return GPT(config)
+        if torch.device(device).type != "meta":
+            return GPT(config)
+        with _NoInitialisation():
+            return GPT(config)
+
+
+class _NoInitialisation(TorchFunctionMode):
+    """Skips torch.nn.init on meta tensors, which hold no values to initialise. Initialising them
+    anyway runs torch's Python reference ops, whose first call imports torch._dynamo: about 2 s
+    that a dry run or an estimate would pay only to count parameters."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)

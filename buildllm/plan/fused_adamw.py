@@ -1,22 +1,29 @@
 """Fused AdamW, or the standard one, and why.
 
 The fused kernel updates all parameters in one launch; not every device or build has it, so the plan
-builds it once on the run's device and records why it fell back, instead of guessing from the
-device's name. The trainer builds its optimizer from this answer (train/trainer.py).
+runs it once on the run's device and records why it fell back, instead of guessing from the device's
+name. The trainer builds its optimizer from this answer (train/trainer.py).
+
+The probe calls AdamW's functional form, the same fused path AdamW(fused=True).step() takes, and not
+the optimizer class: building any torch.optim optimizer imports torch._dynamo (about 2 s on a CPU),
+which a dry run, an estimate or a preflight would pay for this probe alone.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
+from torch.optim.adamw import adamw
 
 
 def fused_adamw_support(device: str) -> tuple[bool, str]:
     """(available, reason) for torch.optim.AdamW(fused=True) on `device`."""
     try:
-        probe = nn.Parameter(torch.zeros(2, device=device))
-        probe.grad = torch.zeros_like(probe)
-        torch.optim.AdamW([probe], fused=True).step()
+        param, grad, exp_avg, exp_avg_sq = (torch.zeros(2, device=device) for _ in range(4))
+        step = torch.zeros((), dtype=torch.float32, device=device)
+        adamw(
+            [param], [grad], [exp_avg], [exp_avg_sq], [], [step], fused=True,
+            amsgrad=False, beta1=0.9, beta2=0.95, lr=1e-3, weight_decay=0.1, eps=1e-8, maximize=False,
+        )  # fmt: skip
     except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
         return False, f"fused AdamW does not build on {device}: {str(exc).splitlines()[0]}; using the standard AdamW"
     return True, f"fused AdamW builds on {device}"
