@@ -215,12 +215,12 @@ def build_model(config: GPTConfig, device: str | torch.device = "cpu", seed: int
 
 
 class _NoInitialisation(TorchFunctionMode):
-    """Skips torch.nn.init on meta tensors, which hold no values to initialise. Initialising them
-    anyway runs torch's Python reference ops, whose first call imports torch._dynamo: about 2 s
-    that a dry run or an estimate would pay only to count parameters."""
+    """Skips torch.nn.init's in-place initialisers on meta tensors, which hold no values to set.
+    Initialising them anyway runs torch's Python reference ops, whose first call imports
+    torch._dynamo: about 2 s that a dry run or an estimate would pay only to count parameters."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if getattr(func, "__module__", None) == "torch.nn.init":
+        if getattr(func, "__module__", None) == "torch.nn.init" and func.__name__.endswith("_"):
             return args[0] if args else kwargs["tensor"]
         return func(*args, **kwargs)

@@ -40,7 +40,7 @@ def test_same_machine_keeps_the_cache_another_machine_measures_again(bounded_rep
 
     monkeypatch.setenv("BUILDLLM_MACHINE_OVERRIDE", json.dumps({"cpu_model": "Test Chip 64", "logical_cores": 64}))
     # One measuring stage runs on the other machine; DVC's status names the others it would run again
-    # (running them too would only repeat the same decision, at a minute on 2 cores).
+    # (running them as well took about 30 s more on 2 cores and shows what the status shows).
     other = run(["dvc", "repro", "benchmark"], project).stdout
     assert ran(other) == {"machine", "benchmark"}, other
     status = run(["dvc", "status"], project).stdout
