@@ -7,6 +7,7 @@ Both use torch's scaled_dot_product_attention, so each device picks its fastest 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -207,11 +208,9 @@ def build_model(config: GPTConfig, device: str | torch.device = "cpu", seed: int
     run, and the same random draws after them."""
     if seed is not None:
         seed_all(seed)
-    with torch.device(device):
-        if torch.device(device).type != "meta":
-            return GPT(config)
-        with _NoInitialisation():
-            return GPT(config)
+    initialisation = _NoInitialisation() if torch.device(device).type == "meta" else contextlib.nullcontext()
+    with torch.device(device), initialisation:
+        return GPT(config)
 
 
 class _NoInitialisation(TorchFunctionMode):

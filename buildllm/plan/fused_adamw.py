@@ -18,12 +18,10 @@ from torch.optim.adamw import adamw
 def fused_adamw_support(device: str) -> tuple[bool, str]:
     """(available, reason) for torch.optim.AdamW(fused=True) on `device`."""
     try:
-        param, grad, exp_avg, exp_avg_sq = (torch.zeros(2, device=device) for _ in range(4))
-        step = torch.zeros((), dtype=torch.float32, device=device)
-        adamw(
-            [param], [grad], [exp_avg], [exp_avg_sq], [], [step], fused=True,
-            amsgrad=False, beta1=0.9, beta2=0.95, lr=1e-3, weight_decay=0.1, eps=1e-8, maximize=False,
-        )  # fmt: skip
+        param, grad, exp_avg, exp_avg_sq = ([torch.zeros(2, device=device)] for _ in range(4))
+        step = [torch.zeros((), dtype=torch.float32, device=device)]
+        settings = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1, "eps": 1e-8}
+        adamw(param, grad, exp_avg, exp_avg_sq, [], step, fused=True, amsgrad=False, maximize=False, **settings)
     except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
         return False, f"fused AdamW does not build on {device}: {str(exc).splitlines()[0]}; using the standard AdamW"
     return True, f"fused AdamW builds on {device}"
