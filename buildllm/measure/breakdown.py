@@ -72,7 +72,6 @@ def step_breakdown(trainer, steps: int) -> dict:
 
 
 def overheads(config: Config, validation_seconds: float, checkpoint_seconds: float) -> dict:
-    """Validation and checkpoint time per optimizer step, as the train loop spreads them."""
     t = config.train
     return {
         "step_validation_seconds": validation_seconds / t.eval_interval if t.eval_interval else 0.0,
@@ -90,5 +89,4 @@ def shares(figures: dict) -> dict:
 
 
 def describe(figures: dict) -> str:
-    """ "data 2%, transfer 0%, compute 85%, ..." for a summary line."""
     return ", ".join(f"{phase} {share:.0%}" for phase, share in shares(figures).items())

@@ -2,13 +2,9 @@
 fell against the estimate's range.
 
 Everything runs as the user runs it (`buildllm benchmark`, `estimate`, `train`), each a fresh
-process in a folder of its own (buildllm/measure/workfolder.py) that reads the project's token
-files and writes nothing into the project. Bounded by default: a 3 + 20-step benchmark and a
-training run --factor (10) times its steps; --full: the planned run itself, with params.yaml's own
-benchmark and training size. The train metrics record where the run's wall clock (interpreter
-start to its metrics file) fell against the estimate's range (buildllm/train/against_estimate.py);
-the check exits 1 when it fell outside. --recorded judges the last run recorded here instead
-(metrics/estimate.json against metrics/train.json), without running anything.
+process in a folder of its own (buildllm/measure/workfolder.py). The run's wall clock (interpreter
+start to its metrics file) is judged against the estimate's range as the train metrics record it
+(buildllm/train/against_estimate.py).
 """
 
 from __future__ import annotations
@@ -50,7 +46,6 @@ def add_arguments(parser) -> None:
 
 
 def planned(args):
-    """The check's config: the bounded form sizes the training run to --factor x the benchmark."""
     from buildllm.plan.run_plan import make_plan
 
     chosen = plan_overrides(args, {"train.batch_size": args.batch_size, "train.resume": False})
@@ -66,7 +61,7 @@ def planned(args):
 
 
 def run_steps(config, folder: Path) -> dict:
-    """Benchmark, estimate and train in `folder`; the train command's wall clock as the parent saw it."""
+    """Benchmark, estimate and train in `folder`; each command's wall clock as the parent saw it."""
     from buildllm.measure.workfolder import config_params, prepare, run_step
 
     prepare(folder, config_params(config, folder))
