@@ -33,7 +33,6 @@ class _TimedDevice:
 
 
 def step_breakdown(trainer, steps: int) -> dict:
-    """Run `steps` optimizer steps of `trainer` with their parts timed; mean seconds per step."""
     spent = {"data": 0.0, "transfer": 0.0, "optimizer": 0.0}
     device = trainer.device
 

@@ -247,8 +247,7 @@ class Paired:
         return [r[name]["tokens_per_second"] for r in self.rounds]
 
     def ratios(self, name: str) -> list:
-        ref = self.names[0]
-        return [r[name]["tokens_per_second"] / r[ref]["tokens_per_second"] for r in self.rounds]
+        return [a / b for a, b in zip(self.tokens_per_second(name), self.tokens_per_second(self.names[0]))]
 
     def speedups(self) -> dict:
         return {name: from_pairs(self.ratios(name)) for name in self.names[1:]}

@@ -34,16 +34,9 @@ def add_arguments(parser) -> None:
     )
 
 
-def one_run(config, number: int) -> dict:
-    from buildllm.measure.workfolder import config_params, prepare, run_benchmark
-
-    with tempfile.TemporaryDirectory(prefix="buildllm-verify-mfu-") as tmp:
-        folder = prepare(Path(tmp) / "run", config_params(config, Path(tmp) / "run"))
-        return run_benchmark(folder, f"verify mfu, run {number}", timeout=3600)
-
-
 def command(args) -> int:
     from buildllm.measure.benchmark import mfu_from_metrics
+    from buildllm.measure.workfolder import config_params, prepare, run_benchmark
 
     runs = args.runs or (4 if args.full else 2)
     if runs < 2:
@@ -56,7 +49,9 @@ def command(args) -> int:
     )
     mfus, speeds, record, misses = [], [], {}, 0
     for number in range(1, runs + 1):
-        m = one_run(config, number)
+        with tempfile.TemporaryDirectory(prefix="buildllm-verify-mfu-") as tmp:
+            folder = prepare(Path(tmp) / "run", config_params(config, Path(tmp) / "run"))
+            m = run_benchmark(folder, f"verify mfu, run {number}", timeout=3600)
         # Recomputed from the file alone, as a reader of the metrics would.
         recomputed = mfu_from_metrics(m)
         if abs(recomputed - m["mfu"]) > 1e-9 * max(m["mfu"], 1):
