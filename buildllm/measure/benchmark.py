@@ -121,6 +121,9 @@ def measure(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     steps_per_second = bench.measured_steps / measured_seconds
+    # Each step's peak: the median of the matmul rates measured just before and just after it.
+    samples = probe.samples if probe else []
+    step_peaks = [statistics.median(before + after) for before, after in zip(samples, samples[1:])]
     tokens_per_second = steps_per_second * plan.tokens_per_step
     return {
         "warmup_steps": bench.warmup_steps,
@@ -136,14 +139,7 @@ def measure(
         "throughput_cv": coefficient_of_variation(rates),
         **interval_metrics(rates),
         **{f"step_{i}_seconds": taken for i, taken in enumerate(step_seconds, start=1)},
-        **(
-            {
-                f"step_{i}_peak_flops": statistics.median(probe.samples[i - 1] + probe.samples[i])
-                for i in range(1, len(probe.samples))
-            }
-            if probe
-            else {}
-        ),
+        **{f"step_{i}_peak_flops": peak for i, peak in enumerate(step_peaks, start=1)},
         **interval_trend(rates),  # a steady fall suggests throttling (preflight's cooling check)
         "validation_examples": len(validation),
         "validation_seconds": validation_seconds,
