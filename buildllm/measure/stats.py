@@ -12,8 +12,9 @@ about 1.3x: a speed-up read from it is not a result.
   that is why a run over the noise threshold makes it inconclusive.
 - *paired*: the candidates take turns (A B A B ..., `interleave` in one process; `buildllm compare
   --paired` in fresh processes), so drift slows both turns of a round alike and each round gives
-  one ratio. Its interval, from the sign test's order statistics, assumes nothing of the noise's
-  shape; 6 pairs are the fewest for 95%. "Conclusively faster" (buildllm/plan/tuned.py) means the
+  one ratio (above 1: the candidate is faster). The speed-up is their median; its interval, from
+  the sign test's order statistics, assumes nothing of the noise's shape; 6 pairs are the fewest
+  for 95%. "Conclusively faster" (buildllm/plan/tuned.py) means the
   whole interval is above 1 at 95% coverage at least.
 """
 

@@ -123,7 +123,7 @@ def command(args) -> int:
 
         folder = Path(args.keep or tempfile.mkdtemp(prefix="buildllm-verify-estimate-")).resolve()
         prepare(folder, config_params(planned(args), folder))
-        for step in ("benchmark", "estimate", "train"):  # the train command's wall clock as this parent sees it
+        for step in ("benchmark", "estimate", "train"):  # wall: at the end, the train command's, as seen here
             print(json.dumps({"action": f"verify estimate: buildllm {step}", "folder": str(folder)}), flush=True)
             wall = run_step(folder, step, "verify estimate").seconds
         record, inside = judge(folder, wall)
