@@ -5,12 +5,8 @@ It runs the Trainer's own step (the same code path as `train`) on the real token
   2. measured steps in equal intervals, each timed around a device synchronisation, so a drift
      (thermal throttling, a competing job) shows as the intervals' coefficient of variation;
   3. one validation pass and one checkpoint save, timed and sized, for the estimate;
-  4. FLOPs per token from the model's shapes and a peak for this device and precision: MFU. The
-     peak is a datasheet figure for known GPUs (MFU = achieved_flops ÷ peak_flops), else measured
-     by this run: on the CPU between the measured steps, on buffers made before the memory
-     measurement (MFU is then the median of the steps' own, each against the matmuls beside it,
-     step_<i>_seconds and step_<i>_peak_flops); on other devices before and after the steps
-     (achieved ÷ the median of those). Either way recomputable from the metrics file alone.
+  4. MFU against a datasheet peak for known GPUs, else a peak measured by this run: on the CPU
+     between the measured steps (mfu_from_metrics), on other devices before and after them.
 """
 
 from __future__ import annotations
@@ -61,9 +57,8 @@ def measure(
 
     extras=False (the batch finder, the sweep: speed and memory only) skips the progress bar, the
     timed validation pass and the checkpoint save. A probe times one matmul before the first
-    measured step and after every one (outside the steps' own time): each step's peak is the mean
-    of the two rates beside it. With `load`, other processes' CPU load is read just before and just
-    after the measured work (load.py): busy_machine says whether they took the cores it ran on."""
+    measured step and after every one (outside the steps' own time). With `load`, other processes'
+    CPU load is read around the measured work (load.py)."""
     bench = plan.config.benchmark
     watch = LoadWatch(used=plan.cores) if load else None
     scratch = Path(tempfile.mkdtemp(prefix="buildllm-benchmark-"))
@@ -126,6 +121,9 @@ def measure(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     steps_per_second = bench.measured_steps / measured_seconds
+    # Each step's peak: the median of the matmul rates measured just before and just after it.
+    samples = probe.samples if probe else []
+    step_peaks = [statistics.median(before + after) for before, after in zip(samples, samples[1:])]
     tokens_per_second = steps_per_second * plan.tokens_per_step
     return {
         "warmup_steps": bench.warmup_steps,
@@ -141,14 +139,7 @@ def measure(
         "throughput_cv": coefficient_of_variation(rates),
         **interval_metrics(rates),
         **{f"step_{i}_seconds": taken for i, taken in enumerate(step_seconds, start=1)},
-        **(
-            {
-                f"step_{i}_peak_flops": statistics.median(probe.samples[i - 1] + probe.samples[i])
-                for i in range(1, len(probe.samples))
-            }
-            if probe
-            else {}
-        ),
+        **{f"step_{i}_peak_flops": peak for i, peak in enumerate(step_peaks, start=1)},
         **interval_trend(rates),  # a steady fall suggests throttling (preflight's cooling check)
         "validation_examples": len(validation),
         "validation_seconds": validation_seconds,

@@ -33,7 +33,6 @@ class _TimedDevice:
 
 
 def step_breakdown(trainer, steps: int) -> dict:
-    """Run `steps` optimizer steps of `trainer` with their parts timed; mean seconds per step."""
     spent = {"data": 0.0, "transfer": 0.0, "optimizer": 0.0}
     device = trainer.device
 
@@ -72,7 +71,6 @@ def step_breakdown(trainer, steps: int) -> dict:
 
 
 def overheads(config: Config, validation_seconds: float, checkpoint_seconds: float) -> dict:
-    """Validation and checkpoint time per optimizer step, as the train loop spreads them."""
     t = config.train
     return {
         "step_validation_seconds": validation_seconds / t.eval_interval if t.eval_interval else 0.0,
@@ -90,5 +88,4 @@ def shares(figures: dict) -> dict:
 
 
 def describe(figures: dict) -> str:
-    """ "data 2%, transfer 0%, compute 85%, ..." for a summary line."""
     return ", ".join(f"{phase} {share:.0%}" for phase, share in shares(figures).items())

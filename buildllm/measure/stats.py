@@ -1,26 +1,21 @@
 """Is A faster than B? The house's one answer: noise, paired ratios and their intervals.
 
-**Noise.** The benchmark times its measured steps in equal intervals and records each interval's
-rate as a flat number (`interval_1_steps_per_second`, ...). A quiet machine runs each interval at
-nearly the same rate; a competing job or thermal throttling makes them differ. Why 10%: on a quiet
-machine the intervals' coefficient of variation is well under 3% (the committed baseline on 2 EPYC
-cores: 0.3%); with other jobs on the same cores it was 31-44% (issue 10). With the default 4
-intervals a CV of c puts a 95% interval of about +/- 1.6 c around the run's mean rate (t(3) = 3.18
-over sqrt(4)), so above 10% one run alone cannot resolve a difference smaller than about 1.3x: a
-speed-up read from it is not a result.
+**Noise.** On a quiet machine the benchmark's intervals' coefficient of variation is well under 3%
+(the committed baseline on 2 EPYC cores: 0.3%); with other jobs on the same cores it was 31-44%
+(issue 10). With 4 intervals a CV of c puts a 95% interval of about +/- 1.6 c around the mean rate
+(t(3) = 3.18 over sqrt(4)), so above 10% one run alone cannot resolve a difference smaller than
+about 1.3x: a speed-up read from it is not a result.
 
 **A speed-up with its 95% interval** comes by one of two routes, and a report says which:
-- *intervals*: one benchmark per side; the ratio of their tokens/s, with an interval from the
-  intervals' spread on a log scale (Welch's t, so few intervals give a wide interval, as they
-  should). It sees only the noise *within* each run, not a machine that was slower for one whole
-  run than for the other: that is why a run over the noise threshold makes it inconclusive.
+- *intervals*: one benchmark per side, a Welch-t interval on the log interval rates. It sees only
+  the noise *within* each run, not a machine that was slower for one whole run than for the other:
+  that is why a run over the noise threshold makes it inconclusive.
 - *paired*: the candidates take turns (A B A B ..., `interleave` in one process; `buildllm compare
-  --paired` in fresh processes, buildllm/measure/workfolder.py), so drift slows both turns of a
-  round alike and each round gives one ratio (above 1: the candidate is faster). The speed-up is
-  the median ratio; its interval the distribution-free one for a median (order statistics chosen
-  by the sign test's binomial tail): no assumption on how the noise is shaped. 6 pairs are the
-  fewest for 95%; with fewer, min to max and the coverage it has. "Conclusively faster"
-  (buildllm/tuned.py) means the whole interval is above 1 at 95% coverage at least.
+  --paired` in fresh processes), so drift slows both turns of a round alike and each round gives
+  one ratio (above 1: the candidate is faster). The speed-up is their median; its interval, from
+  the sign test's order statistics, assumes nothing of the noise's shape; 6 pairs are the fewest
+  for 95%. "Conclusively faster" (buildllm/plan/tuned.py) means the
+  whole interval is above 1 at 95% coverage at least.
 """
 
 from __future__ import annotations
@@ -54,7 +49,6 @@ T975 = {
 
 
 def interval_metrics(rates: list) -> dict:
-    """Each measured interval's optimizer steps/s, numbered from 1, as flat metrics."""
     return {f"interval_{i}_steps_per_second": float(rate) for i, rate in enumerate(rates, start=1)}
 
 
@@ -67,7 +61,6 @@ def numbered(metrics: dict, key: str) -> list:
 
 
 def interval_rates(metrics: dict) -> list:
-    """The per-interval rates a benchmark recorded, in order; [] for a benchmark older than them."""
     return numbered(metrics, "interval_{}_steps_per_second")
 
 
@@ -80,7 +73,6 @@ def is_noisy(cv) -> bool:
 
 
 def noise_warning(metrics: dict) -> str | None:
-    """One console line when the run's intervals varied more than NOISY_CV, else None."""
     cv = metrics.get("throughput_cv")
     if not is_noisy(cv):
         return None
@@ -129,8 +121,7 @@ class Speedup:
         return not self.has_interval or self.low <= 1.0 <= self.high
 
     @property
-    def level(self) -> str:
-        """The interval's confidence as a reader sees it: 95%, or 96.9% for 6 pairs."""
+    def level(self) -> str:  # 95%, or 96.9% for 6 pairs
         return f"{self.coverage:.1%}".replace(".0%", "%")
 
     def text(self) -> str:
@@ -175,7 +166,6 @@ def from_intervals(reference: dict, other: dict) -> Speedup | None:
 
 
 def from_pairs(ratios: list) -> Speedup:
-    """The median of per-round ratios with its sign-test interval."""
     low, high, coverage = sign_interval(ratios)
     return Speedup(
         statistics.median(ratios),
@@ -258,8 +248,7 @@ class Paired:
         return [r[name]["tokens_per_second"] for r in self.rounds]
 
     def ratios(self, name: str) -> list:
-        ref = self.names[0]
-        return [r[name]["tokens_per_second"] / r[ref]["tokens_per_second"] for r in self.rounds]
+        return [a / b for a, b in zip(self.tokens_per_second(name), self.tokens_per_second(self.names[0]))]
 
     def speedups(self) -> dict:
         return {name: from_pairs(self.ratios(name)) for name in self.names[1:]}

@@ -22,10 +22,6 @@ class Budget:
     def left(self) -> float:
         return self.end - self.clock()
 
-    def share(self, name: str) -> float:
-        """The deadline of a part starting now: its share of the whole budget, within the budget."""
-        return min(self.end, self.clock() + SHARES[name] * self.seconds)
-
     def take_turns(
         self, name: str, turns: dict, skipped: list, warmup: int = 1, rounds: int = MAX_ROUNDS
     ) -> dict | None:
@@ -35,7 +31,7 @@ class Budget:
             turns,
             warmup=warmup,
             rounds=rounds,
-            soft_deadline=self.share(name),
+            soft_deadline=min(self.end, self.clock() + SHARES[name] * self.seconds),
             hard_deadline=self.end,
             min_rounds=MIN_ROUNDS,
             clock=self.clock,

@@ -1,11 +1,9 @@
 """torch.compile's cost and gain for one plan, measured in a fresh process within a deadline.
 
 A compilation cannot be stopped half-way inside a process, so `buildllm tune` runs it in a child
-that it ends when the budget runs out (the record then says so). The child builds a plain and a
-compiled Trainer of the same plan (in the precision `auto` chose from the fresh figures), times
-each one's first steps (compilation lands in the compiled one's: compile seconds = its warm-up
-minus the plain one's), then lets them take turns (A B A B, measure/stats.py) for ROUNDS rounds or
-until its deadline, and prints its figures as one JSON line.
+that it ends when the budget runs out (the record then says so). The child times a plain and a
+compiled Trainer's first steps (compile seconds = the compiled one's warm-up minus the plain one's),
+then lets them take turns (A B A B, measure/stats.py) and prints its figures as one JSON line.
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ ROUNDS = 12  # pairs of turns at most: enough for a 95% interval of the median r
 
 
 def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
-    """The child's figures (compile_seconds, speedup, low, high, pairs, plain_step_seconds,
-    precision), or {"skipped": why} when it failed or did not finish within `seconds`."""
+    """The child's figures, or {"skipped": why} when it failed or did not finish within `seconds`."""
     # Leave a little of the window for the child's last round and its exit.
     deadline = time.time() + max(seconds - 3.0, 1.0)
     # The child works in this folder (its params and its trainers' scratch), which goes with it.

@@ -4,11 +4,6 @@ that measures by running the product (the paired comparison, `buildllm verify es
 The folder holds its own params.yaml and metrics/, and links to the project's other entries
 (data/, tokenizer/, ...), so the command reads the same token files and writes nothing into the
 project. Each command is a fresh `python -m buildllm` process importing this very package.
-
-`buildllm compare A B --paired` (remeasure): one benchmark per side says little on a busy machine,
-so each experiment's bounded benchmark (its own params: its own warm-up, steps and intervals) is
-rerun in rounds, the order alternating (A B, then B A, ...) so a machine that slows down or speeds
-up over time hits both sides equally; the statistics are buildllm/measure/stats.py's.
 """
 
 from __future__ import annotations
@@ -111,7 +106,9 @@ def run_benchmark(folder: Path, who: str, timeout: float) -> dict:
 
 
 def remeasure(experiments: list, rounds: int, timeout: float = 1800) -> Paired:
-    """Rerun each experiment's benchmark `rounds` times, interleaved, each in a fresh process."""
+    """`buildllm compare A B --paired`: one benchmark per side says little on a busy machine, so each
+    experiment's benchmark is rerun `rounds` times, each in a fresh process, the order alternating
+    (A B, then B A, ...) so a machine that slows down or speeds up hits both sides equally."""
     if rounds < 1:
         raise UserError(f"--rounds {rounds}: give at least 1 (6 or more for a 95% interval)")
     for exp in experiments:

@@ -1,2 +1,1 @@
-"""Prediction, before anything trains: the dry run, the memory estimate, the largest batch that fits,
-the run's time from a benchmark (estimate), and the preflight checks built on them."""
+"""Prediction, before anything trains: the dry run, the run's time, what fits, the preflight checks."""

@@ -7,11 +7,9 @@ The course's formulas:
 The low-high range comes from the slowest and fastest measured interval, widened by the variation
 between runs (RUN_TO_RUN): a whole run can go slower or faster than one benchmark's intervals, as
 a fresh process lands on other cores, memory and neighbours. Start-up, validation and checkpoint
-saves are widened by the same share. A run that still lands outside says, beside the verdict,
-whether other processes were using its cores while it trained (train/against_estimate.py). An estimate is only as
-good as the match between benchmark and plan, so a benchmark with other controls is refused:
-the shape and precision, the data loader workers, the validation size (it sets each validation
-pass's time) and the machine (the processor model, or the GPU's name).
+saves are widened by the same share. An estimate is only as good as the match between benchmark
+and plan, so a benchmark with other controls (CONTROLS, the validation size and the machine) is
+refused.
 """
 
 from __future__ import annotations

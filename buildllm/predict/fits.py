@@ -2,10 +2,9 @@
 
 For each profile and precision, the largest batch size whose estimated training peak
 (buildllm.memory, CUDA terms) stays under a memory size less the batch finder's
-safety margin, for the common GPU sizes and this machine's own memory. The estimate grows with the
-batch size, so a bisection finds the largest that fits. The model's error against measured peaks
-is what `buildllm verify memory` prints (target ±15%); the safety margin covers it and the CUDA
-context, which the model does not count.
+safety margin, for the common GPU sizes and this machine's own memory. The model's error against
+measured peaks is what `buildllm verify memory` prints (target ±15%); the safety margin covers it
+and the CUDA context, which the model does not count.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """`buildllm preflight`: the course's "stop and check" before a full run, as one table.
 
-Each row is pass, warn or fail with the figure it measured and, where it is not a pass, the fix:
-the device resolves as intended, the precision is supported, the bounded benchmark of this exact
-plan ran and fitted, batch size and throughput are recorded, the estimated runtime and storage are
-known, the disk holds the run's checkpoints, the machine is on mains power and not throttling, and
-the checkpoint directory is this run's alone. Any fail exits non-zero, so the DVC stage stops the
-pipeline before `train`; `train` itself repeats the checks that decide whether it may start
-(buildllm.train.storage and the checkpoint lock).
+Each row is pass, warn or fail with the figure it measured and, where it is not a pass, the fix.
+Any fail exits non-zero, so the DVC stage stops the pipeline before `train`; `train` itself repeats
+the checks that decide whether it may start (buildllm.train.storage and the checkpoint lock).
 """
 
 from __future__ import annotations
@@ -61,7 +57,6 @@ def device_check(config: Config) -> tuple[Check, Device | None]:
 
 
 def benchmark_checks(plan: RunPlan, benchmark: dict | None, problem: str) -> list[Check]:
-    """The bounded benchmark ran on this exact plan and fitted; its batch size and throughput."""
     rerun = "run `buildllm benchmark` (or `dvc repro benchmark`) with the planned settings"
     ran = partial(Check, "benchmark", "bounded benchmark ran and fitted")
     recorded = partial(Check, "throughput", "batch size and throughput recorded")
@@ -221,7 +216,6 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
 
 
 def run_checks(config: Config, dvc: bool = False) -> tuple[list[Check], dict]:
-    """Every check in the course's order, and the figures behind them for metrics/preflight.json."""
     device_row, device = device_check(config)
     rows, figures = [device_row], {}
     plan = None

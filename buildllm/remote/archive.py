@@ -65,7 +65,6 @@ def refuse(path: Path, why: str) -> UserError:
 
 
 def read(path: str | Path) -> list[Run]:
-    """Every run in the archive, each file checked against the manifest; any fault refuses it all."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no runs archive at {path}; pass the file `buildllm pack-run --into` wrote")
@@ -112,7 +111,6 @@ def read(path: str | Path) -> list[Run]:
 
 
 def write(path: str | Path, runs: list[Run]) -> None:
-    """The archive holding `runs`, replacing the file in one rename."""
     manifest = {"format": FORMAT, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": [r.entry() for r in runs]}
     with atomic_open(path) as handle, tarfile.open(fileobj=handle, mode="w:gz") as archive:
         _add(archive, f"{TOP}/manifest.json", json.dumps(manifest, indent=1).encode())

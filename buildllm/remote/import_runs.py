@@ -5,8 +5,7 @@ For each run: its params.yaml, dvc.lock and metrics files are written over the w
 exp save -n NAME machine` commits them as an experiment on the current commit (`machine` is the one
 stage DVC re-hashes, from the run's own machine record; every other stage's lock entry, with the
 content hashes of the token files the run read, stays the run's), and the workspace's files are put
-back byte for byte. `dvc exp show`, `dvc metrics diff` and `buildllm compare` then read the run as
-any local experiment. The archive is checked whole first: a damaged one changes nothing here.
+back byte for byte. The archive is checked whole first: a damaged one changes nothing here.
 """
 
 from __future__ import annotations

@@ -120,6 +120,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--has",
         nargs="*",
+        default=GPU_MACHINE_HAS,
         metavar="NAME",
         help="packages the target already has, left out (default, the lent GPU machine's: "
         + " ".join(GPU_MACHINE_HAS)
@@ -127,13 +128,11 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--requirement",
-        default=None,
         metavar="SPEC",
         help="what to carry (default: the DVC installed here, a dependency of buildllm, so both sides agree)",
     )
 
 
 def command(args) -> None:
-    has = GPU_MACHINE_HAS if args.has is None else args.has
     requirement = args.requirement or f"dvc=={metadata.version('dvc')}"
-    make(args.out, args.python_version, args.platforms or list(PLATFORMS), has, requirement)
+    make(args.out, args.python_version, args.platforms or list(PLATFORMS), args.has, requirement)

@@ -2,13 +2,9 @@
 fell against the estimate's range.
 
 Everything runs as the user runs it (`buildllm benchmark`, `estimate`, `train`), each a fresh
-process in a folder of its own (buildllm/measure/workfolder.py) that reads the project's token
-files and writes nothing into the project. Bounded by default: a 3 + 20-step benchmark and a
-training run --factor (10) times its steps; --full: the planned run itself, with params.yaml's own
-benchmark and training size. The train metrics record where the run's wall clock (interpreter
-start to its metrics file) fell against the estimate's range (buildllm/train/against_estimate.py);
-the check exits 1 when it fell outside. --recorded judges the last run recorded here instead
-(metrics/estimate.json against metrics/train.json), without running anything.
+process in a folder of its own (buildllm/measure/workfolder.py). The run's wall clock (interpreter
+start to its metrics file) is judged against the estimate's range as the train metrics record it
+(buildllm/train/against_estimate.py).
 """
 
 from __future__ import annotations
@@ -50,7 +46,6 @@ def add_arguments(parser) -> None:
 
 
 def planned(args):
-    """The check's config: the bounded form sizes the training run to --factor x the benchmark."""
     from buildllm.plan.run_plan import make_plan
 
     chosen = plan_overrides(args, {"train.batch_size": args.batch_size, "train.resume": False})
@@ -65,19 +60,7 @@ def planned(args):
     return load_config(args.params, {**chosen, "train.training_examples": examples})
 
 
-def run_steps(config, folder: Path) -> dict:
-    """Benchmark, estimate and train in `folder`; the train command's wall clock as the parent saw it."""
-    from buildllm.measure.workfolder import config_params, prepare, run_step
-
-    prepare(folder, config_params(config, folder))
-    seconds = {}
-    for step in ("benchmark", "estimate", "train"):
-        print(json.dumps({"action": f"verify estimate: buildllm {step}", "folder": str(folder)}), flush=True)
-        seconds[step] = run_step(folder, step, "verify estimate").seconds
-    return seconds
-
-
-def judge(folder: Path, wall: dict | None) -> tuple[dict, bool]:
+def judge(folder: Path, wall: float | None) -> tuple[dict, bool]:
     """(the record's figures, whether the run fell inside the range) from a folder's metrics files."""
     from buildllm.metrics import read_metrics
     from buildllm.train.against_estimate import describe, position, same_plan
@@ -113,7 +96,7 @@ def judge(folder: Path, wall: dict | None) -> tuple[dict, bool]:
         f"{figures['estimate_ratio'] - 1:>+9.1%}"
     )
     if wall:
-        print(f"(the train command took {wall['train']:.1f} s as its caller saw it, interpreter exit included)")
+        print(f"(the train command took {wall:.1f} s as its caller saw it, interpreter exit included)")
     print(
         f"the run {describe(figures)}; the range allows {est.get('run_to_run_spread', 0.0):.0%} run-to-run "
         f"variation beyond the benchmark's intervals",
@@ -136,10 +119,15 @@ def command(args) -> int:
     if args.recorded:
         record, inside = judge(Path(), None)
     else:
+        from buildllm.measure.workfolder import config_params, prepare, run_step
+
         folder = Path(args.keep or tempfile.mkdtemp(prefix="buildllm-verify-estimate-")).resolve()
-        wall = run_steps(planned(args), folder)
+        prepare(folder, config_params(planned(args), folder))
+        for step in ("benchmark", "estimate", "train"):  # wall: at the end, the train command's, as seen here
+            print(json.dumps({"action": f"verify estimate: buildllm {step}", "folder": str(folder)}), flush=True)
+            wall = run_step(folder, step, "verify estimate").seconds
         record, inside = judge(folder, wall)
-        record["train_command_seconds"] = wall["train"]
+        record["train_command_seconds"] = wall
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
     return finish("estimate", args.out, {**base, **record}, 0 if inside else 1, 1)

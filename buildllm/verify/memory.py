@@ -1,20 +1,13 @@
 """`buildllm verify memory`: the dry run's memory estimate against the measured peak, per shape.
 
-Two sets of shapes, printed apart:
-- fitted: the shapes the CPU constants in buildllm/memory/estimate.py were chosen on (each profile
-  at three batch sizes, seven gradient-checkpointing shapes, two torch.compile shapes, five
-  gradient-accumulation shapes, three bf16 gradient-checkpointing shapes);
-- held out: shapes no constant was chosen on (the modern architecture, gradient accumulation,
-  gradient checkpointing, torch.compile, other sequence lengths, odd batch sizes, fp32 and bf16).
-  A model that only fits its calibration shapes fails here.
+Two sets of shapes, printed apart: fitted, the shapes the CPU constants in
+buildllm/memory/estimate.py were chosen on, and held out, shapes no constant was chosen on: a model
+that only fits its calibration shapes fails there.
 
-For each shape, fresh processes (one shape's memory cannot colour the next) build the plan, load
-the token files and run two training steps around the peak-memory measurement: the batch finder's
+For each shape, fresh processes (one shape's memory cannot colour the next) run the batch finder's
 own try (buildllm.measure.batch_finder.try_in_child). The median of --repeats runs is judged
-against the estimate's stated range (memory_estimate_low/high: -15%/+25% on the CPU, ±15% on
-CUDA); each run's figure is printed beside it, and how many ratios fall within ±15%. On CUDA the
-estimate predicts the allocator's *allocated* peak; the *reserved* peak is printed beside it.
-Bounded by default: two fitted and three held-out shapes in fp32; --full: every shape.
+against the estimate's stated range (-15%/+25% on the CPU, ±15% on CUDA). On CUDA the estimate
+predicts the allocator's *allocated* peak; the *reserved* peak is printed beside it.
 """
 
 from __future__ import annotations

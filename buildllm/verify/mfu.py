@@ -1,13 +1,10 @@
 """`buildllm verify mfu`: the same benchmark run in fresh processes gives the same MFU.
 
 Each run is `buildllm benchmark` as a user runs it, in a folder of its own
-(buildllm/measure/workfolder.py) that reads the project's token files. MFU must be recomputable
-from each run's own metrics file (on the CPU the median over its measured steps of each step's
-achieved FLOP/s ÷ the matmul rate measured beside it; achieved ÷ peak for a datasheet peak), and
-every run's MFU must lie within --tolerance (±3%) of every other's: a figure that moved with the
-machine's load would not. Bounded by default: two runs of params.yaml's benchmark; --full: four
-runs of a longer one (60 measured steps in 12 intervals). The runs' speeds are printed too: their
-spread is the run-to-run variation the estimate's range allows for (predict/estimate.py RUN_TO_RUN).
+(buildllm/measure/workfolder.py). MFU must be recomputable from each run's own metrics file
+(measure/benchmark.py mfu_from_metrics), and every run's MFU must lie within --tolerance of every
+other's: a figure that moved with the machine's load would not. The runs' speeds are printed too:
+their spread is the run-to-run variation the estimate's range allows for (predict/estimate.py).
 """
 
 from __future__ import annotations
@@ -37,17 +34,9 @@ def add_arguments(parser) -> None:
     )
 
 
-def one_run(config, number: int) -> dict:
-    """A fresh `buildllm benchmark` in a folder of its own: its metrics."""
-    from buildllm.measure.workfolder import config_params, prepare, run_benchmark
-
-    with tempfile.TemporaryDirectory(prefix="buildllm-verify-mfu-") as tmp:
-        folder = prepare(Path(tmp) / "run", config_params(config, Path(tmp) / "run"))
-        return run_benchmark(folder, f"verify mfu, run {number}", timeout=3600)
-
-
 def command(args) -> int:
     from buildllm.measure.benchmark import mfu_from_metrics
+    from buildllm.measure.workfolder import config_params, prepare, run_benchmark
 
     runs = args.runs or (4 if args.full else 2)
     if runs < 2:
@@ -60,7 +49,9 @@ def command(args) -> int:
     )
     mfus, speeds, record, misses = [], [], {}, 0
     for number in range(1, runs + 1):
-        m = one_run(config, number)
+        with tempfile.TemporaryDirectory(prefix="buildllm-verify-mfu-") as tmp:
+            folder = prepare(Path(tmp) / "run", config_params(config, Path(tmp) / "run"))
+            m = run_benchmark(folder, f"verify mfu, run {number}", timeout=3600)
         # Recomputed from the file alone, as a reader of the metrics would.
         recomputed = mfu_from_metrics(m)
         if abs(recomputed - m["mfu"]) > 1e-9 * max(m["mfu"], 1):
