@@ -64,8 +64,8 @@ def cmd_env(args) -> None:
 
 
 def cmd_config(args) -> None:
-    """The commands that take the validated Config alone. Each imports its code here, when it runs,
-    with a plain import a reader (and static tools) can follow: `buildllm corpus` never imports torch."""
+    """The commands that take the validated Config alone, each imported with a plain import that a
+    reader (and static tools) can follow."""
     config = config_from_args(args)
     match "dry-run" if getattr(args, "dry_run", False) else args.command:
         case "dry-run":

@@ -1,9 +1,7 @@
 """The one config: params.yaml (or defaults) plus CLI flags -> one validated, typed, frozen object.
 
-Nothing else in the package reads params.yaml. Every knob is declared once here, with its type,
-default and allowed values (buildllm/knob.py says how a declaration is read and checked); a bad
-value raises ConfigError naming the key, the value and what is allowed. The code reads the Config
-object and nothing else.
+Nothing else in the package reads params.yaml. Every knob is declared once here (buildllm/knob.py
+says how a declaration is read and checked); the code reads the Config object and nothing else.
 """
 
 from __future__ import annotations
@@ -293,7 +291,6 @@ def profile_for(config: Config) -> profiles.Profile:
 
 
 def knobs() -> list[tuple[str, Any, Any]]:
-    """Every leaf knob of the Config as (dotted key, dataclass field, type hint), in declaration order."""
     return leaf_knobs(Config)
 
 

@@ -1,7 +1,5 @@
-"""How a knob is declared and checked: knob() says everything about a config field once (its
-checks, its command-line flag and help, whether reports and resumes care about it), and build()
-turns a mapping (params.yaml plus overrides) into the frozen dataclasses, checking every value
-against its declaration. The knobs themselves are declared in buildllm/config.py.
+"""How a knob is declared (knob()) and checked (build(): a mapping, params.yaml plus overrides, into
+the frozen dataclasses). The knobs themselves are declared in buildllm/config.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The training run around the Trainer: `buildllm train` and the DVC train stage.
 
-train(config) plans the run, refuses one that cannot fit or whose disk cannot hold it, resumes a
-checkpoint when asked, and runs the loop: validation every eval_interval steps, a log row every
-log_interval steps, checkpoints every checkpoint_interval steps, and the stop rules: a non-finite
-loss or out-of-memory stops with the last good checkpoint kept; Ctrl-C (or SIGTERM) saves and exits.
+The stop rules: a non-finite loss or out-of-memory stops with the last good checkpoint kept; Ctrl-C
+(or SIGTERM) saves and exits.
 """
 
 from __future__ import annotations
@@ -44,14 +42,13 @@ def train(config: Config, under_dvc: bool = False) -> dict:
     together = False
     try:
         apply_plan(plan)
-        built = False
+        trainer = None
         try:
             trainer = Trainer(plan, train_windows, validation_windows, world=world, tokenizer=tokenizer)
-            built = True
         except (RuntimeError, MemoryError) as exc:
             if not out_of_memory(exc):
                 raise
-        if not built:  # raised outside the except clause, whose traceback holds what was built
+        if trainer is None:  # raised outside the except clause, whose traceback holds what was built
             raise OutOfMemory(
                 f"{plan.device.device} ran out of memory building the model and optimizer; {advice(plan.batch_size)}"
             )
@@ -96,9 +93,8 @@ def train(config: Config, under_dvc: bool = False) -> dict:
 
 
 def load_run_data(config: Config, model) -> tuple[Windows, Windows, Path]:
-    """(training windows, validation windows, tokenizer path), checked before anything is built. A
-    tokenizer made for another vocabulary is refused now; a run may go without one (the path is
-    recorded either way)."""
+    """Checked before anything is built: a tokenizer made for another vocabulary is refused now; a run
+    may go without one (the path is recorded either way)."""
     tokenizer = tokenizer_path(config, model.vocab_size)
     train, validation = load_windows(config, model)
     if tokenizer.exists() or config.train.tokenizer:
@@ -121,7 +117,6 @@ def eta(log: RunLog, remaining: int) -> str:
 
 
 def run(trainer: Trainer, advice_on_stop: str) -> dict:
-    """Train to the planned step; validate, log, checkpoint on the way; write the metrics."""
     cfg, world, device = trainer.config.train, trainer.world, trainer.device
     if world.is_main:
         announce("train", trainer.plan, **trainer.sizes, start_step=trainer.step_count)
@@ -212,7 +207,6 @@ def run(trainer: Trainer, advice_on_stop: str) -> dict:
 
 
 def record(trainer: Trainer, validation: float | None) -> dict:
-    """A log row for the steps since the last one, with `validation` loss if one was measured."""
     return trainer.log.record(trainer.step_count, trainer.tokens_seen, trainer.learning_rate, validation)
 
 
@@ -228,7 +222,6 @@ def settle(trainer: Trainer, pending: list, seconds: float, stop: bool) -> bool:
 
 
 def finish(trainer: Trainer, status: str, extra: dict) -> dict:
-    """Write metrics/train.json, the plot file and the PNG (rank 0); print the summary."""
     progress = {
         "optimizer_steps": trainer.step_count,
         "tokens_processed": trainer.tokens_seen,

@@ -1,8 +1,6 @@
-"""The disk a run needs, checked before it starts: the checkpoints kept, the one being written (a
-save writes the new file before the oldest is pruned) and the logs.
-
-A run refused here has written nothing; a run that starts has room for every save it plans, unless
-something else fills the disk meanwhile (then the save itself says so: buildllm.disk).
+"""The disk a run needs, checked before it starts, so a run refused here has written nothing; a run
+that starts has room for every save it plans, unless something else fills the disk meanwhile (then
+the save itself says so: buildllm.disk).
 """
 
 from __future__ import annotations
@@ -66,8 +64,8 @@ def planned_saves(planned_steps: int, start_step: int, interval: int) -> int:
 
 
 def storage(train: TrainConfig, checkpoint_bytes: int, planned_steps: int, start_step: int, existing: int) -> Storage:
-    """The disk a run of `train`'s settings takes from `start_step` on, with `existing` checkpoints
-    already in its directory (a resume): a save writes the new file before the oldest is pruned."""
+    """From `start_step` on, with `existing` checkpoints in the directory (a resume): a save writes
+    the new file before the oldest is pruned."""
     saves = planned_saves(planned_steps, start_step, train.checkpoint_interval)
     at_most = min(existing + saves, train.keep_checkpoints + 1)
     rows = planned_steps // max(1, train.log_interval) + 2
@@ -96,9 +94,8 @@ def expected_checkpoint_bytes(model) -> int:
 
 
 def before_training(trainer, resumed: dict | None) -> Storage:
-    """The checks that decide whether a run starts (preflight's, at the start of `train`): room for
-    its checkpoints from here on (a resume counts those already there), or a refusal with the
-    figures; a warning when the machine runs on battery."""
+    """Preflight's checks at the start of `train`: room for the checkpoints from here on (a resume
+    counts those already there), else a refusal; a warning when the machine runs on battery."""
     existing = checkpoint.list_checkpoints(trainer.directory) if resumed is not None else []
     size_each = existing[-1].stat().st_size if existing else expected_checkpoint_bytes(trainer.model)
     needed = storage(
