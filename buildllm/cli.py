@@ -56,16 +56,27 @@ def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Con
     return before_torch(load_config(args.params, overrides))
 
 
-def cmd_env(args) -> None:
-    from buildllm.device.hardware import print_environment
-    from buildllm.plan.device import resolve_device
+def run(args) -> None:
+    """Each command's code, imported when it runs with a plain import that a reader (and static tools)
+    can follow; below the first match, the commands that take the validated Config alone."""
+    match args.command:
+        case "env":
+            from buildllm.device.hardware import print_environment
+            from buildllm.plan.device import resolve_device
 
-    print_environment(resolve_device(args.device), args.json)
+            return print_environment(resolve_device(args.device), args.json)
+        case "generate":
+            from buildllm.train.generate import command
 
+            return command(args)
+        case "compare":
+            from buildllm.report.command import run_compare
 
-def cmd_config(args) -> None:
-    """The commands that take the validated Config alone, each imported with a plain import that a
-    reader (and static tools) can follow."""
+            return run_compare(args.names, args.out, args.allow_different, args.vary, args.paired, args.rounds)
+        case "report":
+            from buildllm.report.run_card import report
+
+            return report(load_config(args.params), args.experiment, args.out)
     config = config_from_args(args)
     match "dry-run" if getattr(args, "dry_run", False) else args.command:
         case "dry-run":
@@ -106,32 +117,14 @@ def cmd_benchmark(args) -> None:
         benchmark(config)
 
 
-def cmd_generate(args) -> None:
-    from buildllm.train.generate import command
-
-    command(args)
-
-
-def cmd_compare(args) -> None:
-    from buildllm.report.command import run_compare
-
-    run_compare(args.names, args.out, args.allow_different, args.vary, args.paired, args.rounds)
-
-
-def cmd_report(args) -> None:
-    from buildllm.report.run_card import report
-
-    report(load_config(args.params), args.experiment, args.out)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="buildllm", description=__doc__.splitlines()[0])
+    parser.set_defaults(handler=run)  # benchmark's, verify's and remote's own handlers override it
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("env", help="what this machine offers: devices, precision support, cores, memory")
     p.add_argument("--device", default="auto", help="also resolve this device (default auto)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of lines")
-    p.set_defaults(handler=cmd_env)
 
     for name, help_text in {
         "dry-run": "resolve device, precision and profile; count parameters; estimate memory",
@@ -144,12 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     }.items():
         p = sub.add_parser(name, help=help_text)
         add_run_flags(p, name)
-        p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("train", help="train a profile on the token tensors, with checkpoints and resume")
     add_run_flags(p, "train")
     p.add_argument("--dry-run", action="store_true", help="plan and estimate only; train nothing")
-    p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("benchmark", help="measure training speed, memory and MFU with the train code path")
     add_run_flags(p, "benchmark", skip=("--threads", "--workers"))
@@ -176,7 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
         "chunk, torch.compile) within --seconds; the plan reads metrics/tune.json",
     )
     add_run_flags(p, "tune", skip=("--precision", "--compile", "--threads"))
-    p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("generate", help="print text from a trained checkpoint")
     add_params(p, "params file for defaults (default ./params.yaml)")
@@ -194,7 +184,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: params' device)")
     p.add_argument("--seed", type=int, metavar="N", help="sampling seed (default: params' seed)")
     p.add_argument("--tokenizer", metavar="PATH", help="tokenizer JSON, if not the one recorded in the checkpoint")
-    p.set_defaults(handler=cmd_generate)
 
     p = sub.add_parser("compare", help="compare DVC experiments (device, precision) in a report, controls first")
     p.add_argument(
@@ -234,7 +223,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="--paired: rounds of one run per experiment (default 6, the fewest for a 95%% interval)",
     )
-    p.set_defaults(handler=cmd_compare)
 
     p = sub.add_parser(
         "report",
@@ -254,7 +242,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="path without suffix: writes .html and .png (default plots/run_card "
         "for the workspace, reports/run_card_NAME for an experiment)",
     )
-    p.set_defaults(handler=cmd_report)
     add_verify(sub)
     add_remote(sub)
     return parser

@@ -10,7 +10,6 @@ import signal
 import sys
 import threading
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -35,8 +34,12 @@ def train(config: Config, under_dvc: bool = False) -> dict:
     metrics written to metrics/train.json."""
     plan = make_plan(config)
     refuse_unless_fits(plan)  # before a process group, a checkpoint folder or a tensor exists
-    # Missing or unfit data files stop the run here, in one line, before any process group exists.
-    train_windows, validation_windows, tokenizer = load_run_data(config, plan.model)
+    # Missing or unfit data files stop the run here, in one line, before any process group exists; a
+    # tokenizer made for another vocabulary too (a run may go without one: its path is recorded).
+    tokenizer = tokenizer_path(config, plan.model.vocab_size)
+    train_windows, validation_windows = load_windows(config, plan.model)
+    if tokenizer.exists() or config.train.tokenizer:
+        load_tokenizer(tokenizer, plan.model.vocab_size)
     world, device = distributed.start(plan.device)
     plan = replace(plan, device=device)
     together = False
@@ -90,16 +93,6 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         raise
     distributed.stop(world)
     return metrics
-
-
-def load_run_data(config: Config, model) -> tuple[Windows, Windows, Path]:
-    """Checked before anything is built: a tokenizer made for another vocabulary is refused now; a run
-    may go without one (the path is recorded either way)."""
-    tokenizer = tokenizer_path(config, model.vocab_size)
-    train, validation = load_windows(config, model)
-    if tokenizer.exists() or config.train.tokenizer:
-        load_tokenizer(tokenizer, model.vocab_size)
-    return train, validation, tokenizer
 
 
 def resume_advice(under_dvc: bool) -> str:
