@@ -7,6 +7,7 @@ previous checkpoints whole and at most a stray temp file, which the next run rem
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -46,13 +47,6 @@ def foreign_files(directory: str | Path) -> list[str]:
     return sorted(
         p.name for p in directory.iterdir() if not (NAME.match(p.name) or TEMP.match(p.name) or p.name == LOCK)
     )
-
-
-def remove_leftovers(directory: str | Path) -> list[str]:
-    leftovers = [path for path in Path(directory).iterdir() if TEMP.match(path.name)]
-    for path in leftovers:
-        path.unlink(missing_ok=True)
-    return [path.name for path in leftovers]
 
 
 def save(directory: str | Path, state: dict, keep: int) -> tuple[float, int, Path]:
@@ -157,10 +151,11 @@ def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool)
     of the same run is resumed without being asked; a new run into a directory holding anything else
     is refused, so nothing is mixed up or overwritten."""
     directory = Path(directory)
-    if directory.is_dir() and (removed := remove_leftovers(directory)):
-        print(
-            f"warning: removed {len(removed)} temp file(s) of a checkpoint save that was interrupted", file=sys.stderr
-        )
+    stray = [path for path in directory.iterdir() if TEMP.match(path.name)] if directory.is_dir() else []
+    for path in stray:
+        path.unlink(missing_ok=True)
+    if stray:
+        print(f"warning: removed {len(stray)} temp file(s) of a checkpoint save that was interrupted", file=sys.stderr)
     found = load_latest(directory)
     if found is None:
         if list_checkpoints(directory):
@@ -243,11 +238,9 @@ class DirectoryLock:
 
     def release(self) -> None:
         if self.held:
-            try:
+            with contextlib.suppress(OSError):
                 if self.path.read_text() == self._mine():
                     self.path.unlink()
-            except OSError:
-                pass
             self.held = False
 
 
