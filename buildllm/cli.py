@@ -58,68 +58,67 @@ def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Con
 
 def run(args) -> None:
     """Each command's code, imported when it runs with a plain import that a reader (and static tools)
-    can follow; below the first match, the commands that take the validated Config alone."""
+    can follow."""
     match args.command:
         case "env":
             from buildllm.device.hardware import print_environment
             from buildllm.plan.device import resolve_device
 
-            return print_environment(resolve_device(args.device), args.json)
+            print_environment(resolve_device(args.device), args.json)
         case "generate":
             from buildllm.train.generate import command
 
-            return command(args)
+            command(args)
         case "compare":
             from buildllm.report.command import run_compare
 
-            return run_compare(args.names, args.out, args.allow_different, args.vary, args.paired, args.rounds)
+            run_compare(args.names, args.out, args.allow_different, args.vary, args.paired, args.rounds)
         case "report":
             from buildllm.report.run_card import report
 
-            return report(load_config(args.params), args.experiment, args.out)
-    config = config_from_args(args)
-    match "dry-run" if getattr(args, "dry_run", False) else args.command:
-        case "dry-run":
-            from buildllm.predict.dry_run import dry_run as command
-        case "corpus":
-            from buildllm.data.corpus import build_corpus as command
-        case "tokenize":
-            from buildllm.data.tokenization import tokenize_corpus as command
-        case "estimate":
-            from buildllm.predict.estimate import estimate as command
-        case "preflight":
-            from buildllm.predict.preflight import preflight as command
-        case "fits":
-            from buildllm.predict.fits import fits as command
-        case "train":
-            from buildllm.train.loop import train as command
-        case "tune":
-            from buildllm.measure.tune import tune as command
-    command(config)
+            report(load_config(args.params), args.experiment, args.out)
+        case "benchmark":
+            # One value of --threads or --workers is a setting; several make a sweep.
+            given = {"train.threads": args.threads or [], "train.workers": args.workers or []}
+            config = config_from_args(args, {key: values[0] for key, values in given.items() if len(values) == 1})
+            swept = [values if len(values) > 1 else None for values in given.values()]
+            if args.find_batch_size:
+                from buildllm.measure.batch_finder import find_batch_size
 
+                find_batch_size(config)
+            elif args.presets or args.architectures or any(swept):
+                from buildllm.measure.sweep import sweep
 
-def cmd_benchmark(args) -> None:
-    # One value of --threads or --workers is a setting; several make a sweep.
-    given = {"train.threads": args.threads or [], "train.workers": args.workers or []}
-    config = config_from_args(args, {key: values[0] for key, values in given.items() if len(values) == 1})
-    swept = [values if len(values) > 1 else None for values in given.values()]
-    if args.find_batch_size:
-        from buildllm.measure.batch_finder import find_batch_size
+                sweep(config, args.presets, args.architectures, *swept)
+            else:
+                from buildllm.measure.benchmark import benchmark
 
-        find_batch_size(config)
-    elif args.presets or args.architectures or any(swept):
-        from buildllm.measure.sweep import sweep
-
-        sweep(config, args.presets, args.architectures, *swept)
-    else:
-        from buildllm.measure.benchmark import benchmark
-
-        benchmark(config)
+                benchmark(config)
+        case _:  # the commands that take the validated Config alone
+            config = config_from_args(args)
+            match "dry-run" if getattr(args, "dry_run", False) else args.command:
+                case "dry-run":
+                    from buildllm.predict.dry_run import dry_run as command
+                case "corpus":
+                    from buildllm.data.corpus import build_corpus as command
+                case "tokenize":
+                    from buildllm.data.tokenization import tokenize_corpus as command
+                case "estimate":
+                    from buildllm.predict.estimate import estimate as command
+                case "preflight":
+                    from buildllm.predict.preflight import preflight as command
+                case "fits":
+                    from buildllm.predict.fits import fits as command
+                case "train":
+                    from buildllm.train.loop import train as command
+                case "tune":
+                    from buildllm.measure.tune import tune as command
+            command(config)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="buildllm", description=__doc__.splitlines()[0])
-    parser.set_defaults(handler=run)  # benchmark's, verify's and remote's own handlers override it
+    parser.set_defaults(handler=run)  # verify's and remote's own handlers override it
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("env", help="what this machine offers: devices, precision support, cores, memory")
@@ -159,7 +158,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="find the largest batch size that fits (doubling, then bisecting)",
     )
-    p.set_defaults(handler=cmd_benchmark)
 
     p = sub.add_parser(
         "tune",

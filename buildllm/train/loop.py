@@ -28,6 +28,12 @@ from buildllm.train import checkpoint, distributed, storage
 from buildllm.train.run_log import RunLog
 from buildllm.train.trainer import NonFiniteLoss, Trainer, TrainingInterrupted
 
+# DVC deletes a stage's outputs before it runs: `dvc repro train` would start over.
+RESUME_UNDER_DVC = (
+    "`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
+    "params.yaml, then `dvc commit train` to record its outputs"
+)
+
 
 def train(config: Config, under_dvc: bool = False) -> dict:
     """`buildllm train` and the DVC train stage (under_dvc, set by stages/train.py): returns the
@@ -82,7 +88,7 @@ def train(config: Config, under_dvc: bool = False) -> dict:
             if value is not None:
                 trainer.load_state(value)
                 trainer.resumed_from = value["step"]
-            metrics = run(trainer, resume_advice(under_dvc))
+            metrics = run(trainer, RESUME_UNDER_DVC if under_dvc else "run the same command again to resume")
         finally:
             lock.release()
     except BaseException as exc:
@@ -93,15 +99,6 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         raise
     distributed.stop(world)
     return metrics
-
-
-def resume_advice(under_dvc: bool) -> str:
-    if under_dvc:  # DVC deletes a stage's outputs before it runs: `dvc repro train` would start over
-        return (
-            "`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
-            "params.yaml, then `dvc commit train` to record its outputs"
-        )
-    return "run the same command again to resume"
 
 
 def eta(log: RunLog, remaining: int) -> str:
