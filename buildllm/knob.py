@@ -73,7 +73,6 @@ def set_dotted(data: dict, dotted: str, value: Any) -> None:
 
 
 def build(cls: type, data: Mapping, prefix: str = "") -> Any:
-    """The dataclass `cls` from a mapping, every value checked against its declaration."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix.rstrip('.') or 'params'} must be a section (a mapping), got {data!r}")
     hints = typing.get_type_hints(cls)

@@ -34,7 +34,6 @@ class World:
 
 
 def start(device: Device) -> tuple[World, Device]:
-    """Join the process group torchrun prepared; return this rank's world and its own device."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:  # not launched by torchrun
         return World(), device
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))

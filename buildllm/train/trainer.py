@@ -258,7 +258,6 @@ class Trainer:
         set_rng_state(state["rng"])
 
     def save_checkpoint(self) -> tuple[float, int]:
-        """Write a checkpoint atomically (rank 0 only); returns (seconds, bytes)."""
         if not self.world.is_main:
             return 0.0, 0
         seconds, size, _ = checkpoint.save(self.directory, self.state(), self.config.train.keep_checkpoints)
