@@ -66,9 +66,10 @@ def run(args) -> None:
 
             print_environment(resolve_device(args.device), args.json)
         case "generate":
+            config = config_from_args(args)  # before torch is imported
             from buildllm.train.generate import command
 
-            command(args)
+            command(args, config)
         case "compare":
             from buildllm.report.command import run_compare
 
@@ -167,20 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_flags(p, "tune", skip=("--precision", "--compile", "--threads"))
 
     p = sub.add_parser("generate", help="print text from a trained checkpoint")
-    add_params(p, "params file for defaults (default ./params.yaml)")
-    p.add_argument(
-        "--checkpoint-directory",
-        metavar="DIR",
-        help="a training run's directory or one checkpoint file (default: params' train.checkpoint_directory)",
-    )
+    add_run_flags(p, "generate")
     p.add_argument("--prompt", required=True, help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=100, metavar="N")
     p.add_argument("--temperature", type=float, default=0.8, metavar="T", help="below 1: safer text; above 1: wilder")
     p.add_argument("--top-k", type=int, default=50, metavar="K", help="sample among the k likeliest tokens (0: all)")
     p.add_argument("--greedy", action="store_true", help="always the likeliest token (temperature ignored)")
     p.add_argument("--no-kv-cache", dest="kv_cache", action="store_false", help="recompute the whole context")
-    p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: params' device)")
-    p.add_argument("--seed", type=int, metavar="N", help="sampling seed (default: params' seed)")
     p.add_argument("--tokenizer", metavar="PATH", help="tokenizer JSON, if not the one recorded in the checkpoint")
 
     p = sub.add_parser("compare", help="compare DVC experiments (device, precision) in a report, controls first")

@@ -148,8 +148,9 @@ class TrainConfig:
         "checkpoints/run",
         flag=True,
         metavar="DIR",
-        help="where this run's checkpoints live; one run per directory",
-        commands=PLANNING_COMMANDS,
+        help="where this run's checkpoints live; one run per directory (generate: a run's directory or one "
+        "checkpoint file)",
+        commands=PLANNING_COMMANDS + ("generate",),
     )
     workers: int | None = knob(None, minimum=0, flag=True, help="data-loader worker processes; default: the profile's")
     threads: int | None = knob(
@@ -244,7 +245,8 @@ class Config:
         "auto",
         flag=True,
         metavar=DEVICE_CHOICES.replace(", ", "|"),
-        help=f"where to train; one of {DEVICE_CHOICES}",
+        help=f"where to run; one of {DEVICE_CHOICES}",
+        commands=MODEL_COMMANDS + ("generate",),
     )
     precision: str = knob("auto", choices=PRECISIONS, flag=True, help="compute precision")
     mps_fallback: bool = knob(
@@ -269,7 +271,9 @@ class Config:
         help="a preset replaces the iteration's profile",
         commands=MODEL_COMMANDS + ("tokenize",),
     )
-    seed: int = knob(1337, minimum=0, flag=True, resume=True, help="random seed")
+    seed: int = knob(
+        1337, minimum=0, flag=True, resume=True, help="random seed", commands=MODEL_COMMANDS + ("generate",)
+    )
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

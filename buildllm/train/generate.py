@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from buildllm.config import load_config
+from buildllm.config import Config
 from buildllm.data.tokenization import load_tokenizer
 from buildllm.errors import UserError
 from buildllm.model.gpt import GPT, GPTConfig, KVCache, build_model
@@ -136,11 +136,9 @@ def announce(model: GPT, state: dict, path: Path, device: str, reason: str, max_
     print(json.dumps(line), flush=True)
 
 
-def command(args: argparse.Namespace) -> None:
+def command(args: argparse.Namespace, config: Config) -> None:
     if args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
         raise UserError("--max-new-tokens, --temperature and --top-k must not be negative")
-    given = {"train.checkpoint_directory": args.checkpoint_directory, "device": args.device, "seed": args.seed}
-    config = load_config(args.params, {key: value for key, value in given.items() if value is not None})
     decision = resolve_device(config.device)
     path = checkpoint_file(config.train.checkpoint_directory)
     model, state = load_model(path, decision.device)
