@@ -14,6 +14,7 @@ in `metrics/<stage>.json`, where the later stages and `buildllm compare` read it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -141,8 +142,7 @@ def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
     elif companion.exists():
         companion.unlink()
     atomic_write_text(path, json.dumps(values, indent=2) + "\n")
-    if path.stem in SUMMARY:
-        summary_path(path).parent.mkdir(parents=True, exist_ok=True)
+    if path.stem in SUMMARY:  # atomic_write_text makes the summary folder
         atomic_write_text(summary_path(path), json.dumps(summarize(path.stem, values), indent=2) + "\n")
     return path
 
@@ -158,8 +158,7 @@ def read_metrics(path: str | Path, with_notes: bool = False, advice: str = "reru
     if not isinstance(data, dict):
         raise UserError(f"metrics file {path} must hold a JSON object; {advice}")
     if with_notes and notes_path(path).exists():
-        try:
+        # Notes are for people; a damaged one does not stop a stage that needs the numbers.
+        with contextlib.suppress(json.JSONDecodeError):
             data = {**data, **json.loads(notes_path(path).read_text())}
-        except json.JSONDecodeError:
-            pass  # notes are for people; a damaged one does not stop a stage that needs the numbers
     return data
