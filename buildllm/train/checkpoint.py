@@ -148,8 +148,9 @@ def differences(saved: dict, current: dict) -> list[str]:
 
 def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool) -> dict | None:
     """The checkpoint a run in `directory` continues from; None for a new run. The newest checkpoint
-    of the same run is resumed without being asked; a new run into a directory holding anything else
-    is refused, so nothing is mixed up or overwritten."""
+    of the same run is resumed without being asked; a different schedule only with `force`, a
+    different model never; a new run into a directory holding anything else is refused, so nothing
+    is mixed up or overwritten."""
     directory = Path(directory)
     stray = [path for path in directory.iterdir() if TEMP.match(path.name)] if directory.is_dir() else []
     for path in stray:

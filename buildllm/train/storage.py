@@ -57,8 +57,8 @@ def planned_saves(planned_steps: int, start_step: int, interval: int) -> int:
 
 
 def storage(train: TrainConfig, checkpoint_bytes: int, planned_steps: int, start_step: int, existing: int) -> Storage:
-    """From `start_step` on, with `existing` checkpoints in the directory (a resume): a save writes
-    the new file before the oldest is pruned."""
+    """The disk a run of `train`'s settings takes from `start_step` on, with `existing` checkpoints
+    already in its directory (a resume): a save writes the new file before the oldest is pruned."""
     saves = planned_saves(planned_steps, start_step, train.checkpoint_interval)
     at_most = min(existing + saves, train.keep_checkpoints + 1)
     rows = planned_steps // max(1, train.log_interval) + 2
