@@ -55,7 +55,6 @@ def atomic_path(path: str | Path, needed: int | None = None, advice: str = "") -
 
 @contextlib.contextmanager
 def atomic_open(path: str | Path, needed: int | None = None, advice: str = "") -> Iterator[BinaryIO]:
-    """Yield a binary file handle to write; on success its contents replace `path`, atomically."""
     with atomic_path(path, needed, advice) as tmp, open(tmp, "wb") as handle:
         yield handle
         handle.flush()

@@ -56,82 +56,75 @@ def config_from_args(args: argparse.Namespace, extra: dict | None = None) -> Con
     return before_torch(load_config(args.params, overrides))
 
 
-def cmd_env(args) -> None:
-    from buildllm.device.hardware import print_environment
-    from buildllm.plan.device import resolve_device
+def run(args) -> None:
+    """Each command's code, imported when it runs with a plain import that a reader (and static tools)
+    can follow."""
+    match args.command:
+        case "env":
+            from buildllm.device.hardware import print_environment
+            from buildllm.plan.device import resolve_device
 
-    print_environment(resolve_device(args.device), args.json)
+            print_environment(resolve_device(args.device), args.json)
+        case "generate":
+            config = config_from_args(args)  # before torch is imported
+            from buildllm.train.generate import command
 
+            command(args, config)
+        case "compare":
+            from buildllm.report.command import run_compare
 
-def cmd_config(args) -> None:
-    """The commands that take the validated Config alone. Each imports its code here, when it runs,
-    with a plain import a reader (and static tools) can follow: `buildllm corpus` never imports torch."""
-    config = config_from_args(args)
-    match "dry-run" if getattr(args, "dry_run", False) else args.command:
-        case "dry-run":
-            from buildllm.predict.dry_run import dry_run as command
-        case "corpus":
-            from buildllm.data.corpus import build_corpus as command
-        case "tokenize":
-            from buildllm.data.tokenization import tokenize_corpus as command
-        case "estimate":
-            from buildllm.predict.estimate import estimate as command
-        case "preflight":
-            from buildllm.predict.preflight import preflight as command
-        case "fits":
-            from buildllm.predict.fits import fits as command
-        case "train":
-            from buildllm.train.loop import train as command
-        case "tune":
-            from buildllm.measure.tune import tune as command
-    command(config)
+            run_compare(args.names, args.out, args.allow_different, args.vary, args.paired, args.rounds)
+        case "report":
+            from buildllm.report.run_card import report
 
+            report(load_config(args.params), args.experiment, args.out)
+        case "benchmark":
+            # One value of --threads or --workers is a setting; several make a sweep.
+            given = {"train.threads": args.threads or [], "train.workers": args.workers or []}
+            config = config_from_args(args, {key: values[0] for key, values in given.items() if len(values) == 1})
+            swept = [values if len(values) > 1 else None for values in given.values()]
+            if args.find_batch_size:
+                from buildllm.measure.batch_finder import find_batch_size
 
-def cmd_benchmark(args) -> None:
-    # One value of --threads or --workers is a setting; several make a sweep.
-    given = {"train.threads": args.threads or [], "train.workers": args.workers or []}
-    config = config_from_args(args, {key: values[0] for key, values in given.items() if len(values) == 1})
-    swept = [values if len(values) > 1 else None for values in given.values()]
-    if args.find_batch_size:
-        from buildllm.measure.batch_finder import find_batch_size
+                find_batch_size(config)
+            elif args.presets or args.architectures or any(swept):
+                from buildllm.measure.sweep import sweep
 
-        find_batch_size(config)
-    elif args.presets or args.architectures or any(swept):
-        from buildllm.measure.sweep import sweep
+                sweep(config, args.presets, args.architectures, *swept)
+            else:
+                from buildllm.measure.benchmark import benchmark
 
-        sweep(config, args.presets, args.architectures, *swept)
-    else:
-        from buildllm.measure.benchmark import benchmark
-
-        benchmark(config)
-
-
-def cmd_generate(args) -> None:
-    from buildllm.train.generate import command
-
-    command(args)
-
-
-def cmd_compare(args) -> None:
-    from buildllm.report.command import run_compare
-
-    run_compare(args.names, args.out, args.allow_different, args.vary, args.paired, args.rounds)
-
-
-def cmd_report(args) -> None:
-    from buildllm.report.run_card import report
-
-    report(load_config(args.params), args.experiment, args.out)
+                benchmark(config)
+        case _:  # the commands that take the validated Config alone
+            config = config_from_args(args)
+            match "dry-run" if getattr(args, "dry_run", False) else args.command:
+                case "dry-run":
+                    from buildllm.predict.dry_run import dry_run as command
+                case "corpus":
+                    from buildllm.data.corpus import build_corpus as command
+                case "tokenize":
+                    from buildllm.data.tokenization import tokenize_corpus as command
+                case "estimate":
+                    from buildllm.predict.estimate import estimate as command
+                case "preflight":
+                    from buildllm.predict.preflight import preflight as command
+                case "fits":
+                    from buildllm.predict.fits import fits as command
+                case "train":
+                    from buildllm.train.loop import train as command
+                case "tune":
+                    from buildllm.measure.tune import tune as command
+            command(config)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="buildllm", description=__doc__.splitlines()[0])
+    parser.set_defaults(handler=run)  # verify's and remote's own handlers override it
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("env", help="what this machine offers: devices, precision support, cores, memory")
     p.add_argument("--device", default="auto", help="also resolve this device (default auto)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of lines")
-    p.set_defaults(handler=cmd_env)
 
     for name, help_text in {
         "dry-run": "resolve device, precision and profile; count parameters; estimate memory",
@@ -144,12 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     }.items():
         p = sub.add_parser(name, help=help_text)
         add_run_flags(p, name)
-        p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("train", help="train a profile on the token tensors, with checkpoints and resume")
     add_run_flags(p, "train")
     p.add_argument("--dry-run", action="store_true", help="plan and estimate only; train nothing")
-    p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("benchmark", help="measure training speed, memory and MFU with the train code path")
     add_run_flags(p, "benchmark", skip=("--threads", "--workers"))
@@ -168,7 +159,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="find the largest batch size that fits (doubling, then bisecting)",
     )
-    p.set_defaults(handler=cmd_benchmark)
 
     p = sub.add_parser(
         "tune",
@@ -176,25 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
         "chunk, torch.compile) within --seconds; the plan reads metrics/tune.json",
     )
     add_run_flags(p, "tune", skip=("--precision", "--compile", "--threads"))
-    p.set_defaults(handler=cmd_config)
 
     p = sub.add_parser("generate", help="print text from a trained checkpoint")
-    add_params(p, "params file for defaults (default ./params.yaml)")
-    p.add_argument(
-        "--checkpoint-directory",
-        metavar="DIR",
-        help="a training run's directory or one checkpoint file (default: params' train.checkpoint_directory)",
-    )
+    add_run_flags(p, "generate")
     p.add_argument("--prompt", required=True, help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=100, metavar="N")
     p.add_argument("--temperature", type=float, default=0.8, metavar="T", help="below 1: safer text; above 1: wilder")
     p.add_argument("--top-k", type=int, default=50, metavar="K", help="sample among the k likeliest tokens (0: all)")
     p.add_argument("--greedy", action="store_true", help="always the likeliest token (temperature ignored)")
     p.add_argument("--no-kv-cache", dest="kv_cache", action="store_false", help="recompute the whole context")
-    p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: params' device)")
-    p.add_argument("--seed", type=int, metavar="N", help="sampling seed (default: params' seed)")
     p.add_argument("--tokenizer", metavar="PATH", help="tokenizer JSON, if not the one recorded in the checkpoint")
-    p.set_defaults(handler=cmd_generate)
 
     p = sub.add_parser("compare", help="compare DVC experiments (device, precision) in a report, controls first")
     p.add_argument(
@@ -234,7 +215,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="--paired: rounds of one run per experiment (default 6, the fewest for a 95%% interval)",
     )
-    p.set_defaults(handler=cmd_compare)
 
     p = sub.add_parser(
         "report",
@@ -254,7 +234,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="path without suffix: writes .html and .png (default plots/run_card "
         "for the workspace, reports/run_card_NAME for an experiment)",
     )
-    p.set_defaults(handler=cmd_report)
     add_verify(sub)
     add_remote(sub)
     return parser

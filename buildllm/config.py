@@ -1,9 +1,7 @@
 """The one config: params.yaml (or defaults) plus CLI flags -> one validated, typed, frozen object.
 
-Nothing else in the package reads params.yaml. Every knob is declared once here, with its type,
-default and allowed values (buildllm/knob.py says how a declaration is read and checked); a bad
-value raises ConfigError naming the key, the value and what is allowed. The code reads the Config
-object and nothing else.
+Nothing else in the package reads params.yaml. Every knob is declared once here (buildllm/knob.py
+says how a declaration is read and checked); the code reads the Config object and nothing else.
 """
 
 from __future__ import annotations
@@ -150,8 +148,9 @@ class TrainConfig:
         "checkpoints/run",
         flag=True,
         metavar="DIR",
-        help="where this run's checkpoints live; one run per directory",
-        commands=PLANNING_COMMANDS,
+        help="where this run's checkpoints live; one run per directory (generate: a run's directory or one "
+        "checkpoint file)",
+        commands=PLANNING_COMMANDS + ("generate",),
     )
     workers: int | None = knob(None, minimum=0, flag=True, help="data-loader worker processes; default: the profile's")
     threads: int | None = knob(
@@ -246,7 +245,8 @@ class Config:
         "auto",
         flag=True,
         metavar=DEVICE_CHOICES.replace(", ", "|"),
-        help=f"where to train; one of {DEVICE_CHOICES}",
+        help=f"where to run; one of {DEVICE_CHOICES}",
+        commands=MODEL_COMMANDS + ("generate",),
     )
     precision: str = knob("auto", choices=PRECISIONS, flag=True, help="compute precision")
     mps_fallback: bool = knob(
@@ -271,7 +271,9 @@ class Config:
         help="a preset replaces the iteration's profile",
         commands=MODEL_COMMANDS + ("tokenize",),
     )
-    seed: int = knob(1337, minimum=0, flag=True, resume=True, help="random seed")
+    seed: int = knob(
+        1337, minimum=0, flag=True, resume=True, help="random seed", commands=MODEL_COMMANDS + ("generate",)
+    )
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     tokenize: TokenizeConfig = field(default_factory=TokenizeConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -293,7 +295,6 @@ def profile_for(config: Config) -> profiles.Profile:
 
 
 def knobs() -> list[tuple[str, Any, Any]]:
-    """Every leaf knob of the Config as (dotted key, dataclass field, type hint), in declaration order."""
     return leaf_knobs(Config)
 
 

@@ -1,7 +1,5 @@
-"""How a knob is declared and checked: knob() says everything about a config field once (its
-checks, its command-line flag and help, whether reports and resumes care about it), and build()
-turns a mapping (params.yaml plus overrides) into the frozen dataclasses, checking every value
-against its declaration. The knobs themselves are declared in buildllm/config.py.
+"""How a knob is declared (knob()) and checked (build(): a mapping, params.yaml plus overrides, into
+the frozen dataclasses). The knobs themselves are declared in buildllm/config.py.
 """
 
 from __future__ import annotations
@@ -75,7 +73,6 @@ def set_dotted(data: dict, dotted: str, value: Any) -> None:
 
 
 def build(cls: type, data: Mapping, prefix: str = "") -> Any:
-    """The dataclass `cls` from a mapping, every value checked against its declaration."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix.rstrip('.') or 'params'} must be a section (a mapping), got {data!r}")
     hints = typing.get_type_hints(cls)

@@ -1,24 +1,20 @@
 """Flat JSON metrics files, their summaries that DVC shows, and their notes.
 
-Flat: one level of keys. Numbers stay numbers (DVC hides a number stored as a string and shows no
-delta for strings); None is refused rather than silently dropped.
+Numbers stay numbers (DVC hides a number stored as a string and shows no delta for strings); None
+is refused rather than silently dropped. A metrics file holds numbers and short labels only, so
+DVC's tables stay readable in a terminal, and no absolute path (a path in a user's home folder is
+neither a metric nor the same on two machines). Sentences go to a companion `<stage>_notes.json`,
+which is not a DVC metric. A long label of our own is a bug and fails loudly.
 
-A metrics file holds numbers and short labels only, so DVC's tables stay readable in a terminal:
-no text over MAX_LABEL characters and no absolute path (a path in a user's home folder is neither
-a metric nor the same on two machines). Sentences (reasons, sources, methods, advice) go to a
-companion `<stage>_notes.json` beside it, which is not a DVC metric. A long label of our own is a
-bug and fails loudly; the labels in SHORTENED (processor name, platform, a path, how a peak was
-measured) are cut to fit here, with their full text kept in the notes.
-
-DVC shows every metric key of every metrics file as a column of one table (`dvc metrics show`,
-`dvc exp show`), so the full records (about 150 keys) made lines 3,900 characters wide. DVC is
-therefore given a summary per stage, `metrics/summary/<stage>.json`: the few figures a person
-compares at a glance, under short names (SUMMARY). The full record stays in `metrics/<stage>.json`,
-a stage output committed with each experiment, where the later stages and `buildllm compare` read it.
+DVC shows every key of every metrics file as a column of one table, so the full records (about 150
+keys) made lines 3,900 characters wide: DVC is given a summary per stage instead,
+`metrics/summary/<stage>.json`, the few figures a person compares at a glance. The full record stays
+in `metrics/<stage>.json`, where the later stages and `buildllm compare` read it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -85,34 +81,25 @@ def short_label(text: str) -> str:
     return text if len(text) <= CUT_LABEL else text[: CUT_LABEL - 1] + "…"
 
 
-def check_flat(metrics: Mapping[str, Any]) -> dict:
+def split(metrics: Mapping[str, Any]) -> tuple[dict, dict]:
+    """(metrics, notes): sentences and the full text of shortened labels go to the notes."""
+    values, notes = {}, {}
     for key, value in metrics.items():
         if not isinstance(value, SCALARS):
             raise TypeError(f"metric {key}={value!r} is not a flat scalar")
         if isinstance(value, float) and not math.isfinite(value):
             raise TypeError(f"metric {key}={value!r} is not finite; JSON and DVC cannot hold it")
-    return dict(metrics)
-
-
-def check_label(key: str, value: Any) -> None:
-    if isinstance(value, str) and (len(value) > MAX_LABEL or _ABSOLUTE.match(value)):
-        raise MetricValueError(
-            f"metric {key}={value!r} is not a short label ({len(value)} characters, at most "
-            f"{MAX_LABEL}, no absolute path); name it *_reason or *_advice so it "
-            "goes to the notes file, or shorten it"
-        )
-
-
-def split(metrics: Mapping[str, Any]) -> tuple[dict, dict]:
-    """(metrics, notes): sentences and the full text of shortened labels go to the notes."""
-    values, notes = {}, {}
-    for key, value in check_flat(metrics).items():
         if is_note(key):
             notes[key] = value
             continue
         if key in SHORTENED and isinstance(value, str) and short_label(value) != value:
             notes[key], value = value, short_label(value)
-        check_label(key, value)
+        if isinstance(value, str) and (len(value) > MAX_LABEL or _ABSOLUTE.match(value)):
+            raise MetricValueError(
+                f"metric {key}={value!r} is not a short label ({len(value)} characters, at most "
+                f"{MAX_LABEL}, no absolute path); name it *_reason or *_advice so it "
+                "goes to the notes file, or shorten it"
+            )
         values[key] = value
     return values, notes
 
@@ -155,8 +142,7 @@ def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
     elif companion.exists():
         companion.unlink()
     atomic_write_text(path, json.dumps(values, indent=2) + "\n")
-    if path.stem in SUMMARY:
-        summary_path(path).parent.mkdir(parents=True, exist_ok=True)
+    if path.stem in SUMMARY:  # atomic_write_text makes the summary folder
         atomic_write_text(summary_path(path), json.dumps(summarize(path.stem, values), indent=2) + "\n")
     return path
 
@@ -172,8 +158,7 @@ def read_metrics(path: str | Path, with_notes: bool = False, advice: str = "reru
     if not isinstance(data, dict):
         raise UserError(f"metrics file {path} must hold a JSON object; {advice}")
     if with_notes and notes_path(path).exists():
-        try:
+        # Notes are for people; a damaged one does not stop a stage that needs the numbers.
+        with contextlib.suppress(json.JSONDecodeError):
             data = {**data, **json.loads(notes_path(path).read_text())}
-        except json.JSONDecodeError:
-            pass  # notes are for people; a damaged one does not stop a stage that needs the numbers
     return data

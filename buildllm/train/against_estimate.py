@@ -25,7 +25,6 @@ def same_plan(estimate: dict, run: dict) -> bool:
 
 
 def position(estimate: dict, seconds: float) -> dict:
-    """Flat figures: the run's seconds against the estimate's point and range."""
     low, high = estimate["estimated_seconds_low"], estimate["estimated_seconds_high"]
     where = "below" if seconds < low else "above" if seconds > high else "inside"
     return {

@@ -1,13 +1,13 @@
 """Checkpoints a kill cannot corrupt, the lock that keeps two runs out of one directory, and the
 check that a resume continues the same schedule.
 
-Each checkpoint is one file, checkpoint_<step>.pt, written to a temp file, fsynced and renamed
-(buildllm.atomic): a kill at any moment leaves the previous checkpoints whole and at most a stray
-temp file, which the next run removes. Only the newest `keep` checkpoints stay.
+Each checkpoint is one file written atomically (buildllm.atomic): a kill at any moment leaves the
+previous checkpoints whole and at most a stray temp file, which the next run removes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -32,7 +32,6 @@ def checkpoint_name(step: int) -> str:
 
 
 def list_checkpoints(directory: str | Path) -> list[Path]:
-    """Complete checkpoints in `directory`, oldest first."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -50,19 +49,9 @@ def foreign_files(directory: str | Path) -> list[str]:
     )
 
 
-def remove_leftovers(directory: str | Path) -> list[str]:
-    """Delete temp files of saves a kill interrupted."""
-    leftovers = [path for path in Path(directory).iterdir() if TEMP.match(path.name)]
-    for path in leftovers:
-        path.unlink(missing_ok=True)
-    return [path.name for path in leftovers]
-
-
 def save(directory: str | Path, state: dict, keep: int) -> tuple[float, int, Path]:
-    """Write `state` as checkpoint_<step>.pt atomically, then prune to the newest `keep`.
-
-    Returns (seconds, bytes, path); the seconds include the fsync, the part a user waits for.
-    """
+    """Write `state` as checkpoint_<step>.pt, then prune to the newest `keep`. Returns (seconds,
+    bytes, path); the seconds include the fsync, the part a user waits for."""
     directory = Path(directory)
     path = directory / checkpoint_name(state["step"])
     previous = list_checkpoints(directory)
@@ -153,23 +142,21 @@ def load_latest(directory: str | Path) -> tuple[Path, dict] | None:
 
 
 def differences(saved: dict, current: dict) -> list[str]:
-    """'key saved -> current' for each schedule setting that changed."""
     keys = sorted(set(saved) | set(current))
     return [f"{key} {saved.get(key)!r} -> {current.get(key)!r}" for key in keys if saved.get(key) != current.get(key)]
 
 
 def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool) -> dict | None:
-    """The checkpoint a run in `directory` continues from; None for a new run.
-
-    The newest checkpoint of the same run is resumed without being asked. A different schedule is
-    refused (listing what changed) unless `force`; a different model cannot be forced; a new run
-    into a directory holding anything else is refused, so nothing is mixed up or overwritten.
-    """
+    """The checkpoint a run in `directory` continues from; None for a new run. The newest checkpoint
+    of the same run is resumed without being asked; a different schedule only with `force`, a
+    different model never; a new run into a directory holding anything else is refused, so nothing
+    is mixed up or overwritten."""
     directory = Path(directory)
-    if directory.is_dir() and (removed := remove_leftovers(directory)):
-        print(
-            f"warning: removed {len(removed)} temp file(s) of a checkpoint save that was interrupted", file=sys.stderr
-        )
+    stray = [path for path in directory.iterdir() if TEMP.match(path.name)] if directory.is_dir() else []
+    for path in stray:
+        path.unlink(missing_ok=True)
+    if stray:
+        print(f"warning: removed {len(stray)} temp file(s) of a checkpoint save that was interrupted", file=sys.stderr)
     found = load_latest(directory)
     if found is None:
         if list_checkpoints(directory):
@@ -238,26 +225,23 @@ class DirectoryLock:
         raise UserError(f"could not take the lock {self.path}; another run keeps taking it; try again")
 
     def _take_over_if_stale(self) -> None:
+        pid, _, host = _owner(self.path)
         if holder := lock_holder(self.path.parent):
             # Another host's run cannot be checked from here: only its owner knows it is gone.
-            host = _owner(self.path)[2]
             elsewhere = host and host != socket.gethostname()
             gone = f"; if that run is gone, delete {self.path} and rerun" if elsewhere else ""
             raise UserError(
                 f"checkpoint directory {self.path.parent} in use by {holder}; wait for that run to "
                 f"finish or stop it, or use another --checkpoint-directory{gone}"
             )
-        pid = _owner(self.path)[0]
         print(f"warning: taking over the stale lock {self.path} (pid {pid} is no longer running)", file=sys.stderr)
         self.path.unlink(missing_ok=True)
 
     def release(self) -> None:
         if self.held:
-            try:
+            with contextlib.suppress(OSError):
                 if self.path.read_text() == self._mine():
                     self.path.unlink()
-            except OSError:
-                pass
             self.held = False
 
 

@@ -3,11 +3,8 @@
 torchrun starts one process per device and tells each its RANK, LOCAL_RANK and WORLD_SIZE through
 the environment. Every process builds the same model; DistributedDataParallel averages gradients,
 each rank reads its own slice of every global batch, and only rank 0 writes files. Without
-torchrun the same code runs as a world of one and no collective is ever called.
-
-    torchrun --standalone --nproc_per_node=4 -m buildllm train ...            # one machine
-    torchrun --nnodes=2 --node_rank=R --rdzv-backend=c10d \\
-             --rdzv-endpoint=HOST:29500 --nproc_per_node=4 -m buildllm train ...  # each of 2 machines
+torchrun the same code runs as a world of one and no collective is ever called. How to launch it on
+one machine or several: docs/across-machines.md.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ class World:
 
 
 def start(device: Device) -> tuple[World, Device]:
-    """Join the process group torchrun prepared; return this rank's world and its own device."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:  # not launched by torchrun
         return World(), device
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from buildllm.config import load_config
+from buildllm.config import Config
 from buildllm.data.tokenization import load_tokenizer
 from buildllm.errors import UserError
 from buildllm.model.gpt import GPT, GPTConfig, KVCache, build_model
@@ -49,7 +49,7 @@ def checkpoint_tokenizer(saved: str, override: str | None, path: Path, vocab_siz
     """The tokenizer the checkpoint was trained with (or --tokenizer), checked against the model's vocabulary."""
     candidates = [Path(override)] if override else [Path(saved), path.parent / Path(saved).name]
     for candidate in candidates:
-        if str(candidate) and candidate.is_file():
+        if candidate.is_file():
             return load_tokenizer(candidate, vocab_size)
     raise UserError(
         f"the tokenizer of {path} ({override or saved or 'none recorded'}) is not there; run from the "
@@ -83,7 +83,6 @@ def generate_ids(
     kv_cache: bool = True,
     seed: int = 0,
 ) -> list[int]:
-    """The prompt's ids followed by max_new_tokens generated ones."""
     if not prompt:
         raise UserError("the prompt has no tokens; give a non-empty --prompt")
     window = model.config.sequence_length
@@ -137,12 +136,9 @@ def announce(model: GPT, state: dict, path: Path, device: str, reason: str, max_
     print(json.dumps(line), flush=True)
 
 
-def command(args: argparse.Namespace) -> None:
-    """`buildllm generate`: the startup line, then the prompt and its continuation."""
+def command(args: argparse.Namespace, config: Config) -> None:
     if args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
         raise UserError("--max-new-tokens, --temperature and --top-k must not be negative")
-    given = {"train.checkpoint_directory": args.checkpoint_directory, "device": args.device, "seed": args.seed}
-    config = load_config(args.params, {key: value for key, value in given.items() if value is not None})
     decision = resolve_device(config.device)
     path = checkpoint_file(config.train.checkpoint_directory)
     model, state = load_model(path, decision.device)

@@ -1,9 +1,7 @@
 """The training run around the Trainer: `buildllm train` and the DVC train stage.
 
-train(config) plans the run, refuses one that cannot fit or whose disk cannot hold it, resumes a
-checkpoint when asked, and runs the loop: validation every eval_interval steps, a log row every
-log_interval steps, checkpoints every checkpoint_interval steps, and the stop rules: a non-finite
-loss or out-of-memory stops with the last good checkpoint kept; Ctrl-C (or SIGTERM) saves and exits.
+The stop rules: a non-finite loss or out-of-memory stops with the last good checkpoint kept; Ctrl-C
+(or SIGTERM) saves and exits.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ import signal
 import sys
 import threading
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -31,27 +28,36 @@ from buildllm.train import checkpoint, distributed, storage
 from buildllm.train.run_log import RunLog
 from buildllm.train.trainer import NonFiniteLoss, Trainer, TrainingInterrupted
 
+# DVC deletes a stage's outputs before it runs: `dvc repro train` would start over.
+RESUME_UNDER_DVC = (
+    "`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
+    "params.yaml, then `dvc commit train` to record its outputs"
+)
+
 
 def train(config: Config, under_dvc: bool = False) -> dict:
     """`buildllm train` and the DVC train stage (under_dvc, set by stages/train.py): returns the
     metrics written to metrics/train.json."""
     plan = make_plan(config)
     refuse_unless_fits(plan)  # before a process group, a checkpoint folder or a tensor exists
-    # Missing or unfit data files stop the run here, in one line, before any process group exists.
-    train_windows, validation_windows, tokenizer = load_run_data(config, plan.model)
+    # Missing or unfit data files stop the run here, in one line, before any process group exists; a
+    # tokenizer made for another vocabulary too (a run may go without one: its path is recorded).
+    tokenizer = tokenizer_path(config, plan.model.vocab_size)
+    train_windows, validation_windows = load_windows(config, plan.model)
+    if tokenizer.exists() or config.train.tokenizer:
+        load_tokenizer(tokenizer, plan.model.vocab_size)
     world, device = distributed.start(plan.device)
     plan = replace(plan, device=device)
     together = False
     try:
         apply_plan(plan)
-        built = False
+        trainer = None
         try:
             trainer = Trainer(plan, train_windows, validation_windows, world=world, tokenizer=tokenizer)
-            built = True
         except (RuntimeError, MemoryError) as exc:
             if not out_of_memory(exc):
                 raise
-        if not built:  # raised outside the except clause, whose traceback holds what was built
+        if trainer is None:  # raised outside the except clause, whose traceback holds what was built
             raise OutOfMemory(
                 f"{plan.device.device} ran out of memory building the model and optimizer; {advice(plan.batch_size)}"
             )
@@ -82,7 +88,7 @@ def train(config: Config, under_dvc: bool = False) -> dict:
             if value is not None:
                 trainer.load_state(value)
                 trainer.resumed_from = value["step"]
-            metrics = run(trainer, resume_advice(under_dvc))
+            metrics = run(trainer, RESUME_UNDER_DVC if under_dvc else "run the same command again to resume")
         finally:
             lock.release()
     except BaseException as exc:
@@ -95,33 +101,12 @@ def train(config: Config, under_dvc: bool = False) -> dict:
     return metrics
 
 
-def load_run_data(config: Config, model) -> tuple[Windows, Windows, Path]:
-    """(training windows, validation windows, tokenizer path), checked before anything is built. A
-    tokenizer made for another vocabulary is refused now; a run may go without one (the path is
-    recorded either way)."""
-    tokenizer = tokenizer_path(config, model.vocab_size)
-    train, validation = load_windows(config, model)
-    if tokenizer.exists() or config.train.tokenizer:
-        load_tokenizer(tokenizer, model.vocab_size)
-    return train, validation, tokenizer
-
-
-def resume_advice(under_dvc: bool) -> str:
-    if under_dvc:  # DVC deletes a stage's outputs before it runs: `dvc repro train` would start over
-        return (
-            "`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
-            "params.yaml, then `dvc commit train` to record its outputs"
-        )
-    return "run the same command again to resume"
-
-
 def eta(log: RunLog, remaining: int) -> str:
     """Remaining time from measured step time only: validation passes and checkpoint saves are not steps."""
     return tqdm.format_interval(log.seconds / log.steps * remaining) if log.steps else "?"
 
 
 def run(trainer: Trainer, advice_on_stop: str) -> dict:
-    """Train to the planned step; validate, log, checkpoint on the way; write the metrics."""
     cfg, world, device = trainer.config.train, trainer.world, trainer.device
     if world.is_main:
         announce("train", trainer.plan, **trainer.sizes, start_step=trainer.step_count)
@@ -212,7 +197,6 @@ def run(trainer: Trainer, advice_on_stop: str) -> dict:
 
 
 def record(trainer: Trainer, validation: float | None) -> dict:
-    """A log row for the steps since the last one, with `validation` loss if one was measured."""
     return trainer.log.record(trainer.step_count, trainer.tokens_seen, trainer.learning_rate, validation)
 
 
@@ -228,7 +212,6 @@ def settle(trainer: Trainer, pending: list, seconds: float, stop: bool) -> bool:
 
 
 def finish(trainer: Trainer, status: str, extra: dict) -> dict:
-    """Write metrics/train.json, the plot file and the PNG (rank 0); print the summary."""
     progress = {
         "optimizer_steps": trainer.step_count,
         "tokens_processed": trainer.tokens_seen,

@@ -1,16 +1,11 @@
-"""What a training run reports: its log as DVC plot files, and at the end the flat metrics of
-metrics/train.json, with the curves drawn as a PNG a person can open offline (write_png).
+"""What a training run reports: its log as DVC plot files, metrics/train.json, and a loss PNG.
 
-One row per log interval (and per validation), twice: metrics/train_log.csv for people and
-spreadsheets, metrics/train_log.json for `dvc plots diff`, which overlays several experiments'
-loss against the step and against elapsed seconds (dvc.yaml `plots:`); DVC reads a CSV's cells as
-strings, a JSON file's numbers as numbers. Validation runs less often than logging, so its cell is
-empty (null) on rows without one; the plots skip those. The rows live in the checkpoint too, so a
-resumed run rewrites the files without the rows of the steps it redoes.
+The log is written twice, metrics/train_log.csv for people and metrics/train_log.json for `dvc plots
+diff`: DVC reads a CSV's cells as strings, a JSON file's numbers as numbers. The rows travel in the
+checkpoint, so a resumed run rewrites the files without the rows of the steps it redoes.
 
-elapsed_seconds is the run's training time so far, validation and checkpoint saves included and
-process start-up not: a clock that starts with the train loop and, on resume, continues from the
-value the checkpoint saved, so two devices' runs line up on one time axis however often they stopped.
+elapsed_seconds is training time, validation and saves included, start-up not; on resume it continues
+from the checkpoint's value, so two devices' runs line up on one time axis however often they stopped.
 """
 
 from __future__ import annotations
@@ -46,12 +41,8 @@ PNG_PATH = Path("plots/train_loss.png")
 
 
 class RunLog:
-    """The train loop's record of one run: its rows, this session's step times, its checkpoint saves.
-
-    `facts`: what the run is, fixed when it starts (the plan, sizes, where it saves), the first keys
-    of train.json. Rows cover the whole run (they travel in each checkpoint); steps and seconds
-    count this session only, so a resumed run reports its own speed. Only rank 0 writes files.
-    """
+    """The train loop's record of one run. `facts` (the plan, sizes) are train.json's first keys; rows
+    cover the whole run, steps and seconds this session only, so a resumed run reports its own speed."""
 
     def __init__(self, world: World, tokens_per_step: int, facts: dict, cores_used: int = 1):
         self.world, self.facts = world, facts
@@ -69,7 +60,6 @@ class RunLog:
         self._seconds: list[float] = []
 
     def begin(self) -> None:
-        """The train loop starts: this session's clock, and the log file as the rows stand."""
         self._new_session()
         self.load = LoadSampler(self.cores_used)  # sampled at each row: whether others took our cores
         if self.world.is_main:
@@ -82,7 +72,6 @@ class RunLog:
         self.elapsed_before = elapsed
 
     def elapsed(self) -> float:
-        """Training time of the whole run so far: earlier sessions' and this one's."""
         return self.elapsed_before + time.perf_counter() - self.started
 
     def add_step(self, loss: float, seconds: float) -> None:
@@ -91,7 +80,6 @@ class RunLog:
         self._seconds.append(seconds)
 
     def record(self, step: int, tokens_seen: int, learning_rate: float, validation: float | None) -> dict:
-        """Append a row for the steps since the last one; rank 0 rewrites the plot file."""
         seconds = sum(self._seconds)
         # Each process measures its own rate; the run's rate is their sum.
         local = len(self._losses) * self.tokens_per_step / seconds if seconds else 0.0
@@ -115,11 +103,10 @@ class RunLog:
         return row
 
     def bits_per_byte(self, loss: float | None) -> float | None:
-        """A validation loss (nats per token) in bits per byte of the scored validation text."""
         return bits_per_byte(loss, self.facts.get("validation_bytes_per_token"))
 
     def write_csv(self) -> None:
-        """The rows as CSV and as JSON (a list of objects, every key in each: DVC needs that)."""
+        # JSON: a list of objects with every key in each, as DVC needs.
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
@@ -130,9 +117,7 @@ class RunLog:
         atomic_write_text(TRAIN_LOG_JSON, json.dumps(records, indent=1) + "\n")
 
     def metrics(self, status: str, progress: dict, extra: dict) -> dict:
-        """metrics/train.json: flat; what is unknown (no save yet, no step this session) is left out.
-
-        progress: where the run stands (optimizer steps, tokens, total train seconds, resume)."""
+        """metrics/train.json: flat; what is unknown (no save yet, no step this session) is left out."""
         train_loss = next((r["train_loss"] for r in reversed(self.rows) if r["train_loss"] is not None), None)
         last = next((r for r in reversed(self.rows) if r["validation_loss"] is not None), None)
         # "Final" only when validated at the step the run ended on; after a stop, the last evaluation
@@ -180,7 +165,6 @@ class RunLog:
         }
 
     def finish(self, status: str, progress: dict, extra: dict) -> dict:
-        """Write the log, the PNG and metrics/train.json (rank 0); print the summary of a completed run."""
         metrics = self.metrics(status, progress, extra)
         if self.world.is_main:
             self.write_csv()
@@ -211,8 +195,7 @@ class RunLog:
 
 
 def write_png(rows: list[dict], title: str, path: str | Path = PNG_PATH) -> Path:
-    """Train loss (every row that has one) and validation loss (marked) against the optimizer step
-    (DVC draws the same from the log)."""
+    """Train and validation loss against the optimizer step, for a person offline (DVC draws the same)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed: CI, servers, ssh sessions
@@ -260,7 +243,7 @@ def _cell(value) -> str:
 
 
 def _number(value):
-    """A JSON cell: the number as written to the CSV (6 significant digits), null when there is none."""
+    """The number as written to the CSV (6 significant digits), null when there is none."""
     cell = _cell(value)
     return None if cell == "" else int(cell) if isinstance(value, int) else float(cell)
 

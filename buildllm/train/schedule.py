@@ -20,7 +20,6 @@ class Schedule:
     min_ratio: float
 
     def rate(self, step: int) -> float:
-        """Learning rate for optimizer step `step` (0 for the first step)."""
         if step < self.warmup_steps:
             return self.peak * (step + 1) / self.warmup_steps
         decay_steps = max(1, self.total_steps - self.warmup_steps)

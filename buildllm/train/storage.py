@@ -1,8 +1,6 @@
-"""The disk a run needs, checked before it starts: the checkpoints kept, the one being written (a
-save writes the new file before the oldest is pruned) and the logs.
-
-A run refused here has written nothing; a run that starts has room for every save it plans, unless
-something else fills the disk meanwhile (then the save itself says so: buildllm.disk).
+"""The disk a run needs, checked before it starts, so a run refused here has written nothing; a run
+that starts has room for every save it plans, unless something else fills the disk meanwhile (then
+the save itself says so: buildllm.disk).
 """
 
 from __future__ import annotations
@@ -49,13 +47,6 @@ class Storage:
             f"+ {size(self.log_bytes)} of logs"
         )
 
-    def refusal(self) -> str:
-        return (
-            f"not enough disk space for this run: {self.directory} has {size(self.free)} ({self.free:,} bytes) free "
-            f"but the run needs about {size(self.needed)} ({self.needed:,} bytes): {self.explain()}; free some "
-            "space, lower --keep-checkpoints, or use a --checkpoint-directory on a disk with room"
-        )
-
 
 def planned_saves(planned_steps: int, start_step: int, interval: int) -> int:
     """Saves from `start_step` on, as the train loop makes them: every `interval` steps before the
@@ -95,17 +86,19 @@ def expected_checkpoint_bytes(model) -> int:
     return checkpoint_bytes(parameters, tensors - 4 * parameters)
 
 
-def before_training(trainer, resumed: dict | None) -> Storage:
-    """The checks that decide whether a run starts (preflight's, at the start of `train`): room for
-    its checkpoints from here on (a resume counts those already there), or a refusal with the
-    figures; a warning when the machine runs on battery."""
+def before_training(trainer, resumed: dict | None) -> None:
+    """Preflight's checks at the start of `train`: room for the checkpoints from here on (a resume
+    counts those already there), else a refusal; a warning when the machine runs on battery."""
     existing = checkpoint.list_checkpoints(trainer.directory) if resumed is not None else []
     size_each = existing[-1].stat().st_size if existing else expected_checkpoint_bytes(trainer.model)
     needed = storage(
         trainer.config.train, size_each, trainer.planned_steps, resumed["step"] if resumed else 0, len(existing)
     )
     if not needed.fits:
-        raise UserError(needed.refusal())
+        raise UserError(
+            f"not enough disk space for this run: {needed.directory} has {size(needed.free)} ({needed.free:,} bytes) "
+            f"free but the run needs about {size(needed.needed)} ({needed.needed:,} bytes): {needed.explain()}; free "
+            "some space, lower --keep-checkpoints, or use a --checkpoint-directory on a disk with room"
+        )
     if warning := health.power_warning():
         print(f"warning: {warning}", file=sys.stderr)
-    return needed

@@ -1,9 +1,6 @@
 """The Trainer, which owns everything one optimizer step touches (the run around it: train/loop.py).
 
-Trainer.step() is one optimizer step: grad_accum micro-batches drawn from a resumable data cursor,
-each under autocast, gradients scaled for fp16, averaged across processes only on the last
-micro-batch, clipped, then AdamW at the schedule's learning rate. The benchmark times this same
-method. Trainer.state() is everything a bitwise-exact resume needs.
+The benchmark times this same Trainer.step(); Trainer.state() is everything a bitwise-exact resume needs.
 """
 
 from __future__ import annotations
@@ -45,30 +42,21 @@ class DataCursor:
     def __init__(
         self, windows: Windows, batch_size: int, seed: int, world: World, workers: int = 0, pin_memory: bool = False
     ):
-        self.windows, self.batch_size, self.seed, self.world = windows, batch_size, seed, world
-        self.workers, self.pin_memory = workers, pin_memory
-        self.global_batch = batch_size * world.size
-        self.batches_per_epoch = batches_per_epoch(len(windows), self.global_batch)
-        if self.batches_per_epoch < 1:
+        self.seed, self.global_batch = seed, batch_size * world.size
+        if batches_per_epoch(len(windows), self.global_batch) < 1:
             raise UserError(
                 f"{len(windows)} training examples are fewer than one batch of {self.global_batch} "
                 "(batch_size x processes); raise --training-examples or lower --batch-size"
             )
+        # The batches from any position, such as the one a checkpoint restores.
+        self._loader = lambda epoch, batch: loader(
+            windows, batch_size, seed, epoch, batch, world.rank, world.size, workers, pin_memory
+        )
         self.epoch, self.batch, self._batches = 0, 0, None
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._batches is None:  # one loader for the rest of the run: its workers start once
-            self._batches = loader(
-                self.windows,
-                self.batch_size,
-                self.seed,
-                self.epoch,
-                self.batch,
-                self.world.rank,
-                self.world.size,
-                self.workers,
-                self.pin_memory,
-            )
+            self._batches = self._loader(self.epoch, self.batch)
         self.epoch, index, inputs, targets = next(self._batches)
         self.batch = index + 1
         return inputs, targets
@@ -218,8 +206,6 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> float:
         """Mean loss per token over the validation examples (each process takes every size-th batch)."""
-        if self.validation_windows is None:
-            raise ValueError("this trainer was built without validation examples")
         self.model.eval()
         total, count = 0.0, 0
         try:
@@ -272,7 +258,6 @@ class Trainer:
         set_rng_state(state["rng"])
 
     def save_checkpoint(self) -> tuple[float, int]:
-        """Write a checkpoint atomically (rank 0 only); returns (seconds, bytes)."""
         if not self.world.is_main:
             return 0.0, 0
         seconds, size, _ = checkpoint.save(self.directory, self.state(), self.config.train.keep_checkpoints)
