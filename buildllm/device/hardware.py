@@ -1,8 +1,5 @@
-"""`buildllm env`: what this machine offers for training, and why a device is or isn't usable.
-
-The same flat record goes into the benchmark's metrics (the course's "what to record" list), so a
-comparison across machines knows what each number was measured on.
-"""
+"""`buildllm env`: what this machine offers for training, and why a device is or isn't usable. The
+same flat record goes into the benchmark's metrics (the course's "what to record" list)."""
 
 from __future__ import annotations
 
@@ -10,7 +7,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 
 import psutil
 import torch
@@ -19,17 +15,13 @@ from buildllm import __version__
 from buildllm.device import cpu_bf16
 from buildllm.device.available import mps_available, why_no_cuda, xla_available
 from buildllm.device.device import Device, processor_name
-from buildllm.device.machine import fingerprint, machine_id
-
-# A metric string stays short; the trademark marks and the clock speed name no other machine.
-_NAME_NOISE = re.compile(r"\((?:R|TM)\)|\s+CPU\b|\s*@.*$")
+from buildllm.device.machine import fingerprint, machine_id, machine_label
 
 
 def machine_name(device: Device) -> str:
-    """What a speed was measured on: the GPU's name on CUDA, else the processor's model, shortened.
-
-    The estimate refuses a benchmark whose machine differs from the planned run's."""
-    return re.sub(r"\s+", " ", _NAME_NOISE.sub("", device.name)).strip()[:40]
+    """What a speed was measured on (the GPU on CUDA, else the processor), shortened as
+    metrics/machine.json names it. The estimate refuses a benchmark whose machine differs from the plan's."""
+    return machine_label(device.name)
 
 
 def _version(package: str) -> str:

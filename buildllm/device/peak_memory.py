@@ -1,11 +1,7 @@
-"""Measured peak memory of the work between start() and read(), on each kind of device.
-
-CUDA: the allocator's own peak (allocated, and reserved by the caching allocator).
-CPU: the growth of the process's peak resident set (RSS). On Linux the kernel's high-water mark
-(VmHWM) is reset at start(), so only the measured work counts; elsewhere a sampling thread watches RSS.
-MPS: the driver's allocated memory, sampled, since MPS keeps no peak of its own.
-A Device starts one with Device.peak_memory().
-"""
+"""Measured peak memory of the work between start() and read(). CUDA: the allocator's own peak. CPU:
+the growth of the peak resident set (RSS); on Linux the kernel's high-water mark (VmHWM) is reset at
+start(), so only the measured work counts; elsewhere a thread samples RSS. MPS: the driver's
+allocated memory, sampled, since MPS keeps no peak of its own."""
 
 from __future__ import annotations
 
@@ -98,7 +94,6 @@ class PeakMemory:
         return self
 
     def read(self) -> dict:
-        """Peak bytes above the baseline; for CUDA also the caching allocator's reserved peak."""
         if self.device.kind == "cuda":
             self.device.synchronize()
             allocated = torch.cuda.max_memory_allocated(self.device.index)
