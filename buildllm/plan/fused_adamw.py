@@ -16,7 +16,6 @@ from torch.optim.adamw import adamw
 
 
 def fused_adamw_support(device: str) -> tuple[bool, str]:
-    """(available, reason) for torch.optim.AdamW(fused=True) on `device`."""
     try:
         param, grad, exp_avg, exp_avg_sq = ([torch.zeros(2, device=device)] for _ in range(4))
         step = [torch.zeros((), dtype=torch.float32, device=device)]

@@ -1,15 +1,6 @@
-"""A run plan: every decision a run needs, made once, before anything is built.
-
-make_plan resolves the config against this machine and the chosen profile, one decision at a time
-in the order each needs the last (one module of this package each): device, fused AdamW (probed
-once, on the device), batch size, workers and learning rate, the planned optimizer steps, threads,
-precision, torch.compile, the fused loss's chunk size and whether the estimated memory fits the
-memory free now. `precision: auto`, `threads: null` and `compile: auto` decide from this machine's
-tune record (tuned.py) where one matches the machine id, profile, device, shape and batch, and keep
-their defaults otherwise, saying "not measured on this machine". Each automatic choice carries its
-reason in `decisions`. The trainer, the benchmark, the dry run and the startup line read these
-fields and decide nothing again; facts() is the one flat record of them that the startup line, the
-metrics files and the run log share.
+"""A run plan: every decision a run needs, made once, before anything is built, one decision at a
+time in the order each needs the last (one module of this package each). Each automatic choice
+carries its reason in `decisions`; the trainer, the benchmark and the dry run decide nothing again.
 """
 
 from __future__ import annotations
@@ -67,7 +58,7 @@ class RunPlan:
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens in one optimizer step of one process (all micro-batches of gradient accumulation)."""
+        """Of one process (all micro-batches of gradient accumulation)."""
         return self.batch_size * self.config.train.grad_accum * self.model.sequence_length
 
     @property
@@ -149,7 +140,7 @@ def _machine_id(override: str) -> str:
 
 
 def this_machine() -> str:
-    """This machine's id (device/machine.py), computed once per process (and per test override)."""
+    """Computed once per process (and per test override)."""
     return _machine_id(os.environ.get("BUILDLLM_MACHINE_OVERRIDE", ""))
 
 
@@ -195,8 +186,7 @@ def apply_plan(plan: RunPlan) -> None:
 
 
 def facts(plan: RunPlan) -> dict:
-    """The plan as one flat record: what runs, with which flags, and why. The startup line, the
-    metrics files and the run log all start from it."""
+    """The plan as one flat record, which the startup line, the metrics files and the run log start from."""
     m, p = plan.model, plan.precision
     return {
         "iteration": plan.config.iteration,

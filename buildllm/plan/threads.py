@@ -15,7 +15,7 @@ DEFAULT_THREADS = torch.get_num_threads()
 
 
 def decide_threads(requested: int | None, applies: bool, record: dict | None, why_not: str) -> tuple[int, str]:
-    """(threads, reason). applies: whether the device computes on the CPU's threads."""
+    """applies: whether the device computes on the CPU's threads."""
     if requested is not None:
         return requested, f"requested: {requested}"
     if not applies:
@@ -24,8 +24,7 @@ def decide_threads(requested: int | None, applies: bool, record: dict | None, wh
 
 
 def measured_choice(record: dict | None, why_not: str, default: int) -> tuple[int, str]:
-    """(threads, reason) for `threads: null`: a count measured conclusively faster than torch's
-    default (the fastest such), else the default."""
+    """For `threads: null`: the count measured conclusively fastest against torch's default, else the default."""
     if record is None:
         return default, f"{default}: torch's default for this machine; {why_not}"
     figures = record.get("threads")
