@@ -31,7 +31,6 @@ def matmul_parameters(model: nn.Module) -> int:
 
 
 def flops_per_token(config: GPTConfig, matmul_params: int) -> int:
-    """Training FLOPs (forward + backward) per token."""
     attention = 12 * config.n_layer * config.n_embd * config.sequence_length
     return 6 * matmul_params + attention
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_bytes_per_row
-from buildllm.plan.tuned import fastest
+from buildllm.plan.tuned import measured_count
 from buildllm.units import size
 
 # CPU: chunk logits of at most this many bytes (fp32). Measured at iteration 1 (2048 rows,
@@ -110,15 +110,5 @@ def plan_loss(
 
 
 def measured_choice(record: dict | None, why_not: str, default_rows: int) -> tuple[int | None, str]:
-    """(rows, reason): the count measured conclusively fastest against the default, else the default;
-    (None, why) without figures for this default, so the plan's own rule stands."""
-    if record is None:
-        return None, why_not
-    figures = record.get("loss_chunk")
-    if not figures or "skipped" in figures or figures.get("default_rows") != default_rows:
-        why = (figures or {}).get("skipped", "measured against another default")
-        return None, f"measured here: not compared ({why})"
-    best, said = fastest({int(rows): f for rows, f in figures["candidates"].items()}, "rows")
-    if best is not None:
-        return best, f"{best} rows: measured here against the default {default_rows}: {said}"
-    return default_rows, f"{default_rows} rows (the default), kept; measured here against it: {said}"
+    """(None, why) without figures for this default, so the plan's own rule stands."""
+    return measured_count(record, why_not, "loss_chunk", "default_rows", default_rows, "rows")

@@ -78,3 +78,21 @@ def fastest(candidates: dict[int, dict], unit: str) -> tuple[int | None, str]:
 
 def slower(figure: dict) -> bool:
     return figure["high"] < 1.0 and figure.get("coverage", 0.0) >= 0.95
+
+
+def measured_count(
+    record: dict | None, why_not: str, key: str, default_key: str, default: int, unit: str
+) -> tuple[int | None, str]:
+    """(count, reason) for a count tune compares against the rule's default (record[key][default_key]):
+    the one measured conclusively fastest, else the default, kept; (None, why) without figures
+    compared against this default."""
+    if record is None:
+        return None, why_not
+    figures = record.get(key) or {}
+    if "skipped" in figures or figures.get(default_key) != default or not figures.get("candidates"):
+        skipped = figures.get("skipped", "no candidates measured against this default")
+        return None, f"measured here: {unit} not compared ({skipped})"
+    best, said = fastest({int(n): f for n, f in figures["candidates"].items()}, unit)
+    if best is not None:
+        return best, f"{best} {unit}: measured here against the default {default}: {said}"
+    return default, f"{default} {unit} (the default), kept; measured here against it: {said}"
