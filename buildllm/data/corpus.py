@@ -281,7 +281,6 @@ def held_out(document: Document, windows: list[tuple[float, float]]) -> bool:
 # ---- the stage -------------------------------------------------------------------------------
 
 def source_documents(config: Config) -> tuple[Iterator[Document], dict]:
-    """The documents of the configured source, after checking that the source exists at all."""
     source = config.corpus.source
     if source == "wiki_vital":
         path = wiki_vital_file()
@@ -350,7 +349,6 @@ def _check_counts(config: Config, counts: dict) -> None:
 
 
 def read_texts(path: Path) -> Iterator[str]:
-    """The texts of one split file, streamed."""
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             try:

@@ -76,7 +76,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
 
 
 def load_tokenizer(path: str | Path, expected_vocab: int | None = None) -> Tokenizer:
-    """Load a tokenizer file; refuse one whose vocabulary is not the model's."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"tokenizer {path} does not exist; run `dvc repro tokenize` (or `buildllm tokenize`) "

@@ -30,7 +30,6 @@ def max_token(tokens: torch.Tensor, chunk: int = 1 << 24) -> int:
 
 
 def load_tokens(path: str | Path, vocab_size: int | None = None, what: str = "token file") -> torch.Tensor:
-    """Load and check a 1-D integer token tensor; ids must fit the model's vocabulary."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{what} {path} does not exist; run `dvc repro tokenize` (or `buildllm tokenize`) first, "
@@ -94,8 +93,6 @@ class Windows:
 
 
 def split_windows(config: Config, model: GPTConfig, split: str) -> Windows:
-    """The examples of one split ("train" or "validation") of the config's token files, in the
-    model's sequence length, limited to the config's number of examples for that split."""
     train_path, validation_path = token_paths(config, model.vocab_size)
     path, limit, what = {
         "train": (train_path, config.train.training_examples, "training token file"),

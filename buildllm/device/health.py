@@ -28,7 +28,6 @@ def battery() -> dict:
 
 
 def power_warning() -> str:
-    """A one-line warning when the machine runs on battery; "" otherwise."""
     state = battery()
     if state and not state["power_plugged"]:
         return (

@@ -127,7 +127,6 @@ def load_line(m: dict) -> str:
 
 
 def busy_warning(metrics: dict) -> str | None:
-    """One console line when a measurement was taken on a busy machine, else None."""
     if not metrics.get("busy_machine"):
         return None
     return "warning: " + load_line(metrics)
@@ -173,7 +172,6 @@ class LoadSampler:
 
 
 def run_load_line(m: dict) -> str:
-    """Whether, and how much, other processes took a training run's cores."""
     verdict = "busy machine" if m["busy_machine"] else "machine not busy"
     return (
         f"{verdict}: other processes used {m['other_load_mean']:.2f} cores on average during training "

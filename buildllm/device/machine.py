@@ -90,7 +90,6 @@ def _override() -> dict:
 
 
 def fingerprint() -> dict:
-    """The flat record of what decides this machine's speed (see the module docstring)."""
     import torch  # here, not at import: machine_id on a stored record needs no torch
 
     from buildllm.device.available import best_device
@@ -140,7 +139,6 @@ def machine_id(record: dict) -> str:
 
 
 def machine_label(name: str) -> str:
-    """A processor or GPU name short enough for a metrics label (at most 40 characters)."""
     short = re.sub(r"\s+", " ", _NOISE.sub(" ", name)).strip()
     return short if len(short) <= 40 else short[:39] + "…"
 

@@ -104,7 +104,6 @@ def native_precision(device: Device) -> tuple[str, str]:
 
 
 def precision_decision(precision: str, device: Device, origin: str) -> PrecisionDecision:
-    """The decision record for `precision` on this device: its matmul and scaling flags, and the reason."""
     on_cuda = device.kind == "cuda"
     tf32 = on_cuda and cuda_capability(device) >= (8, 0)
     tensor_cores = on_cuda and (tf32 or (precision != "fp32" and cuda_capability(device) >= (7, 0)))

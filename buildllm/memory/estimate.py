@@ -297,7 +297,6 @@ def remade_after_backward(activations: int, retained: int, grad_accum: int, auto
 
 
 def plan_memory(plan) -> MemoryEstimate:
-    """The estimate for a RunPlan (buildllm.plan): its model, batch, precision, device and options."""
     train = plan.config.train
     return estimate_training_memory(
         plan.model,

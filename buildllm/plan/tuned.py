@@ -30,7 +30,6 @@ def read_all() -> dict:
 
 
 def write_record(record: dict) -> Path:
-    """Add (or replace) one record under its machine id, profile and device, keeping the others."""
     machines = read_all()
     machines.setdefault(record["machine_id"], {}).setdefault(record["profile"], {})[record["device"]] = record
     atomic_write_text(PATH, json.dumps({"format": FORMAT, "machines": machines}, indent=2, sort_keys=True) + "\n")
