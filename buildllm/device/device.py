@@ -189,7 +189,7 @@ class Device:
         return self.kind == "cpu"
 
     def peak_memory(self) -> PeakMemory:
-        return PeakMemory(self).start()
+        return PeakMemory(self)
 
     def memory_capacity(self) -> int:
         """Bytes a run may fill: a CUDA device's whole memory, else the host's memory available now."""

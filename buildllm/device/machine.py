@@ -26,7 +26,9 @@ import re
 import subprocess
 
 import psutil
+import torch
 
+from buildllm.device.available import best_device
 from buildllm.device.device import cpuinfo, processor_name
 from buildllm.errors import UserError
 
@@ -90,10 +92,6 @@ def _override() -> dict:
 
 
 def fingerprint() -> dict:
-    import torch  # here, not at import: machine_id on a stored record needs no torch
-
-    from buildllm.device.available import best_device
-
     flags = set(cpuinfo("flags", "Features").split())  # "Features" on ARM
     record = {
         "cpu_model": processor_name(),
