@@ -46,11 +46,8 @@ def vocab_size_for(config: Config) -> int:
 
 
 def output_paths(config: Config, vocab_size: int) -> tuple[Path, Path, Path]:
-    """(tokenizer, train tokens, validation tokens) that this stage writes.
-
-    The train.tokenizer / train.*_tokens knobs name files for training to *read*; the stage never
-    writes to them, so a user's own tokenizer given there cannot be overwritten by a rerun.
-    """
+    """(tokenizer, train tokens, validation tokens) this stage writes: never the train.tokenizer /
+    train.*_tokens files, which name what training *reads*, so a rerun cannot overwrite a user's own."""
     plain = replace(config, train=replace(config.train, tokenizer=None, train_tokens=None, validation_tokens=None))
     return (tokenizer_path(plain, vocab_size), *token_paths(plain, vocab_size))
 

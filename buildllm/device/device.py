@@ -149,7 +149,7 @@ class Device:
     @property
     def cache_sized_work(self) -> bool:
         """Memory-bound passes run fastest in cache-sized pieces: true of the CPU; an accelerator's
-        kernels want large pieces and few launches (the fused loss's chunks, loss_choice.py)."""
+        kernels want large pieces and few launches (the fused loss's chunks, plan/loss_chunk.py)."""
         return self.kind == "cpu"
 
     @property

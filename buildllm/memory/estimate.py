@@ -194,7 +194,7 @@ def estimate_training_memory(
     # The final norm keeps its fp32 input, and the output head its (compute-dtype) input.
     activations = blocks + tokens * model.n_embd * (FP32 + precision_bytes)
     # The output layer and cross-entropy run fused, loss_chunk_rows rows at a time (model/fused_loss.py;
-    # the plan's decision, loss_choice.py): no full logits exist. Its chunk tensors are allocated
+    # the plan's decision, plan/loss_chunk.py): no full logits exist. Its chunk tensors are allocated
     # once per call and reused by every chunk: fp32 logits and (log-)probabilities (the latter
     # turned into the gradient in place); under autocast also the low-precision logits and gradient.
     # The weight gradient it computed ahead of backward (fp32, vocabulary x width) is kept until
