@@ -311,11 +311,10 @@ def build_corpus(config: Config) -> dict:
                 counts[f"{split}_documents"] += 1
                 counts[f"{split}_characters"] += len(document.text)
         _check_counts(config, counts)
-    metrics = {"documents": counts["train_documents"] + counts["validation_documents"],
-               "characters": counts["train_characters"] + counts["validation_characters"],
+    characters = counts["train_characters"] + counts["validation_characters"]
+    metrics = {"documents": counts["train_documents"] + counts["validation_documents"], "characters": characters,
                **counts, **inputs, "validation_percent": percent,
-               "validation_share_percent": round(100 * counts["validation_characters"] / max(1, sum(
-                   counts[f"{split}_characters"] for split in SPLITS)), 2),
+               "validation_share_percent": round(100 * counts["validation_characters"] / max(1, characters), 2),
                **({"validation_stretches": len(windows)} if windows else {}),
                "seconds": round(time.perf_counter() - started, 3)}
     write_metrics(metrics_path("corpus"), metrics)

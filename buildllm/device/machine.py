@@ -64,13 +64,8 @@ def _driver_version() -> str:
     except OSError:
         pass
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.split()
+        command = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=10).stdout.split()
         return out[0] if out else ""
     except (OSError, subprocess.SubprocessError):
         return ""

@@ -53,7 +53,6 @@ class RunPlan:
     decisions: dict = field(default_factory=dict)
     tuned_here: bool = False  # a tune record of this machine, profile, shape and batch decided the auto knobs
     loss: LossDecision = LossDecision(1, 1, "not planned")
-    # Whether the estimated peak fits the memory free now (plan/memory.py): every command reads this verdict.
     memory: MemoryFit = NOT_DECIDED
 
     @property
@@ -217,7 +216,6 @@ def facts(plan: RunPlan) -> dict:
         "compile": plan.config.train.compile,
         "compile_enabled": plan.compile.enabled,
         "compile_reason": plan.compile.reason,
-        # The fused output layer + cross-entropy: rows computed at once, and chunks per micro-batch.
         "loss_chunk_rows": plan.loss.chunk_rows,
         "loss_chunks": plan.loss.chunks,
         "loss_reason": plan.loss.reason,
