@@ -229,7 +229,7 @@ class Device:
         }
 
     def release_cached_memory(self) -> None:
-        """So the next try starts from a clean device."""
+        """Hand the caching allocator's free blocks back, so the next try starts from a clean device."""
         if self.kind == "cuda":
             torch.cuda.empty_cache()
 

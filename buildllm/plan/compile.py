@@ -1,8 +1,8 @@
 """Whether to torch.compile the model: `train.compile` true, false, or auto from this machine's figures.
 
 torch.compile costs seconds to minutes before the first step and then may or may not make each step
-faster; on a small CPU model it often does not. `auto` compiles only where `buildllm tune` measured,
-for this run's profile, shape and batch, each step conclusively faster and the time saved per step,
+faster; on a small CPU model it often does not. `auto` compiles only where `buildllm tune` measured
+each step conclusively faster for this run's profile, shape and batch, and the time saved per step,
 at the low end of the speed-up's interval, pays back the compile time within the steps this run plans.
 """
 
