@@ -8,8 +8,7 @@ versions and what `device: auto` resolves to. Nothing volatile (free memory, loa
 same machine the file is byte-identical, so the stages that depend on it stay cached; on another
 machine it differs, so they measure again.
 
-`machine_id(fingerprint)` names the machine in folders (`benchmarks/<machine-id>/`) and in the tune
-stage's records: `<cpu-slug>[-<gpu-slug>]-<hash8>`, the hash over every fingerprint field.
+`machine_id(fingerprint)` names the machine in folders (`benchmarks/<machine-id>/`) and in tune's records.
 
 BUILDLLM_MACHINE_OVERRIDE: a JSON object merged into the fingerprint (for tests, and to try what a
 pipeline does on another machine): `BUILDLLM_MACHINE_OVERRIDE='{"cpu_model": "Other CPU"}'`.
