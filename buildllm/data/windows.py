@@ -30,7 +30,6 @@ def max_token(tokens: torch.Tensor, chunk: int = 1 << 24) -> int:
 
 
 def load_tokens(path: str | Path, vocab_size: int | None = None, what: str = "token file") -> torch.Tensor:
-    """Load and check a 1-D integer token tensor; ids must fit the model's vocabulary."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{what} {path} does not exist; run `dvc repro tokenize` (or `buildllm tokenize`) first, "
@@ -94,8 +93,6 @@ class Windows:
 
 
 def split_windows(config: Config, model: GPTConfig, split: str) -> Windows:
-    """The examples of one split ("train" or "validation") of the config's token files, in the
-    model's sequence length, limited to the config's number of examples for that split."""
     train_path, validation_path = token_paths(config, model.vocab_size)
     path, limit, what = {
         "train": (train_path, config.train.training_examples, "training token file"),
@@ -105,7 +102,6 @@ def split_windows(config: Config, model: GPTConfig, split: str) -> Windows:
 
 
 def load_windows(config: Config, model: GPTConfig) -> tuple[Windows, Windows]:
-    """Training and validation examples: what train, benchmark, the batch finder and the sweep read."""
     return split_windows(config, model, "train"), split_windows(config, model, "validation")
 
 
@@ -124,7 +120,6 @@ def windows_or_random(config: Config, model: GPTConfig, batch_size: int) -> tupl
 
 
 def epoch_order(n_examples: int, seed: int, epoch: int) -> torch.Tensor:
-    """A permutation of example indices, the same for a (seed, epoch) everywhere."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n_examples, generator=generator)
 
@@ -141,8 +136,7 @@ def planned_steps(batches_per_epoch: int, epochs: int, grad_accum: int) -> int:
 
 def optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int) -> int:
     """The Trainer's count of a run's optimizer steps (batch_size: all processes' together); a plan
-    that makes none is refused with what to change. Partial batches are dropped, so every step
-    sees the same number of tokens."""
+    that makes none is refused with what to change."""
     steps = planned_steps(batches_per_epoch(examples, batch_size), epochs, grad_accum)
     if steps < 1:
         raise UserError(f"{examples} examples in batches of {batch_size} x {grad_accum} accumulation steps over "
@@ -152,16 +146,12 @@ def optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int
 
 
 class RunBatches(torch.utils.data.Dataset):
-    """Every epoch's batches from (epoch, start_batch) on, one epoch after another, as one dataset:
-    item i is the i-th batch after that point, as (epoch, batch_index, inputs, targets).
-
-    Each item is a whole batch, so DataLoader workers build batches in parallel while the order
-    stays the one epoch_order fixes, whatever the number of workers. With several processes each
-    global batch of batch_size * world_size examples is split so that rank r takes its own slice:
-    the processes together see what one process would with the larger batch.
-    One DataLoader over it serves the whole run, so its workers start once, before the first step:
-    a loader per epoch would start them again at every epoch boundary, inside a measured interval
-    when epochs are short (a few batches at a large batch size on a GPU)."""
+    """Every epoch's batches from (epoch, start_batch) on as one dataset: item i is the i-th batch after
+    that point, as (epoch, batch_index, inputs, targets). Each item is a whole batch, so DataLoader
+    workers build batches in parallel in the order epoch_order fixes; with several processes rank r
+    takes its own slice of each global batch of batch_size * world_size. One DataLoader serves the
+    whole run, so its workers start once: a loader per epoch would start them again inside a measured
+    interval when epochs are short (a few batches at a large batch size on a GPU)."""
 
     EPOCHS = 1_000_000  # "without end": the trainer stops taking batches long before
 
@@ -189,14 +179,10 @@ class RunBatches(torch.utils.data.Dataset):
 
 def loader(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0, rank: int = 0,
            world_size: int = 1, workers: int = 0, pin_memory: bool = False):
-    """(epoch, batch_index, inputs, targets) from (epoch, start_batch) on, across epochs (RunBatches),
-    built by `workers` background processes when workers > 0.
-
-    Same batches, same order, same resumable start; with pin_memory (for a CUDA device) the
-    workers' batches arrive in page-locked memory, ready for a non-blocking copy (Device.put).
-    workers=0 builds each batch in the training process: slicing windows out of one tensor is cheap,
-    and workers cost a start-up (once per loader) and a copy between processes for every batch.
-    """
+    """RunBatches' items, built by `workers` background processes when workers > 0 (with pin_memory in
+    page-locked memory, ready for Device.put's non-blocking copy). workers=0 builds each batch in the
+    training process: slicing windows out of one tensor is cheap, and workers cost a start-up and a
+    copy between processes for every batch."""
     batches = RunBatches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
     if workers <= 0:
         yield from batches  # a dataset iterates through its items until IndexError

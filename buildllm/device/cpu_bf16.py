@@ -27,21 +27,11 @@ NO_BF16_PATH = (
 )
 
 
-def refuse_without_bf16_path() -> str:
-    """Why an explicit bf16 on this CPU is refused, or "" where it may run."""
-    if native_bf16():
-        return ""
-    return (
-        f"precision bf16 requested, but {NO_BF16_PATH}; use --precision fp32 (or auto) here, "
-        "and bf16 on a CPU with AVX-512 or AMX, or on a GPU"
-    )
-
-
-def precision_advice(plan, native: bool | None = None) -> str:
+def precision_advice(plan) -> str:
     """One sentence for the dry run and the benchmark; empty off the CPU."""
     if plan.device.kind != "cpu":
         return ""
-    if not (native_bf16() if native is None else native):
+    if not native_bf16():
         return f"{NO_BF16_PATH}: fp32, and bf16 is refused"
     where = "this CPU computes bf16 in oneDNN (AVX-512, AMX or ARM bf16)"
     if plan.precision.precision == "bf16":

@@ -1,10 +1,6 @@
 """The device a run computes on, as one object: everything that depends on the kind of device is
-asked of it, so no code outside buildllm/device/ compares kind names.
-
-Which device, and why, is decided in buildllm/plan/device.py; this is what the decision implies: how
-to wait for it, how to time it, how batches reach it, what its memory and peak FLOP/s are, which profile
-defaults and which process-wide knobs apply, and how it joins a multi-process run.
-"""
+asked of it, so no code outside buildllm/device/ compares kind names. Which device, and why, is
+decided in buildllm/plan/device.py."""
 
 from __future__ import annotations
 
@@ -109,7 +105,6 @@ class Device:
         """The hardware: the GPU's name on CUDA, else the processor's (an Apple GPU is part of it)."""
         return torch.cuda.get_device_name(self.index) if self.kind == "cuda" else processor_name()
 
-    # --- time ---------------------------------------------------------------------------------
     def synchronize(self) -> None:
         """Wait for this device's queued work, so a timer measures the work and not its dispatch."""
         if self.kind == "cuda":
@@ -123,7 +118,6 @@ class Device:
             xm.wait_device_ops()
 
     def timed(self) -> float:
-        """A timestamp taken after the device has finished its queued work."""
         self.synchronize()
         return time.perf_counter()
 
@@ -141,7 +135,6 @@ class Device:
             importlib.import_module("torch_xla.core.xla_model").mark_step()
         return True
 
-    # --- what the kind implies for a run ------------------------------------------------------
     @property
     def runtime_defaults(self) -> str:
         """Which of a profile's runtime defaults apply: "cpu", or "gpu" for every accelerator
@@ -156,7 +149,7 @@ class Device:
     @property
     def cache_sized_work(self) -> bool:
         """Memory-bound passes run fastest in cache-sized pieces: true of the CPU; an accelerator's
-        kernels want large pieces and few launches (the fused loss's chunks, loss_choice.py)."""
+        kernels want large pieces and few launches (the fused loss's chunks, plan/loss_chunk.py)."""
         return self.kind == "cpu"
 
     @property
@@ -169,7 +162,6 @@ class Device:
         return self.kind == "cuda"
 
     def put(self, *tensors: torch.Tensor, pin: bool = False) -> tuple[torch.Tensor, ...]:
-        """Move tensors here; with `pin`, through pinned memory and a non-blocking copy where that helps."""
         if pin and self.pin_memory:
             return tuple(t.pin_memory().to(self.device, non_blocking=True) for t in tensors)
         return tuple(t.to(self.device) for t in tensors)
@@ -196,10 +188,8 @@ class Device:
         runtime included, and running out of it ends the process instead of raising an error."""
         return self.kind == "cpu"
 
-    # --- memory --------------------------------------------------------------------------------
     def peak_memory(self) -> PeakMemory:
-        """A started probe: the peak memory of the work from now until its read()."""
-        return PeakMemory(self).start()
+        return PeakMemory(self)
 
     def memory_capacity(self) -> int:
         """Bytes a run may fill: a CUDA device's whole memory, else the host's memory available now."""
@@ -208,7 +198,6 @@ class Device:
         return psutil.virtual_memory().available
 
     def memory_free(self) -> int:
-        """Bytes free now: the GPU's free memory on CUDA, else the host's available memory (see free_memory)."""
         free = self.free_memory()[0]
         return psutil.virtual_memory().available if free is None else free
 
@@ -228,8 +217,6 @@ class Device:
         return host_free_memory()
 
     def oom_figures(self) -> dict:
-        """What memory held when it ran out: CUDA's allocator figures; on the CPU the process's
-        resident memory and what was still free; elsewhere nothing."""
         if self.host_memory:
             return {"oom_resident_bytes": psutil.Process().memory_info().rss, "oom_free_bytes": host_free_memory()[0]}
         if self.kind != "cuda":
@@ -246,7 +233,6 @@ class Device:
         if self.kind == "cuda":
             torch.cuda.empty_cache()
 
-    # --- several processes -----------------------------------------------------------------------
     def for_rank(self, local_rank: int, rank: int, size: int, local_size: str = "?") -> Device:
         """This process's own device in a torchrun world: GPU `local_rank` on CUDA, the CPU as it is."""
         if self.kind == "cuda":

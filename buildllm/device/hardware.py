@@ -1,8 +1,5 @@
-"""`buildllm env`: what this machine offers for training, and why a device is or isn't usable.
-
-The same flat record goes into the benchmark's metrics (the course's "what to record" list), so a
-comparison across machines knows what each number was measured on.
-"""
+"""`buildllm env`: what this machine offers for training, and why a device is or isn't usable. The
+same flat record goes into the benchmark's metrics (the course's "what to record" list)."""
 
 from __future__ import annotations
 
@@ -10,7 +7,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 
 import psutil
 import torch
@@ -19,17 +15,13 @@ from buildllm import __version__
 from buildllm.device import cpu_bf16
 from buildllm.device.available import mps_available, why_no_cuda, xla_available
 from buildllm.device.device import Device, processor_name
-from buildllm.device.machine import fingerprint, machine_id
-
-# A metric string stays short; the trademark marks and the clock speed name no other machine.
-_NAME_NOISE = re.compile(r"\((?:R|TM)\)|\s+CPU\b|\s*@.*$")
+from buildllm.device.machine import fingerprint, machine_id, machine_label
 
 
 def machine_name(device: Device) -> str:
-    """What a speed was measured on: the GPU's name on CUDA, else the processor's model, shortened.
-
-    The estimate refuses a benchmark whose machine differs from the planned run's."""
-    return re.sub(r"\s+", " ", _NAME_NOISE.sub("", device.name)).strip()[:40]
+    """What a speed was measured on (the GPU on CUDA, else the processor), shortened as
+    metrics/machine.json names it. The estimate refuses a benchmark whose machine differs from the plan's."""
+    return machine_label(device.name)
 
 
 def _version(package: str) -> str:
@@ -44,7 +36,8 @@ def environment(device: Device) -> dict:
     memory = psutil.virtual_memory()
     cuda = torch.cuda.is_available()
     native = cpu_bf16.native_bf16()
-    info = {
+    gpu = torch.cuda.get_device_properties(device.index if device.kind == "cuda" else 0) if cuda else None
+    return {
         "buildllm_version": __version__,
         "python_version": platform.python_version(),
         "platform": platform.platform(),
@@ -62,11 +55,11 @@ def environment(device: Device) -> dict:
         "torch_threads": torch.get_num_threads(),
         "memory_total_bytes": memory.total,
         "memory_available_bytes": memory.available,
-        "gpu_name": "",
-        "gpu_memory_bytes": 0,
-        "gpu_compute_capability": "",
-        # bf16 trains on a CPU with a bf16 matmul path only (device/cpu_bf16.py); on CUDA the GPU answers below.
-        "bf16_supported": native,
+        "gpu_name": gpu.name if gpu else "",
+        "gpu_memory_bytes": gpu.total_memory if gpu else 0,
+        "gpu_compute_capability": f"{gpu.major}.{gpu.minor}" if gpu else "",
+        # On a CPU only where it has a bf16 matmul path (device/cpu_bf16.py).
+        "bf16_supported": (gpu.major, gpu.minor) >= (8, 0) if gpu else native,
         "dvc_version": _version("dvc"),
         "tokenizers_version": _version("tokenizers"),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -76,15 +69,6 @@ def environment(device: Device) -> dict:
         "machine": machine_name(device),
         "machine_id": machine_id(fingerprint()),
     }
-    if cuda:
-        props = torch.cuda.get_device_properties(device.index if device.kind == "cuda" else 0)
-        info.update(
-            gpu_name=props.name,
-            gpu_memory_bytes=props.total_memory,
-            gpu_compute_capability=f"{props.major}.{props.minor}",
-            bf16_supported=(props.major, props.minor) >= (8, 0),
-        )
-    return info
 
 
 def print_environment(device: Device, as_json: bool = False) -> None:

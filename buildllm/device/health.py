@@ -1,10 +1,6 @@
-"""Power and cooling: what the operating system and the device report, for the course's "stable
-power and cooling" check.
-
-Each probe answers what it can and says when it cannot: a desktop has no battery, a VM has no
-temperature sensors, a CPU-only PyTorch has no GPU clocks. Throttling is judged from the benchmark's
-own timed intervals, which every machine has: a throughput that falls interval after interval.
-"""
+"""Power and cooling, for the course's "stable power and cooling" check. Each probe answers what it
+can (a desktop has no battery, a VM no temperature sensors); throttling is judged from the
+benchmark's own timed intervals, which every machine has: a throughput that falls interval after interval."""
 
 from __future__ import annotations
 
@@ -19,7 +15,6 @@ THROTTLE_DROP = 0.05
 
 
 def battery() -> dict:
-    """{"battery_percent", "power_plugged"} where the OS reports a battery; {} otherwise."""
     try:
         state = psutil.sensors_battery()
     except (AttributeError, NotImplementedError, OSError):
@@ -33,7 +28,6 @@ def battery() -> dict:
 
 
 def power_warning() -> str:
-    """A one-line warning when the machine runs on battery; "" otherwise."""
     state = battery()
     if state and not state["power_plugged"]:
         return (

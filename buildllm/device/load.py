@@ -1,25 +1,22 @@
-"""Is another job sharing the cores a measurement runs on? Measured at its start, over its whole
-measured window, and at its end; through a training run, at every log row.
+"""Is another job sharing the cores a measurement runs on?
 
 Two benchmarks sharing the cores can each be steady and both slow: their intervals agree, so the
-interval CV (stats.py) does not see it. So every measurement also records the load from other
-processes just before it starts, over the measured window itself, and just after it ends
-(LoadWatch), and a training run samples it at each log row (LoadSampler): two reads of the
-kernel's counters, no waiting, so a run that misses its estimate can say whether it was crowded.
+interval CV (stats.py) does not see it. So every measurement records others' load just before it
+starts, over its measured window and just after it ends (LoadWatch), and a training run samples it
+at each log row (LoadSampler): two reads of the kernel's counters, no waiting, so a run that misses
+its estimate can say whether it was crowded.
 
-How: the CPU time spent on this process's CPUs (its affinity set) over a short window, from the
-kernel's per-CPU counters, minus the time this process and its children spent, divided by the
-window: the cores' worth of CPU that everything else used. Hypervisor steal counts as others' (a
-neighbouring virtual machine took it). Not psutil's per-process cpu_percent: inside a container it
-sees only the container's own processes, not a job in the next container on the same cores. Not
-/proc/loadavg: a one-minute damped average of runnable threads, our own included, that lags by a
-minute at the start and counts our own threads at the end, with no way to tell them apart.
+How: the CPU time spent on this process's CPUs (its affinity set), from the kernel's per-CPU
+counters, minus the time this process and its children spent, divided by the window: the cores'
+worth of CPU everything else used (hypervisor steal included: a neighbouring virtual machine took
+it). Not psutil's per-process cpu_percent: inside a container it sees only the container's own
+processes. Not /proc/loadavg: a one-minute damped average that lags at the start and counts our own
+threads at the end, with no way to tell them apart.
 
-When busy: the measurement uses `used` cores (its torch threads on the CPU; one core that feeds an
-accelerator) of the `available` ones. Others' load first fills the cores we leave idle; what is
-left over takes cores from the measurement. Above BUSY_SHARE of the cores it uses, at the start or
-the end, the figures were taken on a busy machine: on 2 cores with 2 threads, another job using
-more than half a core.
+Busy: the measurement uses `used` cores (its torch threads on the CPU; one core that feeds an
+accelerator) of the `available` ones, and others' load first fills the cores it leaves idle. Above
+BUSY_SHARE of the cores it uses the figures were taken on a busy machine: on 2 cores with 2
+threads, another job using more than half a core.
 """
 
 from __future__ import annotations
@@ -130,7 +127,6 @@ def load_line(m: dict) -> str:
 
 
 def busy_warning(metrics: dict) -> str | None:
-    """One console line when a measurement was taken on a busy machine, else None."""
     if not metrics.get("busy_machine"):
         return None
     return "warning: " + load_line(metrics)
@@ -176,7 +172,6 @@ class LoadSampler:
 
 
 def run_load_line(m: dict) -> str:
-    """Whether, and how much, other processes took a training run's cores."""
     verdict = "busy machine" if m["busy_machine"] else "machine not busy"
     return (
         f"{verdict}: other processes used {m['other_load_mean']:.2f} cores on average during training "

@@ -8,8 +8,7 @@ versions and what `device: auto` resolves to. Nothing volatile (free memory, loa
 same machine the file is byte-identical, so the stages that depend on it stay cached; on another
 machine it differs, so they measure again.
 
-`machine_id(fingerprint)` names the machine in folders (`benchmarks/<machine-id>/`) and in the tune
-stage's records: `<cpu-slug>[-<gpu-slug>]-<hash8>`, the hash over every fingerprint field.
+`machine_id(fingerprint)` names the machine in folders (`benchmarks/<machine-id>/`) and in tune's records.
 
 BUILDLLM_MACHINE_OVERRIDE: a JSON object merged into the fingerprint (for tests, and to try what a
 pipeline does on another machine): `BUILDLLM_MACHINE_OVERRIDE='{"cpu_model": "Other CPU"}'`.
@@ -26,7 +25,9 @@ import re
 import subprocess
 
 import psutil
+import torch
 
+from buildllm.device.available import best_device
 from buildllm.device.device import cpuinfo, processor_name
 from buildllm.errors import UserError
 
@@ -62,13 +63,8 @@ def _driver_version() -> str:
     except OSError:
         pass
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.split()
+        command = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=10).stdout.split()
         return out[0] if out else ""
     except (OSError, subprocess.SubprocessError):
         return ""
@@ -90,11 +86,6 @@ def _override() -> dict:
 
 
 def fingerprint() -> dict:
-    """The flat record of what decides this machine's speed (see the module docstring)."""
-    import torch  # here, not at import: machine_id on a stored record needs no torch
-
-    from buildllm.device.available import best_device
-
     flags = set(cpuinfo("flags", "Features").split())  # "Features" on ARM
     record = {
         "cpu_model": processor_name(),
@@ -140,7 +131,6 @@ def machine_id(record: dict) -> str:
 
 
 def machine_label(name: str) -> str:
-    """A processor or GPU name short enough for a metrics label (at most 40 characters)."""
     short = re.sub(r"\s+", " ", _NOISE.sub(" ", name)).strip()
     return short if len(short) <= 40 else short[:39] + "…"
 

@@ -1,9 +1,6 @@
-"""Surviving out-of-memory: recognise it, say how much memory there was, and what to do next.
-
-The course's advice: reduce --batch-size, record the change, and rerun into a fresh checkpoint
-directory (a resumed run must keep its batch size). The batch-size finder answers "how much?".
-The same path serves every device: CUDA's and MPS's out-of-memory errors and the CPU allocator's
-failure. On the CPU a failure raises only where malloc fails (a `ulimit -v`, a container limit);
+"""Surviving out-of-memory: recognise it, say how much memory there was, and what to do next (the
+course's advice: reduce --batch-size into a fresh checkpoint directory, as a resumed run must keep its
+batch size). On the CPU a failure raises only where malloc fails (a `ulimit -v`, a container limit);
 with overcommit the kernel's OOM killer ends the process instead, which is why plans that cannot
 fit are refused before they allocate (plan/memory.py).
 """
@@ -19,8 +16,7 @@ class OutOfMemory(TrainingFailed):
     pass
 
 
-# What an allocation failure says: CUDA's and MPS's "out of memory"; the CPU allocator's "can't allocate
-# memory" (malloc failed: a `ulimit -v`, a container limit, or no overcommit) with errno 12's text.
+# CUDA's and MPS's "out of memory"; the CPU allocator's "can't allocate memory", and errno 12's text.
 OOM_MESSAGES = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
@@ -33,7 +29,6 @@ def out_of_memory(exc: BaseException) -> bool:
 
 
 def describe_memory(figures: dict) -> str:
-    """One phrase from Device.oom_figures()."""
     if not figures:
         return "no memory figures on this device"
     gib = {k: v / 2**30 for k, v in figures.items()}

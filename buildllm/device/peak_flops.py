@@ -1,12 +1,10 @@
 """Peak FLOP/s of the device a run uses, in the run's precision: the denominator of MFU.
 
-Known NVIDIA GPUs: dense (no sparsity) tensor-core figures from NVIDIA's datasheets, by name and
-dtype. Everything else (CPUs, Apple GPUs, GPUs not in the table): measured by the run itself, with
-a short large matmul in the run's dtype and thread count (the benchmark on the CPU: between its
-measured steps, see MatmulProbe). Nothing is cached outside the project:
-the metrics file records the peak it used and where it came from, so its MFU can be recomputed
-from that file alone, and no other run's history (or a file DVC cannot see) moves it.
-`device` below is a buildllm.device.Device.
+Known NVIDIA GPUs: dense (no sparsity) tensor-core figures from NVIDIA's datasheets. Everything else
+(CPUs, Apple GPUs, GPUs not in the table): measured by the run itself, with large matmuls in the
+run's dtype and thread count. Nothing is cached outside the project: the metrics file records the
+peak it used and where it came from, so its MFU can be recomputed from that file alone, and no
+other run's history (or a file DVC cannot see) moves it.
 """
 
 from __future__ import annotations
@@ -75,7 +73,6 @@ class MatmulProbe:
         self.samples: list[list[float]] = []
 
     def sample(self, repeats: int = 1) -> list[float]:
-        """FLOP/s of each of `repeats` timed matmuls."""
         taken = []
         for _ in range(repeats):
             start = time.perf_counter()
@@ -108,7 +105,7 @@ def sample_peak(device, precision: str) -> list[float]:
 
 
 def table_or_none(device, precision: str, tf32: bool) -> Peak | None:
-    """The datasheet figure when the device has one; None means: measure it in the run."""
+    """None: measure it in the run."""
     return table_peak(device.name, precision, tf32) if device.kind == "cuda" else None
 
 

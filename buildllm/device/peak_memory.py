@@ -1,11 +1,7 @@
-"""Measured peak memory of the work between start() and read(), on each kind of device.
-
-CUDA: the allocator's own peak (allocated, and reserved by the caching allocator).
-CPU: the growth of the process's peak resident set (RSS). On Linux the kernel's high-water mark
-(VmHWM) is reset at start(), so only the measured work counts; elsewhere a sampling thread watches RSS.
-MPS: the driver's allocated memory, sampled, since MPS keeps no peak of its own.
-A Device starts one with Device.peak_memory().
-"""
+"""Measured peak memory of the work between a probe's start and read(). CUDA: the allocator's own peak. CPU:
+the growth of the peak resident set (RSS); on Linux the kernel's high-water mark (VmHWM) is reset at the
+start, so only the measured work counts; elsewhere a thread samples RSS. MPS: the driver's
+allocated memory, sampled, since MPS keeps no peak of its own."""
 
 from __future__ import annotations
 
@@ -41,7 +37,7 @@ def _reset_hwm() -> bool:
 
 def _return_freed_memory() -> None:
     """glibc keeps freed heap memory for reuse (up to 32 MiB after large blocks were freed) and hands
-    it out again without the resident set growing: work before start() (the peak-FLOP/s matmuls,
+    it out again without the resident set growing: work before the start (the peak-FLOP/s matmuls,
     building the model) would hide part of the measured work's growth. Measured: the iteration-1
     benchmark read 113 MiB after those matmuls, a fresh process 150-170 MiB for the same steps.
     Trimming first makes the baseline live memory only. Not glibc (macOS, musl): nothing to do."""
@@ -52,29 +48,20 @@ def _return_freed_memory() -> None:
 
 
 class PeakMemory:
-    def __init__(self, device, interval: float = 0.005):
+    """Measures from its creation (Device.peak_memory()) until read()."""
+
+    def __init__(self, device):
         self.device = device  # a buildllm.device.Device
-        self.interval = interval
-        self.baseline = 0
-        self._sampled_peak = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._kernel_hwm = False
-        self.method = ""
-
-    def _sample(self, current) -> None:
-        while not self._stop.wait(self.interval):
-            self._sampled_peak = max(self._sampled_peak, current())
-
-    def start(self) -> PeakMemory:
-        kind = self.device.kind
-        if kind == "cuda":
-            self.device.synchronize()
-            torch.cuda.reset_peak_memory_stats(self.device.index)
-            self.baseline = torch.cuda.memory_allocated(self.device.index)
+        if device.kind == "cuda":
+            device.synchronize()
+            torch.cuda.reset_peak_memory_stats(device.index)
+            self.baseline = torch.cuda.memory_allocated(device.index)
             self.method = "cuda: torch.cuda.max_memory_allocated growth (reserved reported beside it)"
-            return self
-        if kind == "mps":
+            return
+        if device.kind == "mps":
             current = torch.mps.driver_allocated_memory
             self.method = "mps: torch.mps.driver_allocated_memory growth, sampled"
         else:
@@ -95,10 +82,12 @@ class PeakMemory:
         if not self._kernel_hwm:
             self._thread = threading.Thread(target=self._sample, args=(current,), daemon=True)
             self._thread.start()
-        return self
+
+    def _sample(self, current) -> None:
+        while not self._stop.wait(0.005):
+            self._sampled_peak = max(self._sampled_peak, current())
 
     def read(self) -> dict:
-        """Peak bytes above the baseline; for CUDA also the caching allocator's reserved peak."""
         if self.device.kind == "cuda":
             self.device.synchronize()
             allocated = torch.cuda.max_memory_allocated(self.device.index)

@@ -82,8 +82,11 @@ def refuse_unsupported(precision: str, device: Device) -> None:
             "precision fp16 requested on the CPU, which has no fast fp16 training path (fp16 needs a GPU with "
             "gradient scaling); use --precision bf16 (autocast) or fp32 on the CPU"
         )
-    if device.kind == "cpu" and precision == "bf16" and (why := cpu_bf16.refuse_without_bf16_path()):
-        raise DeviceUnavailable(why)
+    if device.kind == "cpu" and precision == "bf16" and not cpu_bf16.native_bf16():
+        raise DeviceUnavailable(
+            f"precision bf16 requested, but {cpu_bf16.NO_BF16_PATH}; use --precision fp32 (or auto) here, "
+            "and bf16 on a CPU with AVX-512 or AMX, or on a GPU"
+        )
 
 
 def native_precision(device: Device) -> tuple[str, str]:
@@ -101,7 +104,6 @@ def native_precision(device: Device) -> tuple[str, str]:
 
 
 def precision_decision(precision: str, device: Device, origin: str) -> PrecisionDecision:
-    """The decision record for `precision` on this device: its matmul and scaling flags, and the reason."""
     on_cuda = device.kind == "cuda"
     tf32 = on_cuda and cuda_capability(device) >= (8, 0)
     tensor_cores = on_cuda and (tf32 or (precision != "fp32" and cuda_capability(device) >= (7, 0)))
@@ -123,7 +125,7 @@ def precision_decision(precision: str, device: Device, origin: str) -> Precision
 def apply_matmul_settings(decision: PrecisionDecision) -> None:
     """On CUDA, let fp32 matmuls use TF32 tensor cores ("high" precision); elsewhere leave torch's defaults."""
     if decision.tf32_enabled:
-        torch.set_float32_matmul_precision("high")  # cuBLAS matmuls may use TF32
+        torch.set_float32_matmul_precision("high")
         torch.backends.cudnn.allow_tf32 = True
 
 

@@ -1,9 +1,5 @@
-"""Whether the host waits when it reads a value: on an accelerator work is queued, and reading a
-result (float(), .item(), a bool of a tensor) stalls the host until the queue reaches it.
-
-Code that works on bare tensors (the fused loss) asks this instead of comparing kind names; it
-is its own file so that the model's code needs nothing else from this package.
-"""
+"""Whether the host waits when it reads a value (float(), .item(), a bool of a tensor): on an
+accelerator work is queued. Its own file, so that the fused loss needs nothing else from this package."""
 
 from __future__ import annotations
 

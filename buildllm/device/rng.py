@@ -9,7 +9,7 @@ import torch
 
 
 def seed_all(seed: int) -> None:
-    """Python's generator and torch's, which seeds the CPU's and every GPU's."""
+    # torch.manual_seed seeds the CPU's generator and every GPU's.
     random.seed(seed)
     torch.manual_seed(seed)
 

@@ -10,19 +10,19 @@ A training step's memory peaks at one of two moments, and the estimate takes the
 Small models peak at 1 (logits and activations scale with batch x sequence); a large model at a
 small batch can peak at 2. With gradient accumulation, gradients also exist at moment 1.
 
-On the CPU the benchmark measures the growth of the process's resident memory, which is more than
-the tensors alive at the peak: glibc keeps freed blocks for reuse instead of returning them to the
-system, and the first steps touch runtime memory (thread pools, kernel code, oneDNN caches).
-Both are modelled explicitly, from measurements (`buildllm verify memory`). On CUDA the estimate
-predicts the caching allocator's *allocated* peak (live tensors), which the benchmark reads; the
-*reserved* peak (what the allocator holds from the driver, nvidia-smi's figure) is recorded beside
-it and is larger by the allocator's cached free blocks, which no shape formula predicts.
-The estimate states a range (low, high) for what the model cannot pin down; see SPREAD.
+On the CPU the measured growth of resident memory is more than the tensors alive at the peak: glibc
+keeps freed blocks for reuse, and the first steps touch runtime memory (thread pools, kernel code,
+oneDNN caches); both are modelled from measurements (`buildllm verify memory`). On CUDA the estimate
+predicts the *allocated* peak: the *reserved* one is larger by the allocator's cached free blocks,
+which no shape formula predicts. The stated range (low, high) covers what the model cannot pin down.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+import torch
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_bytes_per_row
@@ -108,15 +108,13 @@ class MemoryEstimate:
     def peak_moment(self) -> str:
         return "optimizer step" if self.activations == 0 else "start of backward"
 
-    def as_metrics(self, prefix: str = "memory_estimate_") -> dict:
+    def as_metrics(self) -> dict:
         """The parts and their total (the parts sum to it), then the stated range."""
-        return {
-            **{f"{prefix}{name}_bytes": value for name, value in {**self.parts, "total": self.total}.items()},
-            **self.range_metrics(prefix),
-        }
+        named = {**self.parts, "total": self.total, "low": self.low, "high": self.high}
+        return {f"memory_estimate_{name}_bytes": value for name, value in named.items()}
 
-    def range_metrics(self, prefix: str = "memory_estimate_") -> dict:
-        return {f"{prefix}low_bytes": self.low, f"{prefix}high_bytes": self.high}
+    def range_metrics(self) -> dict:
+        return {"memory_estimate_low_bytes": self.low, "memory_estimate_high_bytes": self.high}
 
 
 def saved_floats_per_token_per_layer(model: GPTConfig, autocast: bool = False) -> tuple[int, int]:
@@ -163,10 +161,6 @@ def cuda_workspace_bytes(device: Device) -> int:
     """CUDA: the step's cuBLAS workspaces (CUBLAS_WORKSPACE_CONFIG, else PyTorch's default for this GPU)."""
     if not device.uses_cublas:
         return 0
-    import os
-
-    import torch
-
     config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     if not config:
         # As PyTorch decides: Hopper's size only where the GPU says it is one (no GPU to ask: the other).
@@ -200,7 +194,7 @@ def estimate_training_memory(
     # The final norm keeps its fp32 input, and the output head its (compute-dtype) input.
     activations = blocks + tokens * model.n_embd * (FP32 + precision_bytes)
     # The output layer and cross-entropy run fused, loss_chunk_rows rows at a time (model/fused_loss.py;
-    # the plan's decision, loss_choice.py): no full logits exist. Its chunk tensors are allocated
+    # the plan's decision, plan/loss_chunk.py): no full logits exist. Its chunk tensors are allocated
     # once per call and reused by every chunk: fp32 logits and (log-)probabilities (the latter
     # turned into the gradient in place); under autocast also the low-precision logits and gradient.
     # The weight gradient it computed ahead of backward (fp32, vocabulary x width) is kept until
@@ -267,34 +261,31 @@ def remade_after_backward(activations: int, retained: int, grad_accum: int, auto
     every tensor returned on free) accumulating grew by exactly those gradients (gpt_first_cpu fp32
     b8: 86.2 MiB without, 91.3 accum 2, 91.5 accum 4; gradients 5.1 MiB): no more is alive. Unpinned
     it grew by 14.2 MiB beyond them (94.5 MiB without), and accum 4 held what accum 2 did (114.8 and
-    113.8 MiB): the
-    second micro-batch allocates part of its activations anew, and the third and later reuse the
-    second's blocks. That part, (unpinned accum 2 - plain - gradients) / one micro-batch's
-    activations, was 0.43 (gpt_first_cpu fp32 b8), 0.38 (student modern fp32 b8) and 0.30 (tiny
-    fp32 b64 with checkpointing): CPU_ACCUMULATION_REMADE = 0.4; under bf16 autocast 0.18
+    113.8 MiB): the second micro-batch allocates part of its activations anew, and the third and
+    later reuse the second's blocks. That part, (unpinned accum 2 - plain - gradients) / one
+    micro-batch's activations, was 0.43 (gpt_first_cpu fp32 b8), 0.38 (student modern fp32 b8) and
+    0.30 (tiny fp32 b64 with checkpointing): CPU_ACCUMULATION_REMADE = 0.4; under bf16 autocast 0.18
     (gpt_first_cpu bf16 b8; 104.3 MiB without, 112.8 accum 2): CPU_ACCUMULATION_REMADE_AUTOCAST.
     Why bf16's mostly half-size activations leave a smaller share was not measured further. (The
-    earlier term, a whole micro-batch's activations, read 1.15-1.19 of the
-    measured peak on held-out accumulation shapes.)
+    earlier term, a whole micro-batch's activations, read 1.15-1.19 of the measured peak on held-out
+    accumulation shapes.)
 
     Gradient checkpointing rebuilds each block in backward beside the gradient temporaries of the
     block after it and the parameter gradients made so far, which land between the rebuilt blocks'
     freed memory, so glibc keeps much of it apart (`retained`). What recompute keeps *alive* the
-    estimate already counts, and the pinned runs confirm it: the saved block inputs, one rebuilt
-    block and the fused loss's tensors (pinned growth 49-113 MiB against the live part plus runtime of
-    57-119 MiB on the six fitted fp32 shapes). The unpinned growth beyond the pinned one, less
-    CPU_ALLOCATOR_OVERHEAD, was 8 to 11.4 fp32 widths (n_embd floats) per token and layer on the fitted
-    shapes (gpt_first_cpu b8/b24/b48, student classic and modern b16, tiny b64; 2026-12-02, 2-core AMD
-    EPYC, 2 fresh processes each): CPU_CHECKPOINT_RETAINED_WIDTHS = 10 of them. Under bf16 autocast
-    the same accounting gave 11.1, 18.3 and 14.2 bytes per token, layer and n_embd (gpt_first_cpu
-    b24, student classic b16, tiny b64; pinned 88.4, 108.2, 70.6 MiB, unpinned 113.0, 145.6, 83.2):
-    about 7 bf16 widths (CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST), not the 10 widths at the layer's
-    fp32/bf16 mix (22.5 bytes) counted before, which read 1.10-1.22 of the peak on held-out bf16 shapes.
-    (The first term, one rebuilt block, read 0.65-0.77 of the measured peak on classic shapes.)
-    Pinning the threshold at 1 MiB would keep the saving (81
-    MiB against 146-161 at gpt_first_cpu b24), but the step then ran at 0.68x the speed with
-    checkpointing and 0.72x without (medians of 4 interleaved pairs each, gpt_first_cpu b24 and b16),
-    so the runtime leaves glibc alone.
+    estimate already counts, and the pinned runs confirm it (growth 49-113 MiB against the live part
+    plus runtime of 57-119 MiB on the six fitted fp32 shapes). The unpinned growth beyond the pinned
+    one, less CPU_ALLOCATOR_OVERHEAD, was 8 to 11.4 fp32 widths (n_embd floats) per token and layer
+    on the fitted shapes (gpt_first_cpu b8/b24/b48, student classic and modern b16, tiny b64;
+    2026-12-02, 2-core AMD EPYC, 2 fresh processes each): CPU_CHECKPOINT_RETAINED_WIDTHS = 10. Under bf16
+    autocast the same accounting gave 11.1, 18.3 and 14.2 bytes per token, layer and n_embd
+    (gpt_first_cpu b24, student classic b16, tiny b64; pinned 88.4, 108.2, 70.6 MiB, unpinned 113.0,
+    145.6, 83.2): about 7 bf16 widths (CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST), not the 10 widths at
+    the layer's fp32/bf16 mix (22.5 bytes) counted before, which read 1.10-1.22 of the peak on
+    held-out bf16 shapes. (The first term, one rebuilt block, read 0.65-0.77 of the measured peak on
+    classic shapes.) Pinning the threshold at 1 MiB would keep the saving (81 MiB against 146-161 at
+    gpt_first_cpu b24), but the step then ran at 0.68x the speed with checkpointing and 0.72x without
+    (medians of 4 interleaved pairs each, gpt_first_cpu b24 and b16), so the runtime leaves glibc alone.
 
     Measured 2026-12-03 (accumulation, bf16 checkpointing) on a 2-core AMD EPYC (family 25, model 17,
     Zen 4; AVX-512 with AVX512-BF16, no AMX), torch 2.13 CPU, 2 fresh processes per shape and setting
@@ -306,7 +297,6 @@ def remade_after_backward(activations: int, retained: int, grad_accum: int, auto
 
 
 def plan_memory(plan) -> MemoryEstimate:
-    """The estimate for a RunPlan (buildllm.plan): its model, batch, precision, device and options."""
     train = plan.config.train
     return estimate_training_memory(
         plan.model,

@@ -1,12 +1,9 @@
-"""Model FLOPs per token and MFU (model FLOPs utilisation).
+"""Model FLOPs per token and MFU (model FLOPs utilisation: FLOPs per token x tokens/s / peak FLOP/s).
 
 A training step does a forward pass (2 FLOPs per weight per token for each matmul) and a backward
 pass (twice that), so 6 FLOPs per matmul weight per token, plus attention's two T x T products
 (QK^T and attention x V) that no weight counts: 12 * n_layer * n_embd * T per token (PaLM, appendix B).
-The weights counted are those used in matmuls: the output layer (the token embedding when tied;
-a lookup costs nothing), no position embedding, no norms or biases.
-
-MFU = FLOPs per token x measured tokens/s / peak FLOP/s of the device in the run's precision.
+A lookup costs nothing: the position table and an untied token table are not counted, nor are norms and biases.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ def matmul_parameters(model: nn.Module) -> int:
 
 
 def flops_per_token(config: GPTConfig, matmul_params: int) -> int:
-    """Training FLOPs (forward + backward) per token."""
     attention = 12 * config.n_layer * config.n_embd * config.sequence_length
     return 6 * matmul_params + attention
 

@@ -3,17 +3,12 @@
 The plain computation, F.cross_entropy(F.linear(x, W).float(), targets), materialises the (tokens x
 vocabulary) logits and then several same-sized tensors: log-softmax saved for backward, its
 gradient, the logits' gradient. At iteration 1 each is 2048 x 4096 fp32 = 32 MiB, and the passes
-over them are memory-bound: about a tenth of a CPU step. Here each chunk of rows computes its
-logits, its loss and, when gradients are wanted, its gradients at once (softmax minus one-hot is
-the logits' gradient), while the chunk is still in cache; backward only scales the saved
-gradients. The matmuls are the same three the plain graph runs (logits, dx = g W, dW = g^T x).
-How many rows a chunk holds is the device's matter, decided by the run plan (buildllm/plan/loss_chunk.py):
-cache-sized on a CPU, large on a GPU (one chunk where the whole micro-batch fits its budget).
-
-Same mathematics: mean cross-entropy over all rows, logits in the compute dtype (bf16 under
-autocast, like the plain Linear), softmax in fp32 (like the plain `.float()`), gradients cast back
-to the compute dtype for the two gradient matmuls, as autograd does for the plain graph.
-tests/model/test_fused_loss.py checks loss and gradients against the plain computation.
+over them are memory-bound: about a tenth of a CPU step. Here each chunk of rows (the plan's
+decision, buildllm/plan/loss_chunk.py) computes its logits, its loss and its gradients at once
+(softmax minus one-hot is the logits' gradient) while the chunk is still in cache; backward only
+scales the saved gradients. The matmuls are the same three the plain graph runs, in the same
+dtypes (logits in the compute dtype, softmax in fp32); tests/model/test_fused_loss.py checks loss
+and gradients against the plain computation.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ def chunk_bytes_per_row(vocab_size: int, precision_bytes: int) -> int:
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype the plain Linear would compute in: autocast's where it is on, else the input's."""
+    """As the plain Linear would compute: autocast's where it is on, else the input's."""
     if torch.is_autocast_enabled(x.device.type):
         return torch.get_autocast_dtype(x.device.type)
     return x.dtype
@@ -132,6 +127,5 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.T
 
 
 def plain_linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The unfused computation it replaces (what tests compare against)."""
     logits = torch.nn.functional.linear(x, weight)
     return torch.nn.functional.cross_entropy(logits.float(), targets)

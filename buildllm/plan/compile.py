@@ -1,11 +1,9 @@
 """Whether to torch.compile the model: `train.compile` true, false, or auto from this machine's figures.
 
 torch.compile costs seconds to minutes before the first step and then may or may not make each step
-faster; on a small CPU model it often does not. `auto` compiles only where `buildllm tune` measured,
-on this machine and for this run's profile, shape and batch (metrics/tune.json, read by the plan),
-that each step is conclusively faster (plan/tuned.py's faster) and the time saved per step, taken at
-the low end of the speed-up's interval, pays back the compile time within the steps this run plans. Without
-such a measurement it does not compile, and says how to get one. Every answer carries its reason.
+faster; on a small CPU model it often does not. `auto` compiles only where `buildllm tune` measured
+each step conclusively faster for this run's profile, shape and batch, and the time saved per step,
+at the low end of the speed-up's interval, pays back the compile time within the steps this run plans.
 """
 
 from __future__ import annotations
@@ -25,11 +23,9 @@ class CompileDecision:
 def decide_compile(
     setting: str, planned_steps: int | None, precision: str = "fp32", measured: dict | None = None, missing: str = ""
 ) -> CompileDecision:
-    """The decision for one run (made by the plan). `measured`: tune's compile figures for this
-    machine, profile, shape and batch (compile_seconds, speedup with its paired interval low-high and
-    coverage, plain_step_seconds, precision, pairs), or None with `missing` saying why there are
-    none. planned_steps None (before the data is counted) states the break-even step count instead
-    of a decision against it."""
+    """`measured`: tune's compile figures for this run (compile_figures), or None with `missing` saying
+    why there are none. planned_steps None (before the data is counted) states the break-even step
+    count instead of a decision against it."""
     if setting in ("true", "false"):
         return CompileDecision(setting == "true", f"train.compile: {setting}")
     if measured is None:
@@ -70,7 +66,6 @@ def decide_compile(
 
 
 def compile_figures(record: dict | None, why_not: str) -> tuple[dict | None, str]:
-    """(figures of torch.compile measured here, "") or (None, why there are none)."""
     if record is None:
         return None, why_not
     figures = record.get("compile", {})

@@ -1,8 +1,6 @@
-"""Fused AdamW, or the standard one, and why.
-
-The fused kernel updates all parameters in one launch; not every device or build has it, so the plan
-runs it once on the run's device and records why it fell back, instead of guessing from the device's
-name. The trainer builds its optimizer from this answer (train/trainer.py).
+"""Fused AdamW, or the standard one, and why. The fused kernel updates all parameters in one launch;
+not every device or build has it, so the plan runs it once on the run's device and records why it
+fell back, instead of guessing from the device's name.
 
 The probe calls AdamW's functional form, the same fused path AdamW(fused=True).step() takes, and not
 the optimizer class: building any torch.optim optimizer imports torch._dynamo (about 2 s on a CPU),
@@ -16,7 +14,6 @@ from torch.optim.adamw import adamw
 
 
 def fused_adamw_support(device: str) -> tuple[bool, str]:
-    """(available, reason) for torch.optim.AdamW(fused=True) on `device`."""
     try:
         param, grad, exp_avg, exp_avg_sq = ([torch.zeros(2, device=device)] for _ in range(4))
         step = [torch.zeros((), dtype=torch.float32, device=device)]

@@ -1,20 +1,14 @@
-"""How many rows the fused output layer + cross-entropy (model/fused_loss.py) computes at once.
-
-The fused loss never materialises a micro-batch's full logits: it runs a chunk of rows at a time,
-and each chunk costs a few kernels and a set of (rows x vocabulary) buffers. The best chunk is a
-property of the device, so the plan decides it (RunPlan.loss) and the model and the memory
-estimate read it:
+"""How many rows the fused output layer + cross-entropy (model/fused_loss.py) computes at once: each
+chunk costs a few kernels and a set of (rows x vocabulary) buffers, and the best chunk is a property
+of the device, so the plan decides it (RunPlan.loss) and the model and the memory estimate read it.
 
 - CPU: chunks whose fp32 logits fit a cache-sized CPU_CHUNK_BYTES, so the memory-bound passes over
-  them (softmax, its gradient) run while the chunk is in cache (measured, see below).
+  them (softmax, its gradient) run while the chunk is in cache.
 - Accelerators: kernel launches cost, caches are small next to the logits, and a matmul wants many
-  rows. The whole micro-batch runs as one chunk where its loss buffers fit a budget of
-  DEVICE_MEMORY_SHARE of the device's memory; otherwise the largest chunks that fit the budget, in
-  whole ROW_MULTIPLE rows, never fewer than MIN_ROWS rows (on a small GPU the floor may pass the
-  budget: the memory estimate counts what is chosen). The chunk size does not shrink as the batch
-  grows, so the estimated memory grows with the batch (the fits table bisects on it).
-  One chunk is the unchunked loss: the plain graph's three matmuls, with fewer logits-sized fp32
-  tensors alive than the plain graph keeps (the memory estimate models this path only).
+  rows. The whole micro-batch runs as one chunk (the plain graph's three matmuls, with fewer
+  logits-sized tensors alive) where its loss buffers fit DEVICE_MEMORY_SHARE of the device's memory;
+  otherwise the largest chunks that fit, in whole ROW_MULTIPLE rows, never fewer than MIN_ROWS (on a
+  small GPU the floor may pass the budget: the memory estimate counts what is chosen).
 
 A chunk size `buildllm tune` measured faster on this machine is preferred (plan_loss).
 """
@@ -26,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_bytes_per_row
-from buildllm.plan.tuned import fastest
+from buildllm.plan.tuned import measured_count
 from buildllm.units import size
 
 # CPU: chunk logits of at most this many bytes (fp32). Measured at iteration 1 (2048 rows,
@@ -55,13 +49,11 @@ class LossDecision:
     reason: str
 
     @property
-    def chunks(self) -> int:
-        """Chunks per micro-batch (per forward pass)."""
+    def chunks(self) -> int:  # per micro-batch
         return math.ceil(self.rows / self.chunk_rows)
 
 
 def chunked(chunk: int, rows: int, why: str, buffers: str = "") -> LossDecision:
-    """A decision of `chunk`-row chunks for micro-batches of `rows` rows, with its reason."""
     per_batch = math.ceil(rows / chunk)
     return LossDecision(chunk, rows, f"{chunk} rows per chunk ({per_batch} per micro-batch of {rows}{buffers}): {why}")
 
@@ -74,9 +66,8 @@ def decide_loss(
     capacity: int | None = None,
     measured_rows: int | None = None,
 ) -> LossDecision:
-    """The chunk size for micro-batches of `rows` rows, logits in `precision_bytes` (4 fp32, 2 under
-    bf16/fp16 autocast). capacity: the device's memory (asked of the device when None; the fits
-    table passes the sizes it tabulates). measured_rows: a measured best chunk size, preferred."""
+    """capacity: the device's memory (asked of the device when None; the fits table passes the sizes
+    it tabulates). measured_rows: a measured best chunk size, preferred."""
     if measured_rows is not None:
         return chunked(max(1, min(rows, measured_rows)), rows, f"measured best on this machine ({measured_rows} rows)")
     if device.cache_sized_work:
@@ -111,7 +102,6 @@ def decide_loss(
 def plan_loss(
     vocab_size: int, rows: int, precision_bytes: int, device: Device, record: dict | None, why_not: str
 ) -> LossDecision:
-    """The run's decision: the rule's chunk, or the count measured faster on this machine (tune)."""
     loss = decide_loss(vocab_size, rows, precision_bytes, device)
     measured_rows, measured_why = measured_choice(record, why_not, loss.chunk_rows)
     if measured_rows is not None and measured_rows != loss.chunk_rows:
@@ -120,16 +110,5 @@ def plan_loss(
 
 
 def measured_choice(record: dict | None, why_not: str, default_rows: int) -> tuple[int | None, str]:
-    """(rows, reason) for the fused loss's rows per chunk: the fastest count measured conclusively
-    faster than the default, else the default; (None, why) without figures for this default, so
-    the plan's own rule (the default) stands."""
-    if record is None:
-        return None, why_not
-    figures = record.get("loss_chunk")
-    if not figures or "skipped" in figures or figures.get("default_rows") != default_rows:
-        why = (figures or {}).get("skipped", "measured against another default")
-        return None, f"measured here: not compared ({why})"
-    best, said = fastest({int(rows): f for rows, f in figures["candidates"].items()}, "rows")
-    if best is not None:
-        return best, f"{best} rows: measured here against the default {default_rows}: {said}"
-    return default_rows, f"{default_rows} rows (the default), kept; measured here against it: {said}"
+    """(None, why) without figures for this default, so the plan's own rule stands."""
+    return measured_count(record, why_not, "loss_chunk", "default_rows", default_rows, "rows")

@@ -1,15 +1,10 @@
 """Will the plan fit? The memory estimate against the memory free now, decided before anything is allocated.
 
-The rule is `buildllm fits`' rule: a plan fits when its estimated peak stays under the free memory
-less the batch finder's safety margin (benchmark.safety_margin), so the largest batch it names is
-exactly the largest the check lets through. The estimate's stated range is reported beside it: a
-plan whose range reaches past the free memory fits "tightly" (it may run out) and runs with a warning.
-
-A plan that does not fit is refused by the dry run, the benchmark and train before they allocate,
-unless train.force_memory (--force-memory) asks to try anyway. On the CPU running out of host memory
-often ends the process without a word (the kernel's OOM killer), so saying so beforehand matters most
-there. Free memory: CUDA's free memory, MPS's recommended working set, the host's available memory
-capped by a container's or `ulimit`'s limit (Device.free_memory). XLA reports none: not checked.
+A plan fits when its estimated peak stays under the free memory (Device.free_memory) less the batch
+finder's safety margin, so the largest batch `buildllm fits` names is exactly the largest this check
+lets through; a plan whose stated range reaches past the free memory is "tight" and runs with a
+warning. One that does not fit is refused before it allocates (unless --force-memory): on the CPU
+running out of host memory often ends the process without a word (the kernel's OOM killer).
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ LARGEST = 1 << 16  # the largest batch size the bisection tries
 
 
 class WontFit(UserError):
-    """A plan whose estimated peak exceeds the memory free for it, refused before allocating."""
+    pass
 
 
 @dataclass(frozen=True)
@@ -61,7 +56,6 @@ NOT_DECIDED = MemoryFit(UNKNOWN, 0, 0, 0, 0, "not decided")
 
 
 def decide_memory(plan) -> MemoryFit:
-    """The verdict for a RunPlan (plan/run_plan.py), from plan_memory(plan) and the device's free memory now."""
     estimate = plan_memory(plan)
     free, source = plan.device.free_memory()
     if free is None:
@@ -95,21 +89,20 @@ def decide_memory(plan) -> MemoryFit:
     return MemoryFit(verdict, total, free, usable, largest, reason)
 
 
-def suggestion(fit: MemoryFit) -> str:
-    if fit.largest_batch_size:
-        return f"the largest batch that fits is {fit.largest_batch_size}: use --batch-size {fit.largest_batch_size}"
-    return "not even batch size 1 fits: use a smaller profile or --gradient-checkpointing"
-
-
 def refuse_unless_fits(plan) -> None:
-    """Stop a plan that cannot fit, before anything is allocated (--force-memory: warn and go on)."""
     fit = plan.memory
     if fit.fits:
         if fit.verdict == TIGHT:
             print(f"warning: this plan {fit.reason}", file=sys.stderr, flush=True)
         return
     if not plan.config.train.force_memory:
-        raise WontFit(f"this plan {fit.reason}; {suggestion(fit)}, or --force-memory to try anyway")
+        largest = fit.largest_batch_size
+        suggestion = (
+            f"the largest batch that fits is {largest}: use --batch-size {largest}"
+            if largest
+            else "not even batch size 1 fits: use a smaller profile or --gradient-checkpointing"
+        )
+        raise WontFit(f"this plan {fit.reason}; {suggestion}, or --force-memory to try anyway")
     print(f"warning: this plan {fit.reason}; trying anyway (--force-memory)", file=sys.stderr, flush=True)
 
 

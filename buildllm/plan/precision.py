@@ -1,14 +1,10 @@
 """Which precision a run computes in (fp32, bf16 or fp16), and why.
 
-auto on CUDA: bf16 where the GPU has it (Ampere and newer), else fp16 with gradient scaling.
-auto on CPU: fp32, unless `buildllm tune` measured bf16 autocast conclusively faster on this machine
-with the same validation loss (measured_choice, from plan/tuned.py's record). bf16 is also allowed
-when asked for explicitly, on a CPU that has a bf16 matmul path (device/cpu_bf16.py); elsewhere it is
-refused, as bf16 is on a GPU without it.
-auto on MPS: fp32. MPS autocast covers fewer ops and its bf16 needs macOS 14+, and for the small
-models of this course the measured gain is small; ask for fp16 explicitly to try it.
-An explicit precision the device lacks fails with advice instead of silently falling back
-(device/precision.py says what each device trains in).
+auto: the device's native precision (device/precision.py: bf16 or fp16 on CUDA, fp32 on the CPU and
+MPS), unless `buildllm tune` measured otherwise on this machine (measured_choice). On MPS autocast
+covers fewer ops and bf16 needs macOS 14+, and for this course's small models the gain is small; ask
+for fp16 explicitly to try it. An explicit precision the device lacks fails with advice instead of
+silently falling back.
 """
 
 from __future__ import annotations
@@ -24,9 +20,8 @@ def resolve_precision(
     profile_default: str = "auto",
     tune: tuple[dict | None, str] | None = None,
 ) -> PrecisionDecision:
-    """requested: the config's value; profile_default: what the profile says for this device kind;
-    tune: for `auto`, this machine's tune record for the run and why there is none (tuned.lookup),
-    which `measured_choice` turns into a decision; None leaves the measurements out."""
+    """tune: for `auto`, this machine's tune record for the run and why there is none (tuned.lookup);
+    None leaves the measurements out."""
     chosen, origin = requested, "requested explicitly"
     if requested == "auto" and profile_default != "auto":
         chosen, origin = profile_default, f"auto: the profile's {device.kind} default"
@@ -47,7 +42,6 @@ def measured_choice(record: dict | None, why_not: str, default: str) -> tuple[st
     if record is None:
         return default, why_not
     figures = record.get("precision", {})
-    # Where the default is fp32, bf16 is the candidate; where it is a low precision, that one.
     candidate = "bf16" if default == "fp32" else default
     figure = figures.get(candidate)
     if figure is None:

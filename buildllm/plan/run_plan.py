@@ -1,15 +1,6 @@
-"""A run plan: every decision a run needs, made once, before anything is built.
-
-make_plan resolves the config against this machine and the chosen profile, one decision at a time
-in the order each needs the last (one module of this package each): device, fused AdamW (probed
-once, on the device), batch size, workers and learning rate, the planned optimizer steps, threads,
-precision, torch.compile, the fused loss's chunk size and whether the estimated memory fits the
-memory free now. `precision: auto`, `threads: null` and `compile: auto` decide from this machine's
-tune record (tuned.py) where one matches the machine id, profile, device, shape and batch, and keep
-their defaults otherwise, saying "not measured on this machine". Each automatic choice carries its
-reason in `decisions`. The trainer, the benchmark, the dry run and the startup line read these
-fields and decide nothing again; facts() is the one flat record of them that the startup line, the
-metrics files and the run log share.
+"""A run plan: every decision a run needs, made once, before anything is built, one decision at a
+time in the order each needs the last (one module of this package each). Each automatic choice
+carries its reason in `decisions`; the trainer, the benchmark and the dry run decide nothing again.
 """
 
 from __future__ import annotations
@@ -62,12 +53,11 @@ class RunPlan:
     decisions: dict = field(default_factory=dict)
     tuned_here: bool = False  # a tune record of this machine, profile, shape and batch decided the auto knobs
     loss: LossDecision = LossDecision(1, 1, "not planned")
-    # Whether the estimated peak fits the memory free now (plan/memory.py): every command reads this verdict.
     memory: MemoryFit = NOT_DECIDED
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens in one optimizer step of one process (all micro-batches of gradient accumulation)."""
+        """Of one process (all micro-batches of gradient accumulation)."""
         return self.batch_size * self.config.train.grad_accum * self.model.sequence_length
 
     @property
@@ -149,7 +139,7 @@ def _machine_id(override: str) -> str:
 
 
 def this_machine() -> str:
-    """This machine's id (device/machine.py), computed once per process (and per test override)."""
+    """Computed once per process (and per test override)."""
     return _machine_id(os.environ.get("BUILDLLM_MACHINE_OVERRIDE", ""))
 
 
@@ -195,8 +185,7 @@ def apply_plan(plan: RunPlan) -> None:
 
 
 def facts(plan: RunPlan) -> dict:
-    """The plan as one flat record: what runs, with which flags, and why. The startup line, the
-    metrics files and the run log all start from it."""
+    """The plan as one flat record, which the startup line, the metrics files and the run log start from."""
     m, p = plan.model, plan.precision
     return {
         "iteration": plan.config.iteration,
@@ -207,9 +196,7 @@ def facts(plan: RunPlan) -> dict:
         "device_reason": plan.device.reason,
         "precision": p.precision,
         "precision_reason": p.reason,
-        "tf32_enabled": p.tf32_enabled,
-        "tensor_cores_enabled": p.tensor_cores_enabled,
-        "grad_scaler": p.grad_scaler,
+        **{name: getattr(p, name) for name in ("tf32_enabled", "tensor_cores_enabled", "grad_scaler")},
         "fused_adamw": plan.fused_adamw,
         "fused_adamw_reason": plan.decisions["fused_adamw"],
         "parameters": plan.parameters,
@@ -219,15 +206,11 @@ def facts(plan: RunPlan) -> dict:
         "tokens_per_step": plan.tokens_per_step,
         "processes": plan.processes,
         **({"planned_steps": plan.planned_steps} if plan.planned_steps is not None else {}),
-        "workers": plan.workers,
-        "threads": plan.threads,
-        "tuned_here": plan.tuned_here,
-        "learning_rate": plan.learning_rate,
+        **{name: getattr(plan, name) for name in ("workers", "threads", "tuned_here", "learning_rate")},
         "gradient_checkpointing": plan.config.train.gradient_checkpointing,
         "compile": plan.config.train.compile,
         "compile_enabled": plan.compile.enabled,
         "compile_reason": plan.compile.reason,
-        # The fused output layer + cross-entropy: rows computed at once, and chunks per micro-batch.
         "loss_chunk_rows": plan.loss.chunk_rows,
         "loss_chunks": plan.loss.chunks,
         "loss_reason": plan.loss.reason,

@@ -1,12 +1,7 @@
 """This machine's tune figures (metrics/tune.json, written by `buildllm tune`), and when a measured
-ratio counts as faster.
-
-The file is keyed by machine id, then profile, then device: a record measured on another machine,
-for another profile or another model shape or batch, applies to nothing here. The plan reads a
-matching record through `lookup`; the measured rules live with their decisions (precision.py,
-threads.py, compile.py, loss_chunk.py), and `buildllm tune` prints what those same rules make of its
-fresh figures. Without a matching record every rule keeps its stated default and says so:
-NOT_MEASURED. Torch-free.
+ratio counts as faster. Keyed by machine id, then profile, then device: a record measured on another
+machine, profile, model shape or batch applies to nothing here; without one every measured rule
+(precision.py, threads.py, compile.py, loss_chunk.py) keeps its stated default and says so. Torch-free.
 """
 
 from __future__ import annotations
@@ -35,8 +30,6 @@ def read_all() -> dict:
 
 
 def write_record(record: dict) -> Path:
-    """Add (or replace) one record under its machine id, profile and device, keeping the others;
-    written atomically."""
     machines = read_all()
     machines.setdefault(record["machine_id"], {}).setdefault(record["profile"], {})[record["device"]] = record
     atomic_write_text(PATH, json.dumps({"format": FORMAT, "machines": machines}, indent=2, sort_keys=True) + "\n")
@@ -44,7 +37,6 @@ def write_record(record: dict) -> Path:
 
 
 def shape_label(model, gradient_checkpointing: bool = False) -> str:
-    """The model shape (a GPTConfig) a record was measured at, as one comparable label."""
     return (
         f"{model.architecture} {model.n_layer}x{model.n_head}x{model.n_embd}, {model.sequence_length} tokens, "
         f"vocab {model.vocab_size}" + (", checkpointing" if gradient_checkpointing else "")
@@ -52,7 +44,7 @@ def shape_label(model, gradient_checkpointing: bool = False) -> str:
 
 
 def lookup(machine_id: str, profile: str, device: str, batch_size: int, shape: str) -> tuple[dict | None, str]:
-    """(record, "") for this machine, profile, device, batch and shape; else (None, why not)."""
+    """(record, "") or (None, why not)."""
     entry = read_all().get(machine_id, {}).get(profile, {}).get(device)
     if entry is None:
         return None, NOT_MEASURED
@@ -85,3 +77,21 @@ def fastest(candidates: dict[int, dict], unit: str) -> tuple[int | None, str]:
 
 def slower(figure: dict) -> bool:
     return figure["high"] < 1.0 and figure.get("coverage", 0.0) >= 0.95
+
+
+def measured_count(
+    record: dict | None, why_not: str, key: str, default_key: str, default: int, unit: str
+) -> tuple[int | None, str]:
+    """(count, reason) for a count tune compares against the rule's default (record[key][default_key]):
+    the one measured conclusively fastest, else the default, kept; (None, why) without figures
+    compared against this default."""
+    if record is None:
+        return None, why_not
+    figures = record.get(key) or {}
+    if "skipped" in figures or figures.get(default_key) != default or not figures.get("candidates"):
+        skipped = figures.get("skipped", "no candidates measured against this default")
+        return None, f"measured here: {unit} not compared ({skipped})"
+    best, said = fastest({int(n): f for n, f in figures["candidates"].items()}, unit)
+    if best is not None:
+        return best, f"{best} {unit}: measured here against the default {default}: {said}"
+    return default, f"{default} {unit} (the default), kept; measured here against it: {said}"

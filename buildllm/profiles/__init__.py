@@ -76,7 +76,6 @@ def load_profile(name: str) -> Profile:
 
 @cache
 def iterations() -> dict[int, str]:
-    """{iteration: profile name} for the course's iterations."""
     found = {int(_data(name)["iteration"]): name for name in _files() if _data(name).get("iteration") is not None}
     return dict(sorted(found.items()))
 
@@ -94,5 +93,4 @@ def presets() -> tuple[str, ...]:
 
 
 def selected(iteration: int, preset: str | None) -> Profile:
-    """The profile a run selects: the preset if one is named, else the iteration's."""
     return load_profile(preset or iterations()[iteration])

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from buildllm.cli import build_parser, config_from_args
 from buildllm.config import load_config
+from buildllm.device import cpu_bf16
 from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.plan import tuned
 from buildllm.plan.compile import decide_compile
@@ -81,10 +82,12 @@ def test_the_flag_takes_a_value_or_stands_alone_for_true():
 def test_bf16_advice_on_the_cpu_points_to_tune_or_says_bf16_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no metrics/tune.json here
     plan = make_plan(load_config(None, {"preset": "student", "device": "cpu"}))
-    advice = precision_advice(plan, native=True)
+    monkeypatch.setattr(cpu_bf16, "native_bf16", lambda: True)
+    advice = precision_advice(plan)
     assert "oneDNN" in advice and "buildllm tune" in advice and "fp32 stays" in advice
     assert "not measured on this machine" in advice  # the plan's reason, quoted
-    without = precision_advice(plan, native=False)
-    assert "no bf16 matmul path" in without and "bf16 is refused" in without
     cuda = SimpleNamespace(device=SimpleNamespace(kind="cuda"))
-    assert precision_advice(cuda, native=True) == ""
+    assert precision_advice(cuda) == ""
+    monkeypatch.setattr(cpu_bf16, "native_bf16", lambda: False)
+    without = precision_advice(plan)
+    assert "no bf16 matmul path" in without and "bf16 is refused" in without

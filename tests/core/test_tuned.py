@@ -122,7 +122,7 @@ def test_threads_and_compile_follow_the_figures_measured_here():
     figures["speedup"] = figures["ratio"]
     tuned.write_record(record(threads=threads, compile=figures))
     p = plan()
-    assert p.threads == other and p.decisions["threads"].startswith(f"{other}: measured here")
+    assert p.threads == other and p.decisions["threads"].startswith(f"{other} threads: measured here")
     assert p.compile.enabled and "measured here: x1.52" in p.decisions["compile"]
     assert plan(**{"train.threads": DEFAULT_THREADS}).threads == DEFAULT_THREADS  # asked for: obeyed
     tuned.write_record(

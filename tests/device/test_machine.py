@@ -7,7 +7,9 @@ import re
 
 import pytest
 
-from buildllm.device.machine import OVERRIDE, fingerprint, machine_id
+from buildllm.device.device import Device
+from buildllm.device.hardware import machine_name
+from buildllm.device.machine import OVERRIDE, fingerprint, machine_id, machine_label, machine_record
 from buildllm.errors import UserError
 from buildllm.measure.machine import MACHINE_FILE, write_machine
 
@@ -35,6 +37,12 @@ def test_fingerprint_names_this_machine_and_its_id_is_stable(monkeypatch):
     identity = machine_id(record)
     assert re.fullmatch(r"[a-z0-9-]+-[0-9a-f]{8}", identity) and identity == machine_id(dict(record))
     assert machine_id({**record, "logical_cores": record["logical_cores"] + 1}) != identity
+
+
+def test_the_benchmark_names_the_machine_as_machine_json_does(monkeypatch):
+    monkeypatch.delenv(OVERRIDE, raising=False)
+    assert machine_name(Device("cpu", "cpu", "cpu", "test")) == machine_record()["cpu_model"]
+    assert machine_label("AMD Ryzen 9 7950X 16-Core Processor") == "AMD Ryzen 9 7950X"
 
 
 def test_override_is_merged_and_changes_the_id(monkeypatch):
