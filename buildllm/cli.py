@@ -113,7 +113,7 @@ def cmd_generate(args) -> None:
 
 
 def cmd_compare(args) -> None:
-    from buildllm.report.command import run_compare
+    from buildllm.report.render import run_compare
 
     run_compare(args.names, args.out, args.allow_different, args.vary, args.paired, args.rounds)
 

@@ -1,9 +1,5 @@
-"""Headless Chromium with networking off: what a self-contained page looks like, as a browser draws it.
-
-A report's HTML inlines its images and styles; drawing it with every host unresolvable and a dead
-proxy shows that it needs nothing else. Used for the run card's PNG (buildllm/report/run_card.py)
-and by lab/check_report_html.py, which probes a page's images and tables.
-"""
+"""Headless Chromium with networking off: a self-contained page drawn as a browser draws it, which
+shows that it needs nothing else. Used for the run card's PNG and by lab/check_report_html.py."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The run card's charts, each a PNG in memory: where the memory went, where a step's time went,
-the estimate against the real time, and the loss against the levels a model without context reaches.
+"""The run card's charts, each a PNG in memory, and the formatting and colours every report shares.
 
-Every axis names its unit. A figure a run did not record is drawn as the words "not recorded" where
-its bar or line would be, never as a zero or a guess; the same words, and the same formatting of a
-figure and of the machine, serve every report's tables (the run card's, the comparison's), and the
-comparison's charts share these colours and helpers.
+A figure a run did not record is drawn and written as "not recorded", never as a zero or a guess.
 """
 
 from __future__ import annotations

@@ -175,11 +175,6 @@ def render(root: Path = BENCHMARKS) -> str:
     return to_markdown(blocks).rstrip("\n") + "\n"
 
 
-def write(root: Path = BENCHMARKS, document: Path = DOCUMENT) -> Path:
-    atomic_write_text(document, render(root))
-    return document
-
-
 def check(root: Path = BENCHMARKS, document: Path = DOCUMENT) -> None:
     if not document.exists() or document.read_text() != render(root):
         raise UserError(
@@ -207,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             check()
             print(f"{DOCUMENT} matches {BENCHMARKS}/")
         else:
-            print(f"wrote {write()}")
+            atomic_write_text(DOCUMENT, render())
+            print(f"wrote {DOCUMENT}")
 
     return guarded(work)
 

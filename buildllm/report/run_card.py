@@ -1,12 +1,8 @@
 """`buildllm report` and the DVC `report` stage: one run on one page, the run card.
 
-The pictures a learner looks at after a run: the machine, the plan and why, where the memory went
-(the estimate's parts beside the measured peak), where a step's time went, the speed and MFU with
-the peak's source, the estimate against the real time, the loss against the unigram and uniform
-levels, and a sample of text. One self-contained HTML page (charts inlined as PNG data, styles
-inline: it opens offline, mailed or archived) and a PNG of that page: drawn by headless Chromium
-with networking off when it is installed, else composed by matplotlib (the page says which).
-A figure the run did not record reads "not recorded", never a guess.
+One self-contained HTML page (charts and styles inline: it opens offline, mailed or archived) and a
+PNG of it, drawn by headless Chromium with networking off when it is installed, else composed by
+matplotlib (the page says which).
 """
 
 from __future__ import annotations
