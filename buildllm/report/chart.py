@@ -58,7 +58,6 @@ def panels(frame: pd.DataFrame) -> list:
 
 
 def _label(ax, x: float, y: float, text: str, recorded: bool) -> None:
-    """A bar's figure above it; grey where the experiment did not record it."""
     ax.text(x, y, text, ha="center", va="bottom", fontsize=9, color="#111" if recorded else "#555")
 
 

@@ -74,11 +74,11 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), constrained_layout=True)
     unit = f"validation loss ({UNITS[key]})" if key == BITS else "loss (nats per token)"
     titles = [
-        ("step", "Loss against optimizer step", "optimizer step", unit),
-        ("elapsed_seconds", "Loss against elapsed training time", "elapsed training time (s)", unit),
-        ("step", "Training throughput per log interval", "optimizer step", "tokens/s"),
+        ("Loss against optimizer step", "optimizer step", unit),
+        ("Loss against elapsed training time", "elapsed training time (s)", unit),
+        ("Training throughput per log interval", "optimizer step", "tokens/s"),
     ]
-    for ax, (_x, title, xlabel, ylabel) in zip(axes, titles):
+    for ax, (title, xlabel, ylabel) in zip(axes, titles):
         ax.set_title(title, fontsize=11)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)

@@ -48,7 +48,6 @@ def save(
     root: Path = BENCHMARKS,
     today: str | None = None,
 ) -> Path:
-    """Copy this workspace's records of one run into benchmarks/<machine-id>/<name>/."""
     machine = read_metrics(metrics / "machine.json")
     benchmark = read_metrics(metrics / "benchmark.json")
     if benchmark.get("machine_id") != machine["machine_id"]:

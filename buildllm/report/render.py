@@ -98,7 +98,6 @@ def _peak(flops, source) -> str:
 
 
 def results_rows(c: Comparison) -> list:
-    """(figure, one formatted value per experiment) for the results table."""
     f = c.frame
     rows = [
         ("device (resolved)", cells(f, number("{}"), "device")),
