@@ -1,6 +1,7 @@
 """The run card's charts, each a PNG in memory, and the formatting and colours every report shares.
 
-A figure a run did not record is drawn and written as "not recorded", never as a zero or a guess.
+Every axis names its unit. A figure a run did not record is drawn and written as "not recorded",
+never as a zero or a guess.
 """
 
 from __future__ import annotations

@@ -318,7 +318,6 @@ def compare(
             "names (`dvc exp run -n a ...`, `dvc exp run -n b ...`)"
         )
     table, differences = controls_table(kept, vary)
-    created = datetime.now().astimezone().isoformat(timespec="seconds")
     comparison = Comparison(
         experiments=kept,
         excluded=excluded,
@@ -328,7 +327,7 @@ def compare(
         allow_different=allow_different,
         frame=pd.DataFrame(),
         notes=notes + caveats(kept),
-        created=created,
+        created=datetime.now().astimezone().isoformat(timespec="seconds"),
     )
     if rounds is not None:
         if not comparison.speedups_shown:

@@ -204,15 +204,9 @@ def paired_table(c: Comparison) -> Table:
     names = [e.name for e in c.experiments]
     rows = []
     for i, (measured, order) in enumerate(zip(c.paired.rounds, c.paired.orders), start=1):
-        ref = measured[names[0]]["tokens_per_second"]
-        rows.append(
-            [
-                i,
-                " → ".join(order),
-                *[f"{measured[n]['tokens_per_second']:,.0f}" for n in names],
-                *[f"{measured[n]['tokens_per_second'] / ref:.3f}" for n in names[1:]],
-            ]
-        )
+        rates = [measured[n]["tokens_per_second"] for n in names]
+        ratios = [f"{r / rates[0]:.3f}" for r in rates[1:]]
+        rows.append([i, " → ".join(order), *[f"{r:,.0f}" for r in rates], *ratios])
     return Table(
         ["round", "order", *[f"{n} tokens/s" for n in names], *[f"{n} ÷ {names[0]}" for n in names[1:]]], rows, "paired"
     )
