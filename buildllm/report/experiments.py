@@ -111,9 +111,7 @@ def exp_show(all_commits: bool = False) -> list:
         ) from None
 
 
-def flatten(tree: Any, prefix: str = "") -> dict:
-    if not isinstance(tree, dict):
-        return {prefix.rstrip("."): tree}
+def flatten(tree: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in tree.items():
         flat.update(flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
