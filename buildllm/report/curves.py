@@ -1,5 +1,6 @@
-"""The compared runs' training curves overlaid, as one PNG the report inlines: loss against step and
-against elapsed training seconds, tokens/s against step (what `dvc plots diff A B` draws).
+"""The compared runs' training curves overlaid: which device reaches a loss first, and by how much.
+Loss against step and against elapsed training seconds, tokens/s against step (what `dvc plots diff
+A B` draws), as one PNG the report inlines.
 
 Validation runs every eval_interval steps, so a run may have crossed the target loss before its
 time to it says. Bits per byte (buildllm/data/text_bytes.py) compare across tokenizers; nats per

@@ -1,8 +1,10 @@
 """`buildllm report` and the DVC `report` stage: one run on one page, the run card.
 
-One self-contained HTML page (charts and styles inline: it opens offline, mailed or archived) and a
-PNG of it, drawn by headless Chromium with networking off when it is installed, else composed by
-matplotlib (the page says which).
+What a learner looks at after a run: the plan and why, where the memory and a step's time went, the
+speed and MFU, the estimate against the real time, the loss against the unigram and uniform levels,
+and a sample of text. One self-contained HTML page (charts and styles inline: it opens offline,
+mailed or archived) and a PNG of it, drawn by headless Chromium with networking off when it is
+installed, else composed by matplotlib (the page says which).
 """
 
 from __future__ import annotations
