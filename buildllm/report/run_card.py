@@ -74,7 +74,6 @@ def measured_time(d: CardData) -> tuple[float | None, str]:
 def loss_lines(d: CardData) -> list:
     loss, vocab = d.get("train", "final_validation_loss"), d.first("vocab_size")
     unigram = d.get("train", "unigram_validation_loss")
-    uniform = math.log(vocab) if vocab else None
     if loss is None and d.get("train", "last_validation_loss") is not None:
         loss = d.get("train", "last_validation_loss")
         step = d.get("train", "last_validation_step")
@@ -91,8 +90,8 @@ def loss_lines(d: CardData) -> list:
             f"{abs(gap):.3f} nats {'below' if gap > 0 else 'above'} the unigram level {unigram:.3f} "
             f"({'the model uses context' if gap > 0 else 'no sign yet that it uses context'})"
         )
-    if uniform is not None:
-        lines.append(f"uniform guess ln {vocab:,} = {uniform:.3f}")
+    if vocab:
+        lines.append(f"uniform guess ln {vocab:,} = {math.log(vocab):.3f}")
     return lines
 
 
