@@ -13,7 +13,7 @@ from pathlib import Path
 
 from buildllm.atomic import atomic_path
 
-WIDTH = 1280  # px: the page as a laptop's browser window shows it
+WIDTH, MAX_HEIGHT = 1280, 16000  # px: a laptop's browser window; a taller page is cut there
 # Networking off: every name resolves to nothing and any proxy use hits a closed port.
 OFFLINE = [
     "--host-resolver-rules=MAP * ~NOTFOUND",
@@ -82,7 +82,7 @@ def screenshot(page: Path, png: Path) -> str | None:
         tmp = Path(tmp)
         try:
             found = probe(browser, page, tmp)
-            height = min(max(int(found.get("page_height_px") or 0), 400), 16000)
+            height = min(max(int(found.get("page_height_px") or 0), 400), MAX_HEIGHT)
             shot = tmp / "shot.png"
             done = run_chromium(
                 browser,

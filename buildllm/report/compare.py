@@ -5,9 +5,10 @@ size, precision, and epoch count. Compare elapsed time and throughput only after
 controls." So device and precision are the variables (plus whatever `--vary` names); any other
 difference in a param or resolved setting (controls.py) makes it "not an equal-budget comparison",
 and speed-ups are withheld unless `--allow-different` is given. A run that failed, or whose metrics
-contradict its own params, is excluded with one line; its numbers are never reported. A speed-up
-whose interval (buildllm/measure/stats.py) includes 1.0, or that rests on a run noisier than
-NOISY_CV, is inconclusive.
+contradict its own params, is excluded with one line; its numbers are never reported. A speed-up's
+interval comes from the runs' measured intervals, or with --paired from re-measuring them
+interleaved here (buildllm/measure/stats.py); one that includes 1.0, or that rests on a run noisier
+than NOISY_CV, is inconclusive.
 """
 
 from __future__ import annotations
