@@ -71,7 +71,7 @@ def run(args) -> None:
 
             command(args, config)
         case "compare":
-            from buildllm.report.command import run_compare
+            from buildllm.report.render import run_compare
 
             run_compare(args.names, args.out, args.allow_different, args.vary, args.paired, args.rounds)
         case "report":

@@ -1,9 +1,5 @@
-"""Headless Chromium with networking off: what a self-contained page looks like, as a browser draws it.
-
-A report's HTML inlines its images and styles; drawing it with every host unresolvable and a dead
-proxy shows that it needs nothing else. Used for the run card's PNG (buildllm/report/run_card.py)
-and by lab/check_report_html.py, which probes a page's images and tables.
-"""
+"""Headless Chromium with networking off: a self-contained page drawn as a browser draws it, which
+shows that it needs nothing else. Used for the run card's PNG and by lab/check_report_html.py."""
 
 from __future__ import annotations
 
@@ -17,6 +13,7 @@ from pathlib import Path
 
 from buildllm.atomic import atomic_path
 
+WIDTH, MAX_HEIGHT = 1280, 16000  # px: a laptop's browser window; a taller page is cut there
 # Networking off: every name resolves to nothing and any proxy use hits a closed port.
 OFFLINE = [
     "--host-resolver-rules=MAP * ~NOTFOUND",
@@ -56,26 +53,26 @@ def chromium() -> str | None:
     return next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "chrome"))), None)
 
 
-def run_chromium(browser: str, args: list, profile: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_chromium(browser: str, args: list, profile: Path) -> subprocess.CompletedProcess:
     cmd = [browser, *OFFLINE, f"--user-data-dir={profile}", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
-def probe(browser: str, page: Path, work: Path, extra: str = "", width: int = 1280) -> dict:
+def probe(browser: str, page: Path, work: Path, extra: str = "") -> dict:
     """What the page holds once Chromium has loaded it offline (see PROBE); {} if it rendered nothing."""
     text = page.read_text(encoding="utf-8")
     probed = work / "probed.html"
     probed.write_text(text.replace("</body>", PROBE % extra + "</body>"), encoding="utf-8")
     done = run_chromium(
         browser,
-        ["--virtual-time-budget=10000", f"--window-size={width},1000", "--dump-dom", probed.as_uri()],
+        ["--virtual-time-budget=10000", f"--window-size={WIDTH},1000", "--dump-dom", probed.as_uri()],
         work / "profile-probe",
     )
     match = re.search(r'<pre id="probe-result">(.*?)</pre>', done.stdout, flags=re.S)
     return json.loads(html.unescape(match.group(1))) if match else {}
 
 
-def screenshot(page: Path, png: Path, width: int = 1280, max_height: int = 16000) -> str | None:
+def screenshot(page: Path, png: Path) -> str | None:
     """The whole page as a PNG drawn by headless Chromium offline, its height measured first.
     Returns None when done, else why not (no Chromium, or it drew nothing)."""
     browser = chromium()
@@ -84,13 +81,13 @@ def screenshot(page: Path, png: Path, width: int = 1280, max_height: int = 16000
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         try:
-            found = probe(browser, page, tmp, width=width)
-            height = min(max(int(found.get("page_height_px") or 0), 400), max_height)
+            found = probe(browser, page, tmp)
+            height = min(max(int(found.get("page_height_px") or 0), 400), MAX_HEIGHT)
             shot = tmp / "shot.png"
             done = run_chromium(
                 browser,
                 [
-                    f"--window-size={width},{height}",
+                    f"--window-size={WIDTH},{height}",
                     f"--screenshot={shot}",
                     "--virtual-time-budget=10000",
                     page.resolve().as_uri(),

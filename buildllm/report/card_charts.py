@@ -1,10 +1,7 @@
-"""The run card's charts, each a PNG in memory: where the memory went, where a step's time went,
-the estimate against the real time, and the loss against the levels a model without context reaches.
+"""The run card's charts, each a PNG in memory, and the formatting and colours every report shares.
 
-Every axis names its unit. A figure a run did not record is drawn as the words "not recorded" where
-its bar or line would be, never as a zero or a guess; the same words, and the same formatting of a
-figure and of the machine, serve every report's tables (the run card's, the comparison's), and the
-comparison's charts share these colours and helpers.
+Every axis names its unit. A figure a run did not record is drawn and written as "not recorded",
+never as a zero or a guess.
 """
 
 from __future__ import annotations
@@ -115,10 +112,13 @@ def say(ax, text: str, color: str = "#555", **style) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color=color, **style)
 
 
-def _frame(ax, title: str) -> None:
+def _chart(title: str, height: float):
+    """One of the card's charts: all 6.4 inches wide, as they sit two to a row on the page."""
+    fig, ax = plt.subplots(figsize=(6.4, height), constrained_layout=True)
     ax.set_title(title, fontsize=10.5, loc="left")
     ax.spines[["top", "right"]].set_visible(False)
     ax.grid(alpha=0.25)
+    return fig, ax
 
 
 def _legend(ax) -> None:
@@ -138,8 +138,7 @@ def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
     ]
     largest = max([v for v in [total, high] + [p for _, p in peaks] if v] or [1.0])
     scale, unit = (2**30, "GiB") if largest >= 4 * 2**30 else (2**20, "MiB")
-    fig, ax = plt.subplots(figsize=(6.4, 4.3), constrained_layout=True)
-    _frame(ax, "Memory: the estimate's parts beside the measured peaks")
+    fig, ax = _chart("Memory: the estimate's parts beside the measured peaks", 4.3)
     top = 0.0
     if total is None:
         ax.text(0, 0, NOT_RECORDED, ha="center", va="bottom", color="#555")
@@ -176,10 +175,8 @@ def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
 
 
 def step_chart(benchmark: dict) -> bytes:
-    """One bar: a step's milliseconds by part, labelled with each part's share."""
     seconds = [_number(benchmark.get(f"step_{key}_seconds")) for key, _ in STEP_PARTS]
-    fig, ax = plt.subplots(figsize=(6.4, 3.0), constrained_layout=True)
-    _frame(ax, "Where a training step's time goes (benchmark)")
+    fig, ax = _chart("Where a training step's time goes (benchmark)", 3.0)
     ax.set_yticks([])
     ax.set_xlabel("time per optimizer step (ms)")
     if any(s is None for s in seconds):
@@ -199,12 +196,10 @@ def step_chart(benchmark: dict) -> bytes:
 
 
 def estimate_chart(estimate: dict, measured: float | None, measured_label: str) -> bytes:
-    """The estimate's range and point on one time axis with the run's measured time."""
     point = _number(estimate.get("estimated_seconds"))
     low, high = _number(estimate.get("estimated_seconds_low")), _number(estimate.get("estimated_seconds_high"))
     scale, unit = seconds_unit(max(v for v in (point, high, measured, 1.0) if v is not None))
-    fig, ax = plt.subplots(figsize=(6.4, 2.9), constrained_layout=True)
-    _frame(ax, "Time: the estimate (before training) against the measured run")
+    fig, ax = _chart("Time: the estimate (before training) against the measured run", 2.9)
     ax.set_yticks([0, 1], ["measured", "estimate"])
     ax.set_xlabel(f"run time ({unit})")
     if point is None:
@@ -226,9 +221,7 @@ def estimate_chart(estimate: dict, measured: float | None, measured_label: str) 
 
 
 def loss_chart(rows: list, unigram: float | None, vocab_size: int | None) -> bytes:
-    """Train and validation loss against the step, with the unigram and uniform levels drawn."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.3), constrained_layout=True)
-    _frame(ax, "Loss: does the model beat one that ignores context?")
+    fig, ax = _chart("Loss: does the model beat one that ignores context?", 4.3)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy loss (nats per token)")
     train = [(r["step"], r["train_loss"]) for r in rows if _number(r.get("train_loss")) is not None]

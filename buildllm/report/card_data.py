@@ -1,12 +1,6 @@
-"""What a run card shows, read from the files a run left: the workspace's, or an experiment's commit's.
-
-The stages' full records (metrics/<stage>.json), their notes (the `_reason` texts), the training log
-(metrics/train_log.json, or the CSV of runs made before it), the machine's fingerprint
-(metrics/machine.json) and the generated sample (metrics/sample_notes.json). An experiment's files are
-read from its commit through git, as `buildllm compare` reads them (buildllm/report/experiments.py);
-a file an experiment carries unchanged from its baseline (its stage did not run) is its baseline's,
-not the experiment's, and is set aside with that reason. A metrics folder from another machine
-works too. Nothing is generated here: the sample comes from buildllm/report/sample.py.
+"""What a run card shows, read from the files a run left: the workspace's, an experiment's commit's
+(through git, as `buildllm compare` reads them), or a metrics folder from another machine. A file an
+experiment carries unchanged from its baseline (its stage did not run) is set aside with that reason.
 """
 
 from __future__ import annotations

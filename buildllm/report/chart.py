@@ -1,10 +1,8 @@
-"""The comparison's bar chart: one panel per figure a reader compares, one bar per experiment.
+"""The comparison's bar chart: one panel per figure, one bar per experiment.
 
-A figure an experiment did not record gets no bar and says so; a withheld speed-up panel says
-why, so the picture never shows a number the report does not stand behind. Error bars show what
-the figure's own record allows: throughput from the slowest to the fastest measured interval,
-the estimate's low-high range, and each speed-up's 95% interval (an inconclusive one is hatched
-and labelled so).
+A figure an experiment did not record gets no bar and says so; a withheld speed-up panel says why.
+Error bars show what the figure's own record allows: throughput's slowest to fastest measured
+interval, the estimate's low-high range, each speed-up's 95% interval (hatched when inconclusive).
 """
 
 from __future__ import annotations
@@ -28,30 +26,18 @@ def panels(frame: pd.DataFrame) -> list:
     """(title, values, label format, (low, high) or None) for each panel, in reading order."""
     top = frame["estimated_seconds"].max(skipna=True)
     unit, name = seconds_unit(0.0 if pd.isna(top) else top)
-    steps = _col(frame, "steps_per_second")
-    slow, fast = (
-        _col(frame, "benchmark:interval_steps_per_second_min"),
-        _col(frame, "benchmark:interval_steps_per_second_max"),
-    )
-    per_step = _col(frame, "tokens_per_second") / steps
+    slow = _col(frame, "benchmark:interval_steps_per_second_min")
+    fast = _col(frame, "benchmark:interval_steps_per_second_max")
+    per_step = _col(frame, "tokens_per_second") / _col(frame, "steps_per_second")
     paired = "paired_tokens_per_second" in frame
-    throughput = (
-        (
-            "Tokens/s, paired re-runs: median, range",
-            frame["paired_tokens_per_second"],
-            "{:,.0f}",
-            (frame["paired_tokens_per_second_min"], frame["paired_tokens_per_second_max"]),
-        )
-        if paired
-        else (
-            "Training throughput (tokens/s), interval range",
-            frame["tokens_per_second"],
-            "{:,.0f}",
-            (slow * per_step, fast * per_step),
-        )
-    )
+    column = "paired_tokens_per_second" if paired else "tokens_per_second"
     return [
-        throughput,
+        (
+            "Tokens/s, paired re-runs: median, range" if paired else "Training throughput (tokens/s), interval range",
+            frame[column],
+            "{:,.0f}",
+            (frame[column + "_min"], frame[column + "_max"]) if paired else (slow * per_step, fast * per_step),
+        ),
         ("Optimizer steps/s", frame["steps_per_second"], "{:.2f}", (slow, fast)),
         ("Peak memory (MiB)", frame["peak_memory_bytes"] / 2**20, "{:,.0f}", None),
         ("Checkpoint save (s)", frame["checkpoint_save_seconds"], "{:.2f}", None),
@@ -72,7 +58,6 @@ def panels(frame: pd.DataFrame) -> list:
 
 
 def _label(ax, x: float, y: float, text: str, recorded: bool) -> None:
-    """A bar's figure above it; grey where the experiment did not record it."""
     ax.text(x, y, text, ha="center", va="bottom", fontsize=9, color="#111" if recorded else "#555")
 
 

@@ -2,20 +2,13 @@
 
 The course: "both runs must use the same model, token files, tokenizer, example limits, batch
 size, precision, and epoch count. Compare elapsed time and throughput only after confirming those
-controls." So the comparison starts by checking every param and every resolved setting across the
-experiments (buildllm/report/controls.py). Device and precision are the variables (plus whatever
-`--vary` names); any other difference makes it "not an equal-budget comparison", and speed-ups are
-withheld unless `--allow-different` is given.
-
-Experiments come from `dvc exp show --json` or from metrics folders brought from another machine
-(buildllm/report/experiments.py). A run that failed, or whose metrics contradict its own params
-(a failed queued run carries its baseline's metrics), is excluded with one line; its numbers are
-never reported.
-
-Each speed-up carries its 95% interval (buildllm/measure/stats.py): from the runs' measured
-intervals, or, with --paired, from re-measuring the benchmarks interleaved on this machine
-(buildllm/measure/workfolder.py remeasure). A speed-up whose interval includes 1.0, or that rests on a
-run noisier than NOISY_CV, is called inconclusive.
+controls." So device and precision are the variables (plus whatever `--vary` names); any other
+difference in a param or resolved setting (controls.py) makes it "not an equal-budget comparison",
+and speed-ups are withheld unless `--allow-different` is given. A run that failed, or whose metrics
+contradict its own params, is excluded with one line; its numbers are never reported. A speed-up's
+interval comes from the runs' measured intervals, or with --paired from re-measuring them
+interleaved here (buildllm/measure/stats.py); one that includes 1.0, or that rests on a run noisier
+than NOISY_CV, is inconclusive.
 """
 
 from __future__ import annotations
@@ -326,7 +319,6 @@ def compare(
             "names (`dvc exp run -n a ...`, `dvc exp run -n b ...`)"
         )
     table, differences = controls_table(kept, vary)
-    created = datetime.now().astimezone().isoformat(timespec="seconds")
     comparison = Comparison(
         experiments=kept,
         excluded=excluded,
@@ -336,7 +328,7 @@ def compare(
         allow_different=allow_different,
         frame=pd.DataFrame(),
         notes=notes + caveats(kept),
-        created=created,
+        created=datetime.now().astimezone().isoformat(timespec="seconds"),
     )
     if rounds is not None:
         if not comparison.speedups_shown:

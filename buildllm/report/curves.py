@@ -1,15 +1,10 @@
-"""The compared runs' training curves, overlaid: which device reaches a loss first, and by how much.
+"""The compared runs' training curves overlaid: which device reaches a loss first, and by how much.
+Loss against step and against elapsed training seconds, tokens/s against step (what `dvc plots diff
+A B` draws), as one PNG the report inlines.
 
-Each experiment's training log (metrics/train_log.json, read from its commit as the run card reads
-it) gives loss against the optimizer step and against elapsed training seconds (validation and
-checkpoint saves included, continued across a resume), and tokens/s against the step: the same
-three overlays `dvc plots diff A B` draws from dvc.yaml's `plots:`, here as one PNG that the
-self-contained report inlines.
-
-The time to a stated loss is defined in TARGET_NOTE, which the report prints beside it; validation
-runs every eval_interval steps, so a run may have crossed the target before its time says. The loss
-is in bits per byte of the validation text where every log has it (buildllm/data/text_bytes.py:
-comparable across tokenizers), else in nats per token, which only runs with one tokenizer share.
+Validation runs every eval_interval steps, so a run may have crossed the target loss before its
+time to it says. Bits per byte (buildllm/data/text_bytes.py) compare across tokenizers; nats per
+token only between runs that share one.
 """
 
 from __future__ import annotations
@@ -80,11 +75,11 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), constrained_layout=True)
     unit = f"validation loss ({UNITS[key]})" if key == BITS else "loss (nats per token)"
     titles = [
-        ("step", "Loss against optimizer step", "optimizer step", unit),
-        ("elapsed_seconds", "Loss against elapsed training time", "elapsed training time (s)", unit),
-        ("step", "Training throughput per log interval", "optimizer step", "tokens/s"),
+        ("Loss against optimizer step", "optimizer step", unit),
+        ("Loss against elapsed training time", "elapsed training time (s)", unit),
+        ("Training throughput per log interval", "optimizer step", "tokens/s"),
     ]
-    for ax, (_x, title, xlabel, ylabel) in zip(axes, titles):
+    for ax, (title, xlabel, ylabel) in zip(axes, titles):
         ax.set_title(title, fontsize=11)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)

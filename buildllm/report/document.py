@@ -1,16 +1,13 @@
-"""A report as a list of blocks, built once and written as Markdown or as self-contained HTML.
-
-The report's sections (buildllm/report/render.py) are made of these few blocks; each writer
-below knows how to put one block in its format, so a section is never written twice. Text in
-paragraphs and lists may carry two inline marks, `code` and **bold**, which Markdown keeps as
-they are and HTML turns into <code> and <b>; table cells are plain text.
+"""A report as a list of blocks, built once and written as Markdown or as self-contained HTML, so
+a section is never written twice. Paragraphs and lists may carry `code` and **bold**, which HTML
+turns into <code> and <b>; table cells are plain text.
 
 Why hand-written, not a library: a Markdown renderer (markdown-it-py, Python-Markdown) would turn
 the Markdown into HTML, but the page needs what Markdown cannot say: ids the HTML check and the
 tests find (#verdict, #controls, #results), a class per table row (a DIFFERENT control in red),
 numbers right-aligned, the verdict's tone, side-by-side columns and charts inlined as data: URIs;
 post-processing its output would be longer than this. A template engine (Jinja2) would move the
-same branches into a template beside these dataclasses. Every text is escaped here (html.escape).
+same branches into a template beside these blocks. Every text is escaped here (html.escape).
 """
 
 from __future__ import annotations
@@ -18,35 +15,30 @@ from __future__ import annotations
 import base64
 import html
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass
-class Heading:
+class Heading(NamedTuple):
     level: int
     text: str
 
 
-@dataclass
-class Paragraph:
+class Paragraph(NamedTuple):
     text: str
     muted: bool = False
 
 
-@dataclass
-class Verdict:
+class Verdict(NamedTuple):
     text: str
     tone: str  # ok | caution | warn
 
 
-@dataclass
-class Bullets:
+class Bullets(NamedTuple):
     items: list
     ident: str = ""
 
 
-@dataclass
-class Table:
+class Table(NamedTuple):
     header: list
     rows: list  # lists of cells
     ident: str
@@ -54,28 +46,24 @@ class Table:
     text_columns: tuple = ()  # columns of sentences: never right-aligned as numbers (HTML only)
 
 
-@dataclass
-class Image:
+class Image(NamedTuple):
     alt: str
     filename: str  # Markdown links to the file beside it
     png: bytes  # HTML inlines it
     ident: str = "chart"
 
 
-@dataclass
-class Details:
+class Details(NamedTuple):
     summary: str
     text: str
 
 
-@dataclass
-class Code:
+class Code(NamedTuple):
     text: str
     language: str = ""
 
 
-@dataclass
-class Columns:
+class Columns(NamedTuple):
     """Blocks side by side on a wide page (one column each list), one after another in Markdown."""
 
     columns: list  # lists of blocks

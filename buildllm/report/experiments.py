@@ -1,12 +1,6 @@
-"""DVC's record of experiments, read into one Experiment per run.
-
-The source is `dvc exp show --json`: typed params per commit, each experiment's run state (a failed
-queued run still lists metrics: its baseline's), and the content hashes of the data each stage
-read; the stages' full metrics records come from each commit through git (_record). Nothing is
-parsed from a printed table.
-
-Or a metrics folder brought from another machine: the same record, read from the files a run
-left (see read_folder).
+"""DVC's record of experiments (`dvc exp show --json`: typed params, run states, data hashes; the
+full metrics records from each commit through git), or a metrics folder from another machine, read
+into one Experiment per run. Nothing is parsed from a printed table.
 """
 
 from __future__ import annotations
@@ -117,9 +111,7 @@ def exp_show(all_commits: bool = False) -> list:
         ) from None
 
 
-def flatten(tree: Any, prefix: str = "") -> dict:
-    if not isinstance(tree, dict):
-        return {prefix.rstrip("."): tree}
+def flatten(tree: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in tree.items():
         flat.update(flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
@@ -257,17 +249,11 @@ def _find(name: str, candidates: list) -> Experiment | None:
     return next((e for e in candidates if name == e.name or (len(name) >= 7 and e.rev.startswith(name))), None)
 
 
-# A metrics folder from another machine. A GPU box without DVC (or a run kept outside git) leaves
-# its results as files: a folder holding the stages' metrics files (benchmark.json, estimate.json,
-# train.json, dry_run.json, directly or in a metrics/ subfolder), or one run's metrics file alone
-# (runs/iter1_bf16.json: a benchmark's; its params in runs/iter1_bf16.params.yaml if kept). Two
-# optional files make its control checks as complete as a DVC experiment's:
-# - params.yaml: the params the run used (a partial file is completed with the defaults, as the
-#   run itself did). Without it the params are "not recorded" and the controls are checked on the
-#   settings the metrics themselves record (profile, shapes, batch size, steps, precision...).
-# - dvc.lock: the lock file of the commit whose token files the run used; the content hashes of
-#   data/ and tokenizer/ in it identify the data as `dvc exp show` does. Without it the data files
-#   are "not recorded", and the report says the data could not be checked.
+# A metrics folder from another machine (a GPU box without DVC, a run kept outside git): the stages'
+# metrics files, directly or in metrics/, or one run's file alone (its params in NAME.params.yaml).
+# A params.yaml (completed with the defaults, as the run was) and the dvc.lock of the commit whose
+# data it used, copied beside them, make its controls as checked as an experiment's; without them
+# those rows are "not recorded" (docs/across-machines.md).
 
 
 def _metrics_dir(path: Path) -> Path | None:

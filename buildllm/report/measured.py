@@ -48,7 +48,6 @@ def save(
     root: Path = BENCHMARKS,
     today: str | None = None,
 ) -> Path:
-    """Copy this workspace's records of one run into benchmarks/<machine-id>/<name>/."""
     machine = read_metrics(metrics / "machine.json")
     benchmark = read_metrics(metrics / "benchmark.json")
     if benchmark.get("machine_id") != machine["machine_id"]:
@@ -175,11 +174,6 @@ def render(root: Path = BENCHMARKS) -> str:
     return to_markdown(blocks).rstrip("\n") + "\n"
 
 
-def write(root: Path = BENCHMARKS, document: Path = DOCUMENT) -> Path:
-    atomic_write_text(document, render(root))
-    return document
-
-
 def check(root: Path = BENCHMARKS, document: Path = DOCUMENT) -> None:
     if not document.exists() or document.read_text() != render(root):
         raise UserError(
@@ -207,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             check()
             print(f"{DOCUMENT} matches {BENCHMARKS}/")
         else:
-            print(f"wrote {write()}")
+            atomic_write_text(DOCUMENT, render())
+            print(f"wrote {DOCUMENT}")
 
     return guarded(work)
 

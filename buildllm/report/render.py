@@ -1,14 +1,15 @@
-"""Write a Comparison as <out>.md, <out>.csv, <out>.png, <out>_curves.png and one self-contained <out>.html.
+"""`buildllm compare`'s report: a Comparison written as <out>.md, <out>.csv, <out>.png,
+<out>_curves.png and one self-contained <out>.html, every file atomically.
 
 Every file leads with the verdict and the controls, as the course asks: a speed-up means nothing
-until the controls are confirmed. The sections are built once, as blocks (buildllm/report/
-document.py), and written both as Markdown and as HTML; the HTML inlines its chart and its
-styles, so it opens the same with no network, mailed or archived. All five files are written
-atomically.
+until the controls are confirmed. The HTML inlines its charts and styles, so it opens the same with
+no network, mailed or archived. The command lives here, not in compare.py (which builds), because
+compare.py never imports the writer.
 """
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 
@@ -16,10 +17,11 @@ import pandas as pd
 
 from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.config import control_keys
+from buildllm.errors import UserError
 from buildllm.measure.stats import NOISY_CV, is_noisy
 from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, missing, number, recorded, size, span
 from buildllm.report.chart import write_chart
-from buildllm.report.compare import Comparison, tokenizer_note
+from buildllm.report.compare import Comparison, compare, tokenizer_note
 from buildllm.report.curves import TARGET_NOTE, UNITS, time_to, write_curves
 from buildllm.report.document import (
     Bullets,
@@ -96,7 +98,6 @@ def _peak(flops, source) -> str:
 
 
 def results_rows(c: Comparison) -> list:
-    """(figure, one formatted value per experiment) for the results table."""
     f = c.frame
     rows = [
         ("device (resolved)", cells(f, number("{}"), "device")),
@@ -203,15 +204,9 @@ def paired_table(c: Comparison) -> Table:
     names = [e.name for e in c.experiments]
     rows = []
     for i, (measured, order) in enumerate(zip(c.paired.rounds, c.paired.orders), start=1):
-        ref = measured[names[0]]["tokens_per_second"]
-        rows.append(
-            [
-                i,
-                " → ".join(order),
-                *[f"{measured[n]['tokens_per_second']:,.0f}" for n in names],
-                *[f"{measured[n]['tokens_per_second'] / ref:.3f}" for n in names[1:]],
-            ]
-        )
+        rates = [measured[n]["tokens_per_second"] for n in names]
+        ratios = [f"{r / rates[0]:.3f}" for r in rates[1:]]
+        rows.append([i, " → ".join(order), *[f"{r:,.0f}" for r in rates], *ratios])
     return Table(
         ["round", "order", *[f"{n} tokens/s" for n in names], *[f"{n} ÷ {names[0]}" for n in names[1:]]], rows, "paired"
     )
@@ -333,3 +328,28 @@ def write_report(c: Comparison, out: Path) -> list:
         c.frame.to_csv(tmp, index=False)
     atomic_write_text(html_path, to_html(blocks, "Device comparison: " + " vs ".join(e.name for e in c.experiments)))
     return [md_path, csv_path, png_path, html_path, curves_path]
+
+
+def run_compare(names: list, out: str, allow_different: bool, vary: list | None, paired: bool, rounds: int | None):
+    if rounds is not None and not paired:
+        raise UserError(f"--rounds {rounds} applies to --paired only; add --paired to re-measure the benchmarks here")
+    rounds = (6 if rounds is None else rounds) if paired else None
+    print(
+        json.dumps(
+            {
+                "action": "compare",
+                "experiments": names or "workspace and the current baseline's experiments",
+                "out": out,
+                "vary": vary or [],
+                "allow_different": allow_different,
+                "paired_rounds": rounds,
+            }
+        ),
+        flush=True,
+    )
+    comparison = compare(names, allow_different, vary, rounds=rounds)
+    for name, why in comparison.excluded:
+        print(f"excluded {name}: {why}")
+    paths = write_report(comparison, Path(out))
+    print(comparison.verdict)
+    print("report written: " + ", ".join(str(p) for p in paths))

@@ -1,12 +1,10 @@
 """`buildllm report` and the DVC `report` stage: one run on one page, the run card.
 
-The pictures a learner looks at after a run: the machine, the plan and why, where the memory went
-(the estimate's parts beside the measured peak), where a step's time went, the speed and MFU with
-the peak's source, the estimate against the real time, the loss against the unigram and uniform
-levels, and a sample of text. One self-contained HTML page (charts inlined as PNG data, styles
-inline: it opens offline, mailed or archived) and a PNG of that page: drawn by headless Chromium
-with networking off when it is installed, else composed by matplotlib (the page says which).
-A figure the run did not record reads "not recorded", never a guess.
+What a learner looks at after a run: the plan and why, where the memory and a step's time went, the
+speed and MFU, the estimate against the real time, the loss against the unigram and uniform levels,
+and a sample of text. One self-contained HTML page (charts and styles inline: it opens offline,
+mailed or archived) and a PNG of it, drawn by headless Chromium with networking off when it is
+installed, else composed by matplotlib (the page says which).
 """
 
 from __future__ import annotations
@@ -76,7 +74,6 @@ def measured_time(d: CardData) -> tuple[float | None, str]:
 def loss_lines(d: CardData) -> list:
     loss, vocab = d.get("train", "final_validation_loss"), d.first("vocab_size")
     unigram = d.get("train", "unigram_validation_loss")
-    uniform = math.log(vocab) if vocab else None
     if loss is None and d.get("train", "last_validation_loss") is not None:
         loss = d.get("train", "last_validation_loss")
         step = d.get("train", "last_validation_step")
@@ -93,8 +90,8 @@ def loss_lines(d: CardData) -> list:
             f"{abs(gap):.3f} nats {'below' if gap > 0 else 'above'} the unigram level {unigram:.3f} "
             f"({'the model uses context' if gap > 0 else 'no sign yet that it uses context'})"
         )
-    if uniform is not None:
-        lines.append(f"uniform guess ln {vocab:,} = {uniform:.3f}")
+    if vocab:
+        lines.append(f"uniform guess ln {vocab:,} = {math.log(vocab):.3f}")
     return lines
 
 
