@@ -27,6 +27,16 @@ NO_BF16_PATH = (
 )
 
 
+def refuse_without_bf16_path() -> str:
+    """Why an explicit bf16 on this CPU is refused, or "" where it may run (the lab's tools ask it too)."""
+    if native_bf16():
+        return ""
+    return (
+        f"precision bf16 requested, but {NO_BF16_PATH}; use --precision fp32 (or auto) here, "
+        "and bf16 on a CPU with AVX-512 or AMX, or on a GPU"
+    )
+
+
 def precision_advice(plan) -> str:
     """One sentence for the dry run and the benchmark; empty off the CPU."""
     if plan.device.kind != "cpu":

@@ -82,11 +82,8 @@ def refuse_unsupported(precision: str, device: Device) -> None:
             "precision fp16 requested on the CPU, which has no fast fp16 training path (fp16 needs a GPU with "
             "gradient scaling); use --precision bf16 (autocast) or fp32 on the CPU"
         )
-    if device.kind == "cpu" and precision == "bf16" and not cpu_bf16.native_bf16():
-        raise DeviceUnavailable(
-            f"precision bf16 requested, but {cpu_bf16.NO_BF16_PATH}; use --precision fp32 (or auto) here, "
-            "and bf16 on a CPU with AVX-512 or AMX, or on a GPU"
-        )
+    if device.kind == "cpu" and precision == "bf16" and (why := cpu_bf16.refuse_without_bf16_path()):
+        raise DeviceUnavailable(why)
 
 
 def native_precision(device: Device) -> tuple[str, str]:
