@@ -53,7 +53,6 @@ class PeakMemory:
     def __init__(self, device):
         self.device = device  # a buildllm.device.Device
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._kernel_hwm = False
         if device.kind == "cuda":
             device.synchronize()
@@ -101,7 +100,6 @@ class PeakMemory:
             peak = _vm_hwm() or 0
         else:
             self._stop.set()
-            if self._thread is not None:
-                self._thread.join()
+            self._thread.join()
             peak = self._sampled_peak
         return {"peak_memory_bytes": max(0, peak - self.baseline), "peak_memory_method": self.method}
