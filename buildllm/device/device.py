@@ -191,7 +191,6 @@ class Device:
         return PeakMemory(self)
 
     def memory_capacity(self) -> int:
-        """Bytes a run may fill: a CUDA device's whole memory, else the host's memory available now."""
         if self.kind == "cuda":
             return torch.cuda.get_device_properties(self.index).total_memory
         return psutil.virtual_memory().available

@@ -1,7 +1,7 @@
-"""Measured peak memory of the work between a probe's start and read(). CUDA: the allocator's own peak. CPU:
-the growth of the peak resident set (RSS); on Linux the kernel's high-water mark (VmHWM) is reset at the
-start, so only the measured work counts; elsewhere a thread samples RSS. MPS: the driver's
-allocated memory, sampled, since MPS keeps no peak of its own."""
+"""Measured peak memory of the work between a probe's creation (Device.peak_memory()) and read(). CUDA:
+the allocator's own peak. CPU: the growth of the peak resident set (RSS); on Linux the kernel's
+high-water mark (VmHWM) is reset at the start, so only the measured work counts; elsewhere a thread
+samples RSS. MPS: the driver's allocated memory, sampled, since MPS keeps no peak of its own."""
 
 from __future__ import annotations
 
@@ -48,8 +48,6 @@ def _return_freed_memory() -> None:
 
 
 class PeakMemory:
-    """Measures from its creation (Device.peak_memory()) until read()."""
-
     def __init__(self, device):
         self.device = device  # a buildllm.device.Device
         self._stop = threading.Event()
