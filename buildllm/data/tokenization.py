@@ -101,8 +101,8 @@ def encode_texts(tokenizer: Tokenizer, texts: Iterable[str], dtype: torch.dtype,
     # The fast variant skips character offsets, which nothing here uses (tokenizers >= 0.20).
     encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
     pieces, counts = [], {"documents": 0, "characters": 0, "bytes": 0}
-    texts = iter(texts)
-    while batch := list(islice(texts, chunk)):
+    remaining = iter(texts)
+    while batch := list(islice(remaining, chunk)):
         ids: list[int] = []
         for encoding in encode(batch, add_special_tokens=False):
             ids += encoding.ids
