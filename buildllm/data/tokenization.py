@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from itertools import islice
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
 import torch
@@ -91,14 +91,8 @@ def load_tokenizer(path: str | Path, expected_vocab: int | None = None) -> Token
     return tokenizer
 
 
-def chunks(items: Iterable, size: int) -> Iterator[list]:
-    iterator = iter(items)
-    while batch := list(islice(iterator, size)):
-        yield batch
-
-
-def encode_texts(tokenizer: Tokenizer, texts: Iterable[str], dtype: torch.dtype, chunk: int = 1000,
-                 progress: tqdm | None = None) -> tuple[torch.Tensor, dict]:
+def encode_texts(tokenizer: Tokenizer, texts: Iterable[str], dtype: torch.dtype, chunk: int,
+                 progress: tqdm) -> tuple[torch.Tensor, dict]:
     """One 1-D tensor: each text's ids followed by the end-of-text id; plus counts for the metrics."""
     end = tokenizer.token_to_id(END_OF_TEXT)
     if end is None:
@@ -107,7 +101,8 @@ def encode_texts(tokenizer: Tokenizer, texts: Iterable[str], dtype: torch.dtype,
     # The fast variant skips character offsets, which nothing here uses (tokenizers >= 0.20).
     encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
     pieces, counts = [], {"documents": 0, "characters": 0, "bytes": 0}
-    for batch in chunks(texts, chunk):
+    remaining = iter(texts)
+    while batch := list(islice(remaining, chunk)):
         ids: list[int] = []
         for encoding in encode(batch, add_special_tokens=False):
             ids += encoding.ids
@@ -117,8 +112,7 @@ def encode_texts(tokenizer: Tokenizer, texts: Iterable[str], dtype: torch.dtype,
         counts["documents"] += len(batch)
         counts["characters"] += characters
         counts["bytes"] += sum(len(text.encode("utf-8")) for text in batch)
-        if progress is not None:
-            progress.update(characters)
+        progress.update(characters)
     tokens = torch.from_numpy(np.concatenate(pieces)) if pieces else torch.empty(0, dtype=dtype)
     # Separators are not text: bytes per token measures how well the text itself compresses.
     counts["text_tokens"] = tokens.numel() - counts["documents"]

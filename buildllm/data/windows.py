@@ -56,8 +56,6 @@ def load_tokens(path: str | Path, vocab_size: int | None = None, what: str = "to
 
 @dataclass(frozen=True)
 class Windows:
-    """The examples of one token tensor, optionally limited to the first `limit` windows."""
-
     tokens: torch.Tensor
     sequence_length: int
     limit: int | None = None

@@ -121,19 +121,18 @@ class Device:
         self.synchronize()
         return time.perf_counter()
 
-    def end_step(self) -> bool:
+    def end_step(self) -> None:
         """End an optimizer step's graph on XLA, which records operations and runs them only at a
         boundary: without one per step the graph grows step after step (recompiling, then running
         out of memory). torch_xla.sync() where it exists, the older xm.mark_step() before it; nothing
-        elsewhere. Returns whether a boundary was marked."""
+        elsewhere."""
         if self.kind != "xla":
-            return False
+            return
         torch_xla = importlib.import_module("torch_xla")
         if callable(getattr(torch_xla, "sync", None)):
             torch_xla.sync()
         else:
             importlib.import_module("torch_xla.core.xla_model").mark_step()
-        return True
 
     @property
     def runtime_defaults(self) -> str:
@@ -192,7 +191,6 @@ class Device:
         return PeakMemory(self)
 
     def memory_capacity(self) -> int:
-        """Bytes a run may fill: a CUDA device's whole memory, else the host's memory available now."""
         if self.kind == "cuda":
             return torch.cuda.get_device_properties(self.index).total_memory
         return psutil.virtual_memory().available

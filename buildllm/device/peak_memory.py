@@ -1,7 +1,7 @@
-"""Measured peak memory of the work between a probe's start and read(). CUDA: the allocator's own peak. CPU:
-the growth of the peak resident set (RSS); on Linux the kernel's high-water mark (VmHWM) is reset at the
-start, so only the measured work counts; elsewhere a thread samples RSS. MPS: the driver's
-allocated memory, sampled, since MPS keeps no peak of its own."""
+"""Measured peak memory of the work between a probe's creation (Device.peak_memory()) and read(). CUDA:
+the allocator's own peak. CPU: the growth of the peak resident set (RSS); on Linux the kernel's
+high-water mark (VmHWM) is reset at the start, so only the measured work counts; elsewhere a thread
+samples RSS. MPS: the driver's allocated memory, sampled, since MPS keeps no peak of its own."""
 
 from __future__ import annotations
 
@@ -48,12 +48,9 @@ def _return_freed_memory() -> None:
 
 
 class PeakMemory:
-    """Measures from its creation (Device.peak_memory()) until read()."""
-
     def __init__(self, device):
         self.device = device  # a buildllm.device.Device
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._kernel_hwm = False
         if device.kind == "cuda":
             device.synchronize()
@@ -101,7 +98,6 @@ class PeakMemory:
             peak = _vm_hwm() or 0
         else:
             self._stop.set()
-            if self._thread is not None:
-                self._thread.join()
+            self._thread.join()
             peak = self._sampled_peak
         return {"peak_memory_bytes": max(0, peak - self.baseline), "peak_memory_method": self.method}

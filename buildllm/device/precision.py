@@ -61,7 +61,6 @@ def fp32_only_reason(device: Device) -> str:
 
 
 def trains_in(precision: str, device: Device) -> bool:
-    """Whether an explicit `precision` on this device would be planned rather than refused."""
     try:
         refuse_unsupported(precision, device)
     except DeviceUnavailable:

@@ -109,7 +109,6 @@ class MemoryEstimate:
         return "optimizer step" if self.activations == 0 else "start of backward"
 
     def as_metrics(self) -> dict:
-        """The parts and their total (the parts sum to it), then the stated range."""
         named = {**self.parts, "total": self.total, "low": self.low, "high": self.high}
         return {f"memory_estimate_{name}_bytes": value for name, value in named.items()}
 

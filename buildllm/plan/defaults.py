@@ -7,7 +7,6 @@ from buildllm.profiles import Profile
 
 
 def decide_defaults(train, profile: Profile, defaults_for: str) -> dict[str, tuple]:
-    """{batch_size, workers, learning_rate: (value, reason)} for the config's train section."""
     picked = {}
     for name in ("batch_size", "workers", "learning_rate"):
         requested, default = getattr(train, name), getattr(profile.runtime(defaults_for), name)

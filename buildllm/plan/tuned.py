@@ -44,7 +44,6 @@ def shape_label(model, gradient_checkpointing: bool = False) -> str:
 
 
 def lookup(machine_id: str, profile: str, device: str, batch_size: int, shape: str) -> tuple[dict | None, str]:
-    """(record, "") or (None, why not)."""
     entry = read_all().get(machine_id, {}).get(profile, {}).get(device)
     if entry is None:
         return None, NOT_MEASURED
@@ -67,14 +66,6 @@ def faster(figure: dict) -> bool:
     return figure["low"] > 1.0 and figure.get("coverage", 0.0) >= 0.95
 
 
-def fastest(candidates: dict[int, dict], unit: str) -> tuple[int | None, str]:
-    """(the candidate measured conclusively faster than the default by the largest ratio, or None;
-    every candidate's figures as one phrase) for the counts tune compares against a default."""
-    said = "; ".join(f"{n} {unit} {ratio_text(f)}" for n, f in sorted(candidates.items()))
-    quicker = {n: f for n, f in candidates.items() if faster(f)}
-    return (max(quicker, key=lambda n: quicker[n]["ratio"]) if quicker else None), said
-
-
 def slower(figure: dict) -> bool:
     return figure["high"] < 1.0 and figure.get("coverage", 0.0) >= 0.95
 
@@ -83,15 +74,18 @@ def measured_count(
     record: dict | None, why_not: str, key: str, default_key: str, default: int, unit: str
 ) -> tuple[int | None, str]:
     """(count, reason) for a count tune compares against the rule's default (record[key][default_key]):
-    the one measured conclusively fastest, else the default, kept; (None, why) without figures
-    compared against this default."""
+    of those measured conclusively faster than it, the one with the largest ratio, else the default,
+    kept; (None, why) without figures compared against this default."""
     if record is None:
         return None, why_not
     figures = record.get(key) or {}
     if "skipped" in figures or figures.get(default_key) != default or not figures.get("candidates"):
         skipped = figures.get("skipped", "no candidates measured against this default")
         return None, f"measured here: {unit} not compared ({skipped})"
-    best, said = fastest({int(n): f for n, f in figures["candidates"].items()}, unit)
-    if best is not None:
+    candidates = {int(n): f for n, f in figures["candidates"].items()}
+    said = "; ".join(f"{n} {unit} {ratio_text(f)}" for n, f in sorted(candidates.items()))
+    quicker = {n: f for n, f in candidates.items() if faster(f)}
+    if quicker:
+        best = max(quicker, key=lambda n: quicker[n]["ratio"])
         return best, f"{best} {unit}: measured here against the default {default}: {said}"
     return default, f"{default} {unit} (the default), kept; measured here against it: {said}"
