@@ -147,6 +147,11 @@ def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
     return path
 
 
+def json_line(**fields) -> None:
+    """A long job's first words: one JSON line on stdout of what it is about to do (the house rule)."""
+    print(json.dumps(fields), flush=True)
+
+
 def read_metrics(path: str | Path, with_notes: bool = False, advice: str = "rerun the stage that writes it") -> dict:
     path = Path(path)
     if not path.exists():

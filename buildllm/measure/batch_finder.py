@@ -11,7 +11,6 @@ a child process, because running out of host memory ends a process instead of ra
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import re
 import signal
@@ -21,7 +20,7 @@ from buildllm.config import Config, with_overrides
 from buildllm.data.windows import load_windows
 from buildllm.device.oom import out_of_memory
 from buildllm.errors import ConfigError, UserError
-from buildllm.metrics import write_metrics
+from buildllm.metrics import json_line, write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
 
@@ -107,7 +106,7 @@ def find_batch_size(config: Config) -> dict:
             f"{limit / 2**20:.0f} MiB usable"
         )
         tries.append({"batch_size": batch_size, "peak_bytes": result["peak_memory_bytes"], "fits": fits})
-        print(json.dumps({"try_batch_size": batch_size, "fits": fits, "note": note}), flush=True)
+        json_line(try_batch_size=batch_size, fits=fits, note=note)
         return fits
 
     ceiling = bench.max_batch_size

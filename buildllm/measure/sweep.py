@@ -9,12 +9,11 @@ Its `others` column is the cores' worth of CPU other processes used at a trial's
 from __future__ import annotations
 
 import itertools
-import json
 
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import load_windows
 from buildllm.measure.breakdown import shares
-from buildllm.metrics import write_metrics
+from buildllm.metrics import json_line, write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
 
@@ -65,7 +64,7 @@ def sweep(
             "other_load": max(figures["other_load_start"], figures["other_load_end"]),
             "busy_machine": figures["busy_machine"],
         }
-        print(json.dumps(row), flush=True)
+        json_line(**row)
         rows.append(row)
     print(table(rows))
     swept = "{workers}w_" if workers else ""  # the workers count names a row only when it varies

@@ -25,6 +25,7 @@ from buildllm.config import Config, config_to_dict
 from buildllm.errors import UserError
 from buildllm.knob import set_dotted
 from buildllm.measure.stats import Paired
+from buildllm.metrics import json_line
 
 KEEP_OUT = {"metrics", "params.yaml"}  # each run's own, never the project's
 
@@ -118,17 +119,7 @@ def remeasure(experiments: list, rounds: int, timeout: float = 1800) -> Paired:
                 "metrics folder (measured elsewhere), so it cannot be rerun here: drop --paired"
             )
     paired = Paired(names=[e.name for e in experiments])
-    print(
-        json.dumps(
-            {
-                "action": "paired benchmarks",
-                "experiments": paired.names,
-                "rounds": rounds,
-                "processes": rounds * len(experiments),
-            }
-        ),
-        flush=True,
-    )
+    json_line(action="paired benchmarks", experiments=paired.names, rounds=rounds, processes=rounds * len(experiments))
     with tempfile.TemporaryDirectory(prefix="buildllm-paired-") as tmp:
         folders = {exp.name: prepare(Path(tmp) / f"run{i}", exp.params) for i, exp in enumerate(experiments)}
         with tqdm(total=rounds * len(experiments), desc="paired", unit="run") as bar:

@@ -10,12 +10,12 @@ back byte for byte. The archive is checked whole first: a damaged one changes no
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 from buildllm.errors import UserError
+from buildllm.metrics import json_line
 from buildllm.remote import archive
 
 TARGET = "machine"  # the stage `dvc exp save` commits; see the module's docstring
@@ -82,7 +82,7 @@ def import_runs(path: str, force: bool = False) -> list[str]:
             f"experiments named {', '.join(taken)} exist already; `dvc exp remove NAME` them, "
             "or pass --force to replace"
         )
-    print(json.dumps({"import_runs": str(path), "runs": [r.name for r in runs]}), flush=True)
+    json_line(import_runs=str(path), runs=[r.name for r in runs])
     for run in runs:
         save(run, force)
         took = f" in {run.seconds:.0f} s" if run.seconds is not None else ""

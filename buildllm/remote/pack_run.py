@@ -13,7 +13,6 @@ project itself is not changed.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ import yaml
 from buildllm.config import load_config
 from buildllm.errors import UserError
 from buildllm.knob import set_dotted
+from buildllm.metrics import json_line
 from buildllm.remote import archive
 
 # Never copied into the scratch project: history, environments, the corpus's caches, results.
@@ -120,9 +120,7 @@ def pack_run(name: str, overrides: list[str], stages: list[str], into: str, proj
     if into_path.exists():
         archive.read(into_path)  # a damaged archive is refused before the run, not after it
     run_stages = ["machine", *[s for s in stages if s != "machine"]]
-    print(
-        json.dumps({"pack_run": name, "stages": run_stages, "overrides": overrides, "into": str(into_path)}), flush=True
-    )
+    json_line(pack_run=name, stages=run_stages, overrides=overrides, into=str(into_path))
     with tempfile.TemporaryDirectory(prefix="buildllm-run-") as folder:
         scratch = Path(folder) / "project"
         scratch.mkdir()

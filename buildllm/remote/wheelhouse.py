@@ -11,7 +11,6 @@ install. The folder is written beside its place and renamed into it when complet
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from buildllm.errors import UserError
+from buildllm.metrics import json_line
 
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 ANTLR = "antlr4-python3-runtime==4.9.3"  # hydra-core 1.3 pins antlr4 4.9.*
@@ -48,17 +48,12 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
     building = out_path.with_name(out_path.name + ".partial")
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir(parents=True)
-    print(
-        json.dumps(
-            {
-                "wheelhouse": str(out_path),
-                "requirement": requirement,
-                "python": python_version,
-                "platforms": platforms,
-                "left_out": sorted(has),
-            }
-        ),
-        flush=True,
+    json_line(
+        wheelhouse=str(out_path),
+        requirement=requirement,
+        python=python_version,
+        platforms=platforms,
+        left_out=sorted(has),
     )
     pip("wheel", "-q", "--no-deps", "-w", str(building), ANTLR)
     platform_flags = [flag for p in [*platforms, "any"] for flag in ("--platform", p)]

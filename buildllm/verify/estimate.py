@@ -9,7 +9,6 @@ start to its metrics file) is judged against the estimate's range as the train m
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -120,11 +119,12 @@ def command(args) -> int:
         record, inside = judge(Path(), None)
     else:
         from buildllm.measure.workfolder import config_params, prepare, run_step
+        from buildllm.metrics import json_line
 
         folder = Path(args.keep or tempfile.mkdtemp(prefix="buildllm-verify-estimate-")).resolve()
         prepare(folder, config_params(planned(args), folder))
         for step in ("benchmark", "estimate", "train"):  # wall: at the end, the train command's, as seen here
-            print(json.dumps({"action": f"verify estimate: buildllm {step}", "folder": str(folder)}), flush=True)
+            json_line(action=f"verify estimate: buildllm {step}", folder=str(folder))
             wall = run_step(folder, step, "verify estimate").seconds
         record, inside = judge(folder, wall)
         record["train_command_seconds"] = wall
