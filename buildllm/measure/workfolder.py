@@ -1,9 +1,6 @@
-"""A `buildllm` command run as a user runs it, in a folder of its own: written once for every check
-that measures by running the product (the paired comparison, `buildllm verify estimate | mfu`).
-
-The folder holds its own params.yaml and metrics/, and links to the project's other entries
-(data/, tokenizer/, ...), so the command reads the same token files and writes nothing into the
-project. Each command is a fresh `python -m buildllm` process importing this very package.
+"""A `buildllm` command run as a user runs it, a fresh `python -m buildllm` process of this very
+package in a folder of its own: for every check that measures by running the product (the paired
+comparison, `buildllm verify estimate | mfu`).
 """
 
 from __future__ import annotations
@@ -41,19 +38,14 @@ class Ran:
         return (self.stderr.strip().splitlines() or self.stdout.strip().splitlines() or ["no output"])[-1]
 
 
-def config_params(config: Config, folder: Path) -> dict:
-    """A validated Config as a complete params.yaml for `folder`, its checkpoints kept inside it (a
-    run there must never write into the project's checkpoint directory)."""
-    params = config_to_dict(config)
-    params["train"]["checkpoint_directory"] = str(Path(folder).resolve() / "checkpoints")
-    return params
-
-
-def prepare(folder: Path, params: dict) -> Path:
-    """Make `folder` with `params` (flat dotted keys or nested) as its params.yaml, linking every entry
-    of the working directory (the project) but its metrics and params."""
+def prepare(folder: Path, params: dict | Config) -> Path:
+    """Make `folder` with `params` (flat dotted keys, nested, or a validated Config) as its params.yaml,
+    linking every entry of the working directory (the project) but its metrics and params: the command
+    reads the same token files and writes nothing into the project (a Config's checkpoints too)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(params, Config):
+        params = {**config_to_dict(params), "train.checkpoint_directory": str(folder.resolve() / "checkpoints")}
     tree: dict = {}
     for dotted, value in params.items():
         set_dotted(tree, dotted, value)

@@ -118,11 +118,11 @@ def command(args) -> int:
     if args.recorded:
         record, inside = judge(Path(), None)
     else:
-        from buildllm.measure.workfolder import config_params, prepare, run_step
+        from buildllm.measure.workfolder import prepare, run_step
         from buildllm.metrics import json_line
 
         folder = Path(args.keep or tempfile.mkdtemp(prefix="buildllm-verify-estimate-")).resolve()
-        prepare(folder, config_params(planned(args), folder))
+        prepare(folder, planned(args))
         for step in ("benchmark", "estimate", "train"):  # wall: at the end, the train command's, as seen here
             json_line(action=f"verify estimate: buildllm {step}", folder=str(folder))
             wall = run_step(folder, step, "verify estimate").seconds
