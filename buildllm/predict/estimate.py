@@ -1,15 +1,9 @@
-"""The estimate stage: project a full training run from a bounded benchmark.
+"""The estimate stage: project a full training run from a bounded benchmark (the course's formulas
+and its range: docs/measuring.md, "The estimate of a run's time").
 
-The course's formulas:
-    seconds ≈ planned optimizer steps / measured steps per second
-            ≈ planned tokens / measured tokens per second
-    plus validation passes, checkpoint saves and start-up.
-The low-high range comes from the slowest and fastest measured interval, widened by the variation
-between runs (RUN_TO_RUN): a whole run can go slower or faster than one benchmark's intervals, as
-a fresh process lands on other cores, memory and neighbours. Start-up, validation and checkpoint
-saves are widened by the same share. An estimate is only as good as the match between benchmark
-and plan, so a benchmark with other controls (CONTROLS, the validation size and the machine) is
-refused.
+The range is widened by RUN_TO_RUN because a whole run can go slower or faster than one benchmark's
+intervals, as a fresh process lands on other cores, memory and neighbours. An estimate is only as
+good as the match between benchmark and plan, so a benchmark with other controls is refused.
 """
 
 from __future__ import annotations

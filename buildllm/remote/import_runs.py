@@ -1,11 +1,8 @@
 """`buildllm import-runs FILE`: each run of a runs archive (buildllm pack-run) becomes a DVC
-experiment of this project, recorded by DVC itself.
+experiment of this project, recorded by DVC itself (`dvc exp save`; the steps: docs/gpu.md).
 
-For each run: its params.yaml, dvc.lock and metrics files are written over the workspace's, `dvc
-exp save -n NAME machine` commits them as an experiment on the current commit (`machine` is the one
-stage DVC re-hashes, from the run's own machine record; every other stage's lock entry, with the
-content hashes of the token files the run read, stays the run's), and the workspace's files are put
-back byte for byte. The archive is checked whole first: a damaged one changes nothing here.
+`machine` is the one stage `dvc exp save` re-hashes, from the run's own machine record; every other
+stage's lock entry, with the content hashes of the token files the run read, stays the run's.
 """
 
 from __future__ import annotations

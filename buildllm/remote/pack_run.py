@@ -1,13 +1,7 @@
-"""`buildllm pack-run`: one run of the pipeline's stages on a machine that may have no git, added to
-a runs archive that `buildllm import-runs` turns into a DVC experiment at home.
-
-Where git and DVC both work, `dvc exp run -n NAME -S ...` is the same thing. Without git, DVC's
-experiments cannot run, but `dvc repro` can (with core.no_scm): each run takes a scratch copy of
-the project (the token files and tokenizer hard-linked, not copied), writes the `-S` values into
-its params.yaml, reproduces `machine` and the named stages in that order with --force and
---single-item (the token files came with the tree: the corpus and tokenize stages must not run),
-and adds the run's params.yaml, dvc.lock and its stages' metrics files to the archive. The
-project itself is not changed.
+"""`buildllm pack-run`: `dvc exp run -n NAME -S ...` for a machine without git, where DVC's
+experiments cannot run but `dvc repro` can (with core.no_scm). Each run is made in a scratch copy of
+the project, so the project itself is not changed, and added to a runs archive that `buildllm
+import-runs` turns into a DVC experiment at home (what it runs and carries: docs/gpu.md).
 """
 
 from __future__ import annotations

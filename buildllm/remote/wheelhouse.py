@@ -1,12 +1,9 @@
 """`buildllm wheelhouse`: a folder of wheels that installs DVC on a machine without network
-(`python -m pip install --no-index --find-links wheelhouse dvc`).
+(`python -m pip install --no-index --find-links wheelhouse dvc`; what goes in: docs/gpu.md).
 
-The wheels are for the target's Python and platform, not this machine's (by default the lent GPU
-machine's: CPython 3.12 on manylinux x86_64). antlr4-python3-runtime, which DVC needs through
-hydra, has only a source archive on PyPI: it is built into a wheel here (pure Python, so one wheel
-serves every target). What the target already has (by default the lent machine's packages, from
-../shared/notes/gpu-machine.md) is left out; one version of each name is kept, or pip refuses the
-install. The folder is written beside its place and renamed into it when complete.
+antlr4-python3-runtime, which DVC needs through hydra, has only a source archive on PyPI: it is
+built into a wheel here (pure Python, so one wheel serves every target). The folder is written
+beside its place and renamed into it when complete.
 """
 
 from __future__ import annotations
