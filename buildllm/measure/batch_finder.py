@@ -1,12 +1,8 @@
-"""The batch-size finder: the largest batch that trains within memory, found by trying.
-
-Batch sizes double from 1 until one fails, then bisect between the last that fit and the first
-that failed (in steps of 8 above 8). A try is two real training steps measured for peak memory; it fails on an
-out-of-memory error or when its peak exceeds the budget less the safety margin (memory grows a
-little after the first steps: fragmentation, a longer validation batch, a checkpoint save).
-On CUDA the budget is the GPU's memory and tries run in this process (CUDA's OOM is an exception).
-On the CPU the budget is --memory-budget (default: the memory available now) and each try runs in
-a child process, because running out of host memory ends a process instead of raising an error.
+"""The batch-size finder: the largest batch that trains within memory, found by trying (doubling,
+then bisecting). A try is two real training steps; it fails on an out-of-memory error or when its
+peak exceeds the budget less the safety margin (memory grows a little after the first steps:
+fragmentation, a longer validation batch, a checkpoint save). On the CPU each try runs in a child
+process, because running out of host memory ends a process instead of raising an error.
 """
 
 from __future__ import annotations

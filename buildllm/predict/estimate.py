@@ -68,7 +68,7 @@ def projected_run(plan: RunPlan) -> dict:
     return {key: resolved[key] for key in ("profile", "device", "precision", "batch_size", "grad_accum", "epochs")}
 
 
-def estimate(config: Config, benchmark: dict | None = None, write: bool = True) -> dict:
+def estimate(config: Config, benchmark: dict | None = None) -> dict:
     benchmark = benchmark if benchmark is not None else read_metrics(metrics_path("benchmark"))
     if benchmark.get("oom"):
         raise UserError(
@@ -140,8 +140,7 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
         "checkpoint_storage_bytes": min(saves, t.keep_checkpoints) * benchmark["checkpoint_bytes"],
         "checkpoint_written_bytes": saves * benchmark["checkpoint_bytes"],
     }
-    if write:
-        write_metrics(metrics_path("estimate"), result)
+    write_metrics(metrics_path("estimate"), result)
     print(summary(result))
     return result
 

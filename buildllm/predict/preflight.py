@@ -260,7 +260,7 @@ def table(rows: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def preflight(config: Config, dvc: bool = False, write: bool = True) -> dict:
+def preflight(config: Config, dvc: bool = False) -> dict:
     rows, figures = run_checks(config, dvc)
     failed = [r for r in rows if r.status == "fail"]
     warned = [r for r in rows if r.status == "warn"]
@@ -273,8 +273,7 @@ def preflight(config: Config, dvc: bool = False, write: bool = True) -> dict:
         **figures,
     }
     print(table(rows))
-    if write:
-        write_metrics(metrics_path("preflight"), metrics)
+    write_metrics(metrics_path("preflight"), metrics)
     if failed:
         raise UserError(
             f"preflight: {len(failed)} check(s) failed ({', '.join(r.name for r in failed)}); "

@@ -1,9 +1,8 @@
 """`buildllm verify estimate`: benchmark -> estimate -> a real training run, and where the run's time
 fell against the estimate's range.
 
-Everything runs as the user runs it (`buildllm benchmark`, `estimate`, `train`), each a fresh
-process in a folder of its own (buildllm/measure/workfolder.py). The run's wall clock (interpreter
-start to its metrics file) is judged against the estimate's range as the train metrics record it
+Each command runs as the user runs it, a fresh process in a folder of its own
+(buildllm/measure/workfolder.py), and the run is judged as its own metrics record it
 (buildllm/train/against_estimate.py).
 """
 
