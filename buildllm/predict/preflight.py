@@ -220,13 +220,12 @@ def run_checks(config: Config, dvc: bool = False) -> tuple[list[Check], dict]:
     rows, figures = [device_row], {}
     plan = None
     if device is not None:
+        row = partial(Check, "precision", "precision supported")
         try:
             plan = make_plan(config)
-            rows.append(
-                Check("precision", "precision supported", "pass", f"{plan.precision.precision} on {plan.device.device}")
-            )
+            rows.append(row("pass", f"{plan.precision.precision} on {plan.device.device}"))
         except UserError as exc:
-            rows.append(Check("precision", "precision supported", "fail", f"{config.precision} unsupported", str(exc)))
+            rows.append(row("fail", f"{config.precision} unsupported", str(exc)))
     if plan is None:
         missing = ("benchmark", "throughput", "estimate", "disk", "cooling", "directory")
         return rows + [

@@ -68,14 +68,9 @@ def scratch_copy(project: Path, dest: Path) -> None:
 
 def stage_files(dvc_yaml: dict, stages: list[str]) -> list[str]:
     """The metrics files (under metrics/) that `stages` write, as dvc.yaml declares them."""
-    files = []
-    for stage in stages:
-        for section in ("outs", "metrics"):
-            for entry in dvc_yaml["stages"][stage].get(section) or []:
-                path = next(iter(entry)) if isinstance(entry, dict) else entry
-                if path.startswith("metrics/") and path not in files:
-                    files.append(path)
-    return files
+    sections = [dvc_yaml["stages"][stage].get(section) or [] for stage in stages for section in ("outs", "metrics")]
+    paths = [next(iter(entry)) if isinstance(entry, dict) else entry for entries in sections for entry in entries]
+    return list(dict.fromkeys(path for path in paths if path.startswith("metrics/")))
 
 
 def environment(scratch: Path) -> dict:
