@@ -1,10 +1,8 @@
 """`buildllm verify mfu`: the same benchmark run in fresh processes gives the same MFU.
 
-Each run is `buildllm benchmark` as a user runs it, in a folder of its own
-(buildllm/measure/workfolder.py). MFU must be recomputable from each run's own metrics file
-(measure/benchmark.py mfu_from_metrics), and every run's MFU must lie within --tolerance of every
-other's: a figure that moved with the machine's load would not. The runs' speeds are printed too:
-their spread is the run-to-run variation the estimate's range allows for (predict/estimate.py).
+Each run's MFU must lie within --tolerance of every other's: a figure that moved with the machine's
+load would not. The runs' speeds are printed too: their spread is the run-to-run variation the
+estimate's range allows for (predict/estimate.py).
 """
 
 from __future__ import annotations
