@@ -79,18 +79,14 @@ def checkpoint_bytes(parameters: int, buffer_bytes: int = 0) -> int:
     return 3 * parameters * 4 + buffer_bytes + 64 * 1024
 
 
-def expected_checkpoint_bytes(model) -> int:
-    """checkpoint_bytes for a built model: what its state_dict holds beyond the weights counts as buffers."""
-    parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    tensors = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    return checkpoint_bytes(parameters, tensors - 4 * parameters)
-
-
 def before_training(trainer, resumed: dict | None) -> None:
     """Preflight's checks at the start of `train`: room for the checkpoints from here on (a resume
     counts those already there), else a refusal; a warning when the machine runs on battery."""
     existing = checkpoint.list_checkpoints(trainer.directory) if resumed is not None else []
-    size_each = existing[-1].stat().st_size if existing else expected_checkpoint_bytes(trainer.model)
+    # Without a checkpoint to measure: the built model's, its state_dict beyond the weights counted as buffers.
+    parameters = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    buffers = checkpoint.state_bytes(trainer.model.state_dict()) - 4 * parameters
+    size_each = existing[-1].stat().st_size if existing else checkpoint_bytes(parameters, buffers)
     needed = storage(
         trainer.config.train, size_each, trainer.planned_steps, resumed["step"] if resumed else 0, len(existing)
     )
