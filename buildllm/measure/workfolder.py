@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -27,15 +26,8 @@ from buildllm.metrics import json_line
 KEEP_OUT = {"metrics", "params.yaml"}  # each run's own, never the project's
 
 
-@dataclass(frozen=True)
-class Ran:
-    returncode: int
-    seconds: float  # the command's wall clock, interpreter start included
-    stdout: str
-    stderr: str
-
-    def last_line(self) -> str:
-        return (self.stderr.strip().splitlines() or self.stdout.strip().splitlines() or ["no output"])[-1]
+def last_line(done: subprocess.CompletedProcess) -> str:
+    return (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
 
 
 def prepare(folder: Path, params: dict | Config) -> Path:
@@ -57,8 +49,11 @@ def prepare(folder: Path, params: dict | Config) -> Path:
     return folder
 
 
-def run_command(folder: Path, arguments: list[str], timeout: float | None = None, module: str = "buildllm") -> Ran:
-    """`python -m <module> <arguments> --params params.yaml` in `folder`; raises subprocess.TimeoutExpired."""
+def run_command(
+    folder: Path, arguments: list[str], timeout: float | None = None, module: str = "buildllm"
+) -> tuple[subprocess.CompletedProcess, float]:
+    """`python -m <module> <arguments> --params params.yaml` in `folder`, and its wall clock, interpreter
+    start included; raises subprocess.TimeoutExpired."""
     env = dict(os.environ)
     package_root = str(Path(buildllm.__file__).resolve().parents[1])  # this very code, in the child too
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -72,22 +67,22 @@ def run_command(folder: Path, arguments: list[str], timeout: float | None = None
         timeout=timeout,
         check=False,
     )
-    return Ran(done.returncode, time.perf_counter() - begin, done.stdout, done.stderr)
+    return done, time.perf_counter() - begin
 
 
-def run_step(folder: Path, command: str, who: str, timeout: float | None = None) -> Ran:
-    """`buildllm <command>` in `folder`; when it does not finish, one line on why, naming `who` ran it."""
+def run_step(folder: Path, command: str, who: str, timeout: float | None = None) -> float:
+    """`buildllm <command>` in `folder`, its seconds; when it does not finish, one line on why, naming `who` ran it."""
     try:
-        done = run_command(folder, [command], timeout)
+        done, seconds = run_command(folder, [command], timeout)
     except subprocess.TimeoutExpired:
         raise UserError(
             f"{who}: `buildllm {command}` ran over {timeout:.0f} s; bound it with fewer benchmark.measured_steps"
         ) from None
     if done.returncode != 0:
         raise UserError(
-            f"{who}: `buildllm {command}` failed ({done.last_line()}); run it with the same params to see why"
+            f"{who}: `buildllm {command}` failed ({last_line(done)}); run it with the same params to see why"
         )
-    return done
+    return seconds
 
 
 def run_benchmark(folder: Path, who: str, timeout: float) -> dict:

@@ -225,13 +225,11 @@ def in_bits(metrics: dict) -> str:
 
 
 def baselines(metrics: dict) -> str:
-    """What the loss is to be compared with: the context-free unigram level and a uniform guess."""
-    uniform = f"a uniform guess {math.log(metrics['vocab_size']):.4f}"
-    unigram = metrics.get("unigram_validation_loss")
-    if unigram is None:
-        return uniform
-    bits = metrics.get("unigram_validation_bits_per_byte")
-    return f"unigram level {unigram:.4f}" + (f" ({bits:.4f} bits/byte)" if bits is not None else "") + f", {uniform}"
+    """What the loss is to be compared with: the context-free unigram level (train always measures it)
+    and a uniform guess."""
+    unigram, bits = metrics["unigram_validation_loss"], metrics.get("unigram_validation_bits_per_byte")
+    in_bits = f" ({bits:.4f} bits/byte)" if bits is not None else ""
+    return f"unigram level {unigram:.4f}{in_bits}, a uniform guess {math.log(metrics['vocab_size']):.4f}"
 
 
 def _cell(value) -> str:

@@ -124,7 +124,7 @@ def command(args) -> int:
         prepare(folder, planned(args))
         for step in ("benchmark", "estimate", "train"):  # wall: at the end, the train command's, as seen here
             json_line(action=f"verify estimate: buildllm {step}", folder=str(folder))
-            wall = run_step(folder, step, "verify estimate").seconds
+            wall = run_step(folder, step, "verify estimate")
         record, inside = judge(folder, wall)
         record["train_command_seconds"] = wall
         if not args.keep:
