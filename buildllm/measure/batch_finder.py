@@ -94,14 +94,11 @@ def find_batch_size(config: Config) -> dict:
     def attempt(batch_size: int) -> bool:
         trial = with_overrides(probe, {"train.batch_size": batch_size})
         result = try_in_child(trial) if plan.device.host_memory else _measure_try(trial)
-        fits = not result["oom"] and result["peak_memory_bytes"] <= limit
-        note = (
-            "out of memory"
-            if result["oom"]
-            else f"peak {result['peak_memory_bytes'] / 2**20:.0f} MiB {'<=' if fits else '>'} "
-            f"{limit / 2**20:.0f} MiB usable"
-        )
-        tries.append({"batch_size": batch_size, "peak_bytes": result["peak_memory_bytes"], "fits": fits})
+        peak = result["peak_memory_bytes"]
+        fits = not result["oom"] and peak <= limit
+        within = f"peak {peak / 2**20:.0f} MiB {'<=' if fits else '>'} {limit / 2**20:.0f} MiB usable"
+        note = "out of memory" if result["oom"] else within
+        tries.append({"batch_size": batch_size, "peak_bytes": peak, "fits": fits})
         json_line(try_batch_size=batch_size, fits=fits, note=note)
         return fits
 

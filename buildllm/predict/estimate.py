@@ -106,13 +106,10 @@ def estimate(config: Config, benchmark: dict | None = None) -> dict:
     checkpoints = saves * benchmark["checkpoint_save_seconds"]
     # Start-up: the process (imports, device, tokens) up to the first step, and the closing plot
     # (a benchmark record from before these two were measured counts them as 0).
-    startup = (
-        config.estimate.startup_seconds
-        if config.estimate.startup_seconds is not None
-        else benchmark.get("process_startup_seconds", 0.0)
-        + benchmark["time_to_first_step_seconds"]
-        + benchmark.get("plot_seconds", 0.0)
-    )
+    startup = config.estimate.startup_seconds
+    if startup is None:
+        startup = benchmark.get("process_startup_seconds", 0.0) + benchmark["time_to_first_step_seconds"]
+        startup += benchmark.get("plot_seconds", 0.0)
     overhead = validation + checkpoints + startup
     slow, fast = benchmark["interval_steps_per_second_min"], benchmark["interval_steps_per_second_max"]
     result = {

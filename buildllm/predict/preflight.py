@@ -278,14 +278,8 @@ def preflight(config: Config, dvc: bool = False) -> dict:
             f"preflight: {len(failed)} check(s) failed ({', '.join(r.name for r in failed)}); "
             "apply the fixes in the table above before training"
         )
-    print(
-        f"preflight: {len(rows) - len(warned)} of {len(rows)} checks pass"
-        + (
-            f"; read the warnings ({', '.join(r.name for r in warned)}) before a long run"
-            if warned
-            else "; ready to train"
-        )
-    )
+    then = f"read the warnings ({', '.join(r.name for r in warned)}) before a long run" if warned else "ready to train"
+    print(f"preflight: {len(rows) - len(warned)} of {len(rows)} checks pass; {then}")
     return metrics
 
 

@@ -123,11 +123,8 @@ class RunLog:
         # "Final" only when validated at the step the run ended on; after a stop, the last evaluation
         # is reported with its step, never passed off as the final one.
         validation = last["validation_loss"] if last and last["step"] == progress["optimizer_steps"] else None
-        note = (
-            None
-            if validation is not None
-            else (f"no validation since step {last['step']}" if last else "no validation ran")
-        )
+        missing = f"no validation since step {last['step']}" if last else "no validation ran"
+        note = None if validation is not None else missing
         initial = self.rows[0]["validation_loss"] if self.rows and self.rows[0]["step"] == 0 else None
         seconds = [s for s, _ in self.saves]
         session_tokens = self.steps * self.tokens_per_step * self.world.size
