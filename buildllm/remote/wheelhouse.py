@@ -66,20 +66,16 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
         str(building),
         requirement,
     )
-    wheels = sorted(building.glob("*.whl"))
-    left_out, by_name = [], {}
-    skip = {canonicalize_name(n) for n in has}
-    for wheel in wheels:
+    by_name: dict = {}
+    for wheel in sorted(building.glob("*.whl")):
         name, version, _, _ = parse_wheel_filename(wheel.name)
-        if name in skip and name != "dvc":
-            left_out.append(wheel.name)
-            wheel.unlink()
-        else:
-            by_name.setdefault(name, []).append((version, wheel))
-    for found in by_name.values():  # two versions of one name stop `pip install --no-index`
-        for _, wheel in sorted(found)[:-1]:
-            left_out.append(wheel.name)
-            wheel.unlink()
+        by_name.setdefault(name, []).append((version, wheel))
+    skip = {canonicalize_name(n) for n in has} - {"dvc"}
+    # What the target has, and all but the newest version of a name (two stop `pip install --no-index`).
+    dropped = [wheel for name, found in by_name.items() for _, wheel in (found if name in skip else sorted(found)[:-1])]
+    left_out = [wheel.name for wheel in dropped]
+    for wheel in dropped:
+        wheel.unlink()
     for other in building.iterdir():
         if other.suffix != ".whl":
             other.unlink() if other.is_file() else shutil.rmtree(other)
