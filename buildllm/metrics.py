@@ -143,7 +143,7 @@ def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
 
 
 def json_line(**fields) -> None:
-    """A long job's first words: one JSON line on stdout of what it is about to do (the house rule)."""
+    """One JSON line on stdout, flushed: a long job's start-up line (the house rule) or one try's record."""
     print(json.dumps(fields), flush=True)
 
 

@@ -2,8 +2,6 @@
 
 The hardware guide's advice, measured: on a CPU, more threads help large matmuls and hurt tiny
 ones, and the best count depends on the model. Run this before a long run and pick from the table.
-Its `others` column is the cores' worth of CPU other processes used at a trial's start or end
-(device/load.py); a row marked `busy machine` ran with its cores shared and is slower than it can be.
 """
 
 from __future__ import annotations

@@ -176,9 +176,11 @@ class RunLog:
             path = write_metrics(metrics_path("train"), metrics)
             if status == "completed":
                 speed = f"at {metrics['tokens_per_second']:,.0f} tokens/s" if self.steps else "(nothing left to train)"
+                bits = metrics.get("final_validation_bits_per_byte")
+                in_bits = "" if bits is None else f" nats/token, {bits:.4f} bits/byte"
                 print(
                     f"trained {metrics['optimizer_steps']} steps ({metrics['tokens_processed']:,} tokens) {speed}; "
-                    f"validation loss {metrics['final_validation_loss']:.4f}{in_bits(metrics)} "
+                    f"validation loss {metrics['final_validation_loss']:.4f}{in_bits} "
                     f"(perplexity {metrics['validation_perplexity']:.1f}; {baselines(metrics)}); "
                     f"checkpoint in {metrics['checkpoint_directory']}; metrics in {path}"
                 )
@@ -214,11 +216,6 @@ def write_png(rows: list[dict], title: str, path: str | Path = PNG_PATH) -> Path
     atomic_write(path, lambda tmp: figure.savefig(tmp, format="png"))
     plt.close(figure)
     return Path(path)
-
-
-def in_bits(metrics: dict) -> str:
-    bits = metrics.get("final_validation_bits_per_byte")
-    return "" if bits is None else f" nats/token, {bits:.4f} bits/byte"
 
 
 def baselines(metrics: dict) -> str:
