@@ -48,18 +48,14 @@ class Storage:
         )
 
 
-def planned_saves(planned_steps: int, start_step: int, interval: int) -> int:
-    """Saves from `start_step` on, as the train loop makes them: every `interval` steps before the
-    last, and one at the end (also when a resume finds nothing left to train)."""
-    if interval <= 0 or start_step >= planned_steps:
-        return 1
-    return (planned_steps - 1) // interval - start_step // interval + 1
-
-
 def storage(train: TrainConfig, checkpoint_bytes: int, planned_steps: int, start_step: int, existing: int) -> Storage:
     """The disk a run of `train`'s settings takes from `start_step` on, with `existing` checkpoints
     already in its directory (a resume): a save writes the new file before the oldest is pruned."""
-    saves = planned_saves(planned_steps, start_step, train.checkpoint_interval)
+    # Saves from start_step on, as the train loop makes them: every checkpoint_interval steps before the
+    # last, and one at the end (also when a resume finds nothing left to train).
+    saves, interval = 1, train.checkpoint_interval
+    if interval > 0 and start_step < planned_steps:
+        saves = (planned_steps - 1) // interval - start_step // interval + 1
     at_most = min(existing + saves, train.keep_checkpoints + 1)
     rows = planned_steps // max(1, train.log_interval) + 2
     return Storage(
