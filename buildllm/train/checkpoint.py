@@ -150,7 +150,6 @@ def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool)
     of the same run is resumed without being asked; a different schedule only with `force`, a
     different model never; a new run into a directory holding anything else is refused, so nothing
     is mixed up or overwritten."""
-    directory = Path(directory)
     stray = [path for path in entries(directory) if TEMP.match(path.name)]
     for path in stray:
         path.unlink(missing_ok=True)
