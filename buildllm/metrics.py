@@ -1,15 +1,10 @@
-"""Flat JSON metrics files, their summaries that DVC shows, and their notes.
+"""Flat JSON metrics files, their summaries that DVC shows, and their notes (docs/metrics.md).
 
 Numbers stay numbers (DVC hides a number stored as a string and shows no delta for strings); None
-is refused rather than silently dropped. A metrics file holds numbers and short labels only, so
-DVC's tables stay readable in a terminal, and no absolute path (a path in a user's home folder is
-neither a metric nor the same on two machines). Sentences go to a companion `<stage>_notes.json`,
-which is not a DVC metric. A long label of our own is a bug and fails loudly.
-
-DVC shows every key of every metrics file as a column of one table, so the full records (about 150
-keys) made lines 3,900 characters wide: DVC is given a summary per stage instead,
-`metrics/summary/<stage>.json`, the few figures a person compares at a glance. The full record stays
-in `metrics/<stage>.json`, where the later stages and `buildllm compare` read it.
+is refused rather than silently dropped. No absolute path: a path in a user's home folder is
+neither a metric nor the same on two machines. A long label of our own is a bug and fails loudly.
+DVC shows every key of every metrics file as a column of one table: the full records (about 150
+keys) made lines 3,900 characters wide, so DVC is given a small summary per stage instead.
 """
 
 from __future__ import annotations
@@ -145,6 +140,11 @@ def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
     if path.stem in SUMMARY:  # atomic_write_text makes the summary folder
         atomic_write_text(summary_path(path), json.dumps(summarize(path.stem, values), indent=2) + "\n")
     return path
+
+
+def json_line(**fields) -> None:
+    """One JSON line on stdout, flushed: a long job's start-up line (the house rule) or one try's record."""
+    print(json.dumps(fields), flush=True)
 
 
 def read_metrics(path: str | Path, with_notes: bool = False, advice: str = "rerun the stage that writes it") -> dict:

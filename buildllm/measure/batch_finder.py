@@ -1,17 +1,12 @@
-"""The batch-size finder: the largest batch that trains within memory, found by trying.
-
-Batch sizes double from 1 until one fails, then bisect between the last that fit and the first
-that failed (in steps of 8 above 8). A try is two real training steps measured for peak memory; it fails on an
-out-of-memory error or when its peak exceeds the budget less the safety margin (memory grows a
-little after the first steps: fragmentation, a longer validation batch, a checkpoint save).
-On CUDA the budget is the GPU's memory and tries run in this process (CUDA's OOM is an exception).
-On the CPU the budget is --memory-budget (default: the memory available now) and each try runs in
-a child process, because running out of host memory ends a process instead of raising an error.
+"""The batch-size finder: the largest batch that trains within memory, found by trying (doubling,
+then bisecting). A try is two real training steps; it fails on an out-of-memory error or when its
+peak exceeds the budget less the safety margin (memory grows a little after the first steps:
+fragmentation, a longer validation batch, a checkpoint save). On the CPU each try runs in a child
+process, because running out of host memory ends a process instead of raising an error.
 """
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import re
 import signal
@@ -21,7 +16,7 @@ from buildllm.config import Config, with_overrides
 from buildllm.data.windows import load_windows
 from buildllm.device.oom import out_of_memory
 from buildllm.errors import ConfigError, UserError
-from buildllm.metrics import write_metrics
+from buildllm.metrics import json_line, write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
 
@@ -99,15 +94,12 @@ def find_batch_size(config: Config) -> dict:
     def attempt(batch_size: int) -> bool:
         trial = with_overrides(probe, {"train.batch_size": batch_size})
         result = try_in_child(trial) if plan.device.host_memory else _measure_try(trial)
-        fits = not result["oom"] and result["peak_memory_bytes"] <= limit
-        note = (
-            "out of memory"
-            if result["oom"]
-            else f"peak {result['peak_memory_bytes'] / 2**20:.0f} MiB {'<=' if fits else '>'} "
-            f"{limit / 2**20:.0f} MiB usable"
-        )
-        tries.append({"batch_size": batch_size, "peak_bytes": result["peak_memory_bytes"], "fits": fits})
-        print(json.dumps({"try_batch_size": batch_size, "fits": fits, "note": note}), flush=True)
+        peak = result["peak_memory_bytes"]
+        fits = not result["oom"] and peak <= limit
+        within = f"peak {peak / 2**20:.0f} MiB {'<=' if fits else '>'} {limit / 2**20:.0f} MiB usable"
+        note = "out of memory" if result["oom"] else within
+        tries.append({"batch_size": batch_size, "peak_bytes": peak, "fits": fits})
+        json_line(try_batch_size=batch_size, fits=fits, note=note)
         return fits
 
     ceiling = bench.max_batch_size

@@ -1,12 +1,7 @@
-"""The benchmark stage: a bounded, honest measurement of training speed and memory.
-
-It runs the Trainer's own step (the same code path as `train`) on the real token tensors:
-  1. start-up and warm-up steps, timed apart (compile time lands here, never in throughput);
-  2. measured steps in equal intervals, each timed around a device synchronisation, so a drift
-     (thermal throttling, a competing job) shows as the intervals' coefficient of variation;
-  3. one validation pass and one checkpoint save, timed and sized, for the estimate;
-  4. MFU against a datasheet peak for known GPUs, else a peak measured by this run: on the CPU
-     between the measured steps (mfu_from_metrics), on other devices before and after them.
+"""The benchmark stage: a bounded, honest measurement of training speed and memory with the
+Trainer's own step (the same code path as `train`) on the real token tensors. Its measured steps are
+timed in equal intervals, so a drift (thermal throttling, a competing job) shows as their
+coefficient of variation. What it times and how MFU's peak is found: docs/measuring.md.
 """
 
 from __future__ import annotations
@@ -154,7 +149,7 @@ def measure(
     }
 
 
-def benchmark(config: Config, write: bool = True) -> dict:
+def benchmark(config: Config) -> dict:
     plan = make_plan(config)
     refuse_unless_fits(plan)  # nothing is loaded, built or written for a plan that cannot fit
     train, validation = load_windows(config, plan.model)
@@ -196,8 +191,7 @@ def benchmark(config: Config, write: bool = True) -> dict:
             **plan.device.oom_figures(),
             "oom_advice": advice(plan.batch_size),
         }
-        if write:
-            write_metrics(metrics_path("benchmark"), oom)
+        write_metrics(metrics_path("benchmark"), oom)
         raise TrainingFailed(
             f"out of memory at batch size {plan.batch_size} on {plan.device.device}; " + advice(plan.batch_size)
         ) from None
@@ -226,8 +220,7 @@ def benchmark(config: Config, write: bool = True) -> dict:
         "memory_estimate_ratio": estimate.total / figures["peak_memory_bytes"] if figures["peak_memory_bytes"] else 0.0,
     }
     metrics["mfu"] = mfu_from_metrics(metrics)
-    if write:
-        write_metrics(metrics_path("benchmark"), metrics)
+    write_metrics(metrics_path("benchmark"), metrics)
     print(summary(metrics))
     for warning in (noise_warning(metrics), busy_warning(metrics)):
         if warning:

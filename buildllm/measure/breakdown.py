@@ -1,16 +1,9 @@
 """Where a training step's time goes: the course's "GPU utilisation is low" and "throughput
-decreases over time" rows, measured.
+decreases over time" rows, measured (what each part says to do: docs/measuring.md).
 
-After the benchmark's timed intervals (whose throughput stays untouched), a few more of the
-Trainer's own steps run with their parts timed apart, each between device synchronisations:
-  data       waiting for the next batch (the data loader, its workers);
-  transfer   copying the batch to the device;
-  optimizer  the optimizer update (clipping and the scaler's checks stay with compute);
-  compute    the rest of the step: forward, backward and the loss read-back.
-Validation and checkpoint saves run every eval_interval / checkpoint_interval steps; their share
-of a step is their measured time spread over those intervals. A large data share says add
---workers; a large transfer share says pin memory or keep data on the device; a large optimizer
-share at a small batch says raise the batch size.
+The parts are timed apart on a few more steps after the benchmark's timed intervals, whose
+throughput their synchronisations would slow. Clipping and the scaler's checks count as compute,
+with the forward, the backward and the loss read-back.
 """
 
 from __future__ import annotations

@@ -99,8 +99,7 @@ def sign_interval(values: list, confidence: float = 0.95) -> tuple[float, float,
 
 
 def t975(df: float) -> float:
-    usable = [k for k in T975 if k <= max(df, 1)]
-    return T975[max(usable)]
+    return T975[max(k for k in T975 if k <= max(df, 1))]
 
 
 @dataclass(frozen=True)

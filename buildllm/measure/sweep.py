@@ -2,19 +2,16 @@
 
 The hardware guide's advice, measured: on a CPU, more threads help large matmuls and hurt tiny
 ones, and the best count depends on the model. Run this before a long run and pick from the table.
-Its `others` column is the cores' worth of CPU other processes used at a trial's start or end
-(device/load.py); a row marked `busy machine` ran with its cores shared and is slower than it can be.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import load_windows
 from buildllm.measure.breakdown import shares
-from buildllm.metrics import write_metrics
+from buildllm.metrics import json_line, write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
 
@@ -65,7 +62,7 @@ def sweep(
             "other_load": max(figures["other_load_start"], figures["other_load_end"]),
             "busy_machine": figures["busy_machine"],
         }
-        print(json.dumps(row), flush=True)
+        json_line(**row)
         rows.append(row)
     print(table(rows))
     swept = "{workers}w_" if workers else ""  # the workers count names a row only when it varies

@@ -1,23 +1,12 @@
-"""`buildllm tune`: the auto decisions measured on this machine, within a stated time budget.
+"""`buildllm tune`: the auto decisions measured on this machine, within a stated time budget
+(what each part compares and what is decided from it: docs/pipeline.md, "Auto decisions").
 
-For the planned profile, shape and batch, each on the device the run would use, in turns (A B A B,
-each side warmed up first, within a share of the budget: measure/tune_budget.py), with the median
-ratio, its interval and the number of pairs:
-  1. precision: fp32 against bf16 autocast (and fp16 with gradient scaling on GPUs; nothing where fp32
-     is all the device trains in, as on a CPU without a bf16 matmul path), the Trainer's
-     own step from the same seed on the same tokens; after `tune.loss_steps` steps each, their
-     validation losses (the CPU switches to bf16 only if it is conclusively faster *and* its loss
-     is within `tune.loss_tolerance` of fp32's);
-  2. threads (CPU): torch's default count against fewer, on the fp32 trainer;
-  3. the fused loss's chunk: the default rows per chunk against half, double and four times as
-     many, and the plain unfused loss beside them (measure/tune_kernels.py);
-  4. attention: torch's dispatch against its math kernel and an explicit matmul-softmax-matmul
-     (measure/tune_kernels.py; recorded: torch picks the kernel, nothing is decided from it);
-  5. torch.compile, in the precision `auto` chose from 1., in a child process given what is left
-     of the budget (measure/tune_compile.py), only when that is at least MIN_COMPILE_SECONDS.
-Each part has a share of `tune.seconds`; a part that cannot start in time is skipped, and the
-console and the record say what was skipped or cut short. The record goes to metrics/tune.json
-under this machine's id, the profile and the device (buildllm/plan/tuned.py), where the plan reads it.
+Each part runs the planned profile, shape and batch on the device the run would use, its sides in
+turns (A B A B) within its share of `tune.seconds` (measure/tune_budget.py); a part that cannot
+start in time is skipped, and the console and the record say so. The precision part trains the
+Trainer's own step from the same seed on the same tokens, so its validation losses can be compared;
+torch.compile runs last, in the precision `auto` chose, with what is left of the budget. The record
+goes to metrics/tune.json under this machine's id (buildllm/plan/tuned.py), where the plan reads it.
 """
 
 from __future__ import annotations

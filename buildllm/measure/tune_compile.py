@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from buildllm.config import Config, config_to_dict
-from buildllm.measure.workfolder import run_command
+from buildllm.measure.workfolder import last_line, run_command
 
 WARMUP_STEPS = 2
 ROUNDS = 12  # pairs of turns at most: enough for a 95% interval of the median ratio
@@ -32,7 +32,7 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="buildllm-tune-compile-") as folder:
         (Path(folder) / "params.yaml").write_text(yaml.safe_dump(config_to_dict(config)))
         try:
-            done = run_command(
+            done, _ = run_command(
                 Path(folder), [json.dumps(settings), str(deadline)], seconds, "buildllm.measure.tune_compile"
             )
         except subprocess.TimeoutExpired:
@@ -42,7 +42,7 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
             }
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
-        return {"skipped": f"failed here ({done.last_line()[:200]}): not compiling"}
+        return {"skipped": f"failed here ({last_line(done)[:200]}): not compiling"}
     return json.loads(lines[-1])
 
 

@@ -65,12 +65,8 @@ def explicit_attention(q, k, v, causal):
 def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     m, device = plan.model, plan.device
     generator = torch.Generator().manual_seed(0)
-    q, k, v = (
-        torch.randn(plan.batch_size, m.n_head, m.sequence_length, m.head_dim, generator=generator)
-        .to(device.device)
-        .requires_grad_()
-        for _ in range(3)
-    )
+    shape = (plan.batch_size, m.n_head, m.sequence_length, m.head_dim)
+    q, k, v = (torch.randn(shape, generator=generator).to(device.device).requires_grad_() for _ in range(3))
     causal = torch.ones(m.sequence_length, m.sequence_length, dtype=torch.bool, device=device.device).tril()
 
     def run(backend) -> None:

@@ -1,9 +1,6 @@
-"""A `buildllm` command run as a user runs it, in a folder of its own: written once for every check
-that measures by running the product (the paired comparison, `buildllm verify estimate | mfu`).
-
-The folder holds its own params.yaml and metrics/, and links to the project's other entries
-(data/, tokenizer/, ...), so the command reads the same token files and writes nothing into the
-project. Each command is a fresh `python -m buildllm` process importing this very package.
+"""A `buildllm` command run as a user runs it, a fresh `python -m buildllm` process of this very
+package in a folder of its own: for every check that measures by running the product (the paired
+comparison, `buildllm verify estimate | mfu`).
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -25,34 +21,23 @@ from buildllm.config import Config, config_to_dict
 from buildllm.errors import UserError
 from buildllm.knob import set_dotted
 from buildllm.measure.stats import Paired
+from buildllm.metrics import json_line
 
 KEEP_OUT = {"metrics", "params.yaml"}  # each run's own, never the project's
 
 
-@dataclass(frozen=True)
-class Ran:
-    returncode: int
-    seconds: float  # the command's wall clock, interpreter start included
-    stdout: str
-    stderr: str
-
-    def last_line(self) -> str:
-        return (self.stderr.strip().splitlines() or self.stdout.strip().splitlines() or ["no output"])[-1]
+def last_line(done: subprocess.CompletedProcess) -> str:
+    return (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no output"])[-1]
 
 
-def config_params(config: Config, folder: Path) -> dict:
-    """A validated Config as a complete params.yaml for `folder`, its checkpoints kept inside it (a
-    run there must never write into the project's checkpoint directory)."""
-    params = config_to_dict(config)
-    params["train"]["checkpoint_directory"] = str(Path(folder).resolve() / "checkpoints")
-    return params
-
-
-def prepare(folder: Path, params: dict) -> Path:
-    """Make `folder` with `params` (flat dotted keys or nested) as its params.yaml, linking every entry
-    of the working directory (the project) but its metrics and params."""
+def prepare(folder: Path, params: dict | Config) -> Path:
+    """Make `folder` with `params` (flat dotted keys, nested, or a validated Config) as its params.yaml,
+    linking every entry of the working directory (the project) but its metrics and params: the command
+    reads the same token files and writes nothing into the project (a Config's checkpoints too)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(params, Config):
+        params = {**config_to_dict(params), "train.checkpoint_directory": str(folder.resolve() / "checkpoints")}
     tree: dict = {}
     for dotted, value in params.items():
         set_dotted(tree, dotted, value)
@@ -64,8 +49,11 @@ def prepare(folder: Path, params: dict) -> Path:
     return folder
 
 
-def run_command(folder: Path, arguments: list[str], timeout: float | None = None, module: str = "buildllm") -> Ran:
-    """`python -m <module> <arguments> --params params.yaml` in `folder`; raises subprocess.TimeoutExpired."""
+def run_command(
+    folder: Path, arguments: list[str], timeout: float | None = None, module: str = "buildllm"
+) -> tuple[subprocess.CompletedProcess, float]:
+    """`python -m <module> <arguments> --params params.yaml` in `folder`, and its wall clock, interpreter
+    start included; raises subprocess.TimeoutExpired."""
     env = dict(os.environ)
     package_root = str(Path(buildllm.__file__).resolve().parents[1])  # this very code, in the child too
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -79,22 +67,22 @@ def run_command(folder: Path, arguments: list[str], timeout: float | None = None
         timeout=timeout,
         check=False,
     )
-    return Ran(done.returncode, time.perf_counter() - begin, done.stdout, done.stderr)
+    return done, time.perf_counter() - begin
 
 
-def run_step(folder: Path, command: str, who: str, timeout: float | None = None) -> Ran:
-    """`buildllm <command>` in `folder`; when it does not finish, one line on why, naming `who` ran it."""
+def run_step(folder: Path, command: str, who: str, timeout: float | None = None) -> float:
+    """`buildllm <command>` in `folder`, its seconds; when it does not finish, one line on why, naming `who` ran it."""
     try:
-        done = run_command(folder, [command], timeout)
+        done, seconds = run_command(folder, [command], timeout)
     except subprocess.TimeoutExpired:
         raise UserError(
             f"{who}: `buildllm {command}` ran over {timeout:.0f} s; bound it with fewer benchmark.measured_steps"
         ) from None
     if done.returncode != 0:
         raise UserError(
-            f"{who}: `buildllm {command}` failed ({done.last_line()}); run it with the same params to see why"
+            f"{who}: `buildllm {command}` failed ({last_line(done)}); run it with the same params to see why"
         )
-    return done
+    return seconds
 
 
 def run_benchmark(folder: Path, who: str, timeout: float) -> dict:
@@ -118,17 +106,7 @@ def remeasure(experiments: list, rounds: int, timeout: float = 1800) -> Paired:
                 "metrics folder (measured elsewhere), so it cannot be rerun here: drop --paired"
             )
     paired = Paired(names=[e.name for e in experiments])
-    print(
-        json.dumps(
-            {
-                "action": "paired benchmarks",
-                "experiments": paired.names,
-                "rounds": rounds,
-                "processes": rounds * len(experiments),
-            }
-        ),
-        flush=True,
-    )
+    json_line(action="paired benchmarks", experiments=paired.names, rounds=rounds, processes=rounds * len(experiments))
     with tempfile.TemporaryDirectory(prefix="buildllm-paired-") as tmp:
         folders = {exp.name: prepare(Path(tmp) / f"run{i}", exp.params) for i, exp in enumerate(experiments)}
         with tqdm(total=rounds * len(experiments), desc="paired", unit="run") as bar:

@@ -1,15 +1,9 @@
-"""The estimate stage: project a full training run from a bounded benchmark.
+"""The estimate stage: project a full training run from a bounded benchmark (the course's formulas
+and its range: docs/measuring.md, "The estimate of a run's time").
 
-The course's formulas:
-    seconds ≈ planned optimizer steps / measured steps per second
-            ≈ planned tokens / measured tokens per second
-    plus validation passes, checkpoint saves and start-up.
-The low-high range comes from the slowest and fastest measured interval, widened by the variation
-between runs (RUN_TO_RUN): a whole run can go slower or faster than one benchmark's intervals, as
-a fresh process lands on other cores, memory and neighbours. Start-up, validation and checkpoint
-saves are widened by the same share. An estimate is only as good as the match between benchmark
-and plan, so a benchmark with other controls (CONTROLS, the validation size and the machine) is
-refused.
+The range is widened by RUN_TO_RUN because a whole run can go slower or faster than one benchmark's
+intervals, as a fresh process lands on other cores, memory and neighbours. An estimate is only as
+good as the match between benchmark and plan, so a benchmark with other controls is refused.
 """
 
 from __future__ import annotations
@@ -74,7 +68,7 @@ def projected_run(plan: RunPlan) -> dict:
     return {key: resolved[key] for key in ("profile", "device", "precision", "batch_size", "grad_accum", "epochs")}
 
 
-def estimate(config: Config, benchmark: dict | None = None, write: bool = True) -> dict:
+def estimate(config: Config, benchmark: dict | None = None) -> dict:
     benchmark = benchmark if benchmark is not None else read_metrics(metrics_path("benchmark"))
     if benchmark.get("oom"):
         raise UserError(
@@ -112,13 +106,10 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
     checkpoints = saves * benchmark["checkpoint_save_seconds"]
     # Start-up: the process (imports, device, tokens) up to the first step, and the closing plot
     # (a benchmark record from before these two were measured counts them as 0).
-    startup = (
-        config.estimate.startup_seconds
-        if config.estimate.startup_seconds is not None
-        else benchmark.get("process_startup_seconds", 0.0)
-        + benchmark["time_to_first_step_seconds"]
-        + benchmark.get("plot_seconds", 0.0)
-    )
+    startup = config.estimate.startup_seconds
+    if startup is None:
+        startup = benchmark.get("process_startup_seconds", 0.0) + benchmark["time_to_first_step_seconds"]
+        startup += benchmark.get("plot_seconds", 0.0)
     overhead = validation + checkpoints + startup
     slow, fast = benchmark["interval_steps_per_second_min"], benchmark["interval_steps_per_second_max"]
     result = {
@@ -146,8 +137,7 @@ def estimate(config: Config, benchmark: dict | None = None, write: bool = True) 
         "checkpoint_storage_bytes": min(saves, t.keep_checkpoints) * benchmark["checkpoint_bytes"],
         "checkpoint_written_bytes": saves * benchmark["checkpoint_bytes"],
     }
-    if write:
-        write_metrics(metrics_path("estimate"), result)
+    write_metrics(metrics_path("estimate"), result)
     print(summary(result))
     return result
 

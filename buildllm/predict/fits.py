@@ -1,10 +1,7 @@
 """`buildllm fits`: which GPU fits which profile, from the memory model alone (nothing is allocated).
 
-For each profile and precision, the largest batch size whose estimated training peak
-(buildllm.memory, CUDA terms) stays under a memory size less the batch finder's
-safety margin, for the common GPU sizes and this machine's own memory. The model's error against
-measured peaks is what `buildllm verify memory` prints (target ±15%); the safety margin covers it
-and the CUDA context, which the model does not count.
+The batch finder's safety margin is kept: it covers the model's error against measured peaks
+(`buildllm verify memory`, target ±15%) and the CUDA context, which the model does not count.
 """
 
 from __future__ import annotations

@@ -220,13 +220,12 @@ def run_checks(config: Config, dvc: bool = False) -> tuple[list[Check], dict]:
     rows, figures = [device_row], {}
     plan = None
     if device is not None:
+        row = partial(Check, "precision", "precision supported")
         try:
             plan = make_plan(config)
-            rows.append(
-                Check("precision", "precision supported", "pass", f"{plan.precision.precision} on {plan.device.device}")
-            )
+            rows.append(row("pass", f"{plan.precision.precision} on {plan.device.device}"))
         except UserError as exc:
-            rows.append(Check("precision", "precision supported", "fail", f"{config.precision} unsupported", str(exc)))
+            rows.append(row("fail", f"{config.precision} unsupported", str(exc)))
     if plan is None:
         missing = ("benchmark", "throughput", "estimate", "disk", "cooling", "directory")
         return rows + [
@@ -260,7 +259,7 @@ def table(rows: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def preflight(config: Config, dvc: bool = False, write: bool = True) -> dict:
+def preflight(config: Config, dvc: bool = False) -> dict:
     rows, figures = run_checks(config, dvc)
     failed = [r for r in rows if r.status == "fail"]
     warned = [r for r in rows if r.status == "warn"]
@@ -273,21 +272,14 @@ def preflight(config: Config, dvc: bool = False, write: bool = True) -> dict:
         **figures,
     }
     print(table(rows))
-    if write:
-        write_metrics(metrics_path("preflight"), metrics)
+    write_metrics(metrics_path("preflight"), metrics)
     if failed:
         raise UserError(
             f"preflight: {len(failed)} check(s) failed ({', '.join(r.name for r in failed)}); "
             "apply the fixes in the table above before training"
         )
-    print(
-        f"preflight: {len(rows) - len(warned)} of {len(rows)} checks pass"
-        + (
-            f"; read the warnings ({', '.join(r.name for r in warned)}) before a long run"
-            if warned
-            else "; ready to train"
-        )
-    )
+    then = f"read the warnings ({', '.join(r.name for r in warned)}) before a long run" if warned else "ready to train"
+    print(f"preflight: {len(rows) - len(warned)} of {len(rows)} checks pass; {then}")
     return metrics
 
 

@@ -15,7 +15,7 @@ import json
 import re
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from buildllm.atomic import atomic_open
@@ -37,14 +37,9 @@ class Run:
     seconds: float | None = None
 
     def entry(self) -> dict:
+        """The run's manifest entry: the files by their sha256, not their bytes."""
         digests = {path: hashlib.sha256(data).hexdigest() for path, data in sorted(self.files.items())}
-        return {
-            "name": self.name,
-            "stages": self.stages,
-            "overrides": self.overrides,
-            "seconds": self.seconds,
-            "files": digests,
-        }
+        return {**asdict(self), "files": digests}
 
 
 def check_name(name: str) -> str:

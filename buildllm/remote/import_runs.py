@@ -1,21 +1,18 @@
 """`buildllm import-runs FILE`: each run of a runs archive (buildllm pack-run) becomes a DVC
-experiment of this project, recorded by DVC itself.
+experiment of this project, recorded by DVC itself (`dvc exp save`; the steps: docs/gpu.md).
 
-For each run: its params.yaml, dvc.lock and metrics files are written over the workspace's, `dvc
-exp save -n NAME machine` commits them as an experiment on the current commit (`machine` is the one
-stage DVC re-hashes, from the run's own machine record; every other stage's lock entry, with the
-content hashes of the token files the run read, stays the run's), and the workspace's files are put
-back byte for byte. The archive is checked whole first: a damaged one changes nothing here.
+`machine` is the one stage `dvc exp save` re-hashes, from the run's own machine record; every other
+stage's lock entry, with the content hashes of the token files the run read, stays the run's.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 from buildllm.errors import UserError
+from buildllm.metrics import json_line
 from buildllm.remote import archive
 
 TARGET = "machine"  # the stage `dvc exp save` commits; see the module's docstring
@@ -82,7 +79,7 @@ def import_runs(path: str, force: bool = False) -> list[str]:
             f"experiments named {', '.join(taken)} exist already; `dvc exp remove NAME` them, "
             "or pass --force to replace"
         )
-    print(json.dumps({"import_runs": str(path), "runs": [r.name for r in runs]}), flush=True)
+    json_line(import_runs=str(path), runs=[r.name for r in runs])
     for run in runs:
         save(run, force)
         took = f" in {run.seconds:.0f} s" if run.seconds is not None else ""

@@ -1,19 +1,12 @@
-"""`buildllm pack-run`: one run of the pipeline's stages on a machine that may have no git, added to
-a runs archive that `buildllm import-runs` turns into a DVC experiment at home.
-
-Where git and DVC both work, `dvc exp run -n NAME -S ...` is the same thing. Without git, DVC's
-experiments cannot run, but `dvc repro` can (with core.no_scm): each run takes a scratch copy of
-the project (the token files and tokenizer hard-linked, not copied), writes the `-S` values into
-its params.yaml, reproduces `machine` and the named stages in that order with --force and
---single-item (the token files came with the tree: the corpus and tokenize stages must not run),
-and adds the run's params.yaml, dvc.lock and its stages' metrics files to the archive. The
-project itself is not changed.
+"""`buildllm pack-run`: `dvc exp run -n NAME -S ...` for a machine without git, where DVC's
+experiments cannot run but `dvc repro` can (with core.no_scm). Each run is made in a scratch copy of
+the project, so the project itself is not changed, and added to a runs archive that `buildllm
+import-runs` turns into a DVC experiment at home (what it runs and carries: docs/gpu.md).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -27,6 +20,7 @@ import yaml
 from buildllm.config import load_config
 from buildllm.errors import UserError
 from buildllm.knob import set_dotted
+from buildllm.metrics import json_line
 from buildllm.remote import archive
 
 # Never copied into the scratch project: history, environments, the corpus's caches, results.
@@ -74,14 +68,9 @@ def scratch_copy(project: Path, dest: Path) -> None:
 
 def stage_files(dvc_yaml: dict, stages: list[str]) -> list[str]:
     """The metrics files (under metrics/) that `stages` write, as dvc.yaml declares them."""
-    files = []
-    for stage in stages:
-        for section in ("outs", "metrics"):
-            for entry in dvc_yaml["stages"][stage].get(section) or []:
-                path = next(iter(entry)) if isinstance(entry, dict) else entry
-                if path.startswith("metrics/") and path not in files:
-                    files.append(path)
-    return files
+    sections = [dvc_yaml["stages"][stage].get(section) or [] for stage in stages for section in ("outs", "metrics")]
+    paths = [next(iter(entry)) if isinstance(entry, dict) else entry for entries in sections for entry in entries]
+    return list(dict.fromkeys(path for path in paths if path.startswith("metrics/")))
 
 
 def environment(scratch: Path) -> dict:
@@ -120,9 +109,7 @@ def pack_run(name: str, overrides: list[str], stages: list[str], into: str, proj
     if into_path.exists():
         archive.read(into_path)  # a damaged archive is refused before the run, not after it
     run_stages = ["machine", *[s for s in stages if s != "machine"]]
-    print(
-        json.dumps({"pack_run": name, "stages": run_stages, "overrides": overrides, "into": str(into_path)}), flush=True
-    )
+    json_line(pack_run=name, stages=run_stages, overrides=overrides, into=str(into_path))
     with tempfile.TemporaryDirectory(prefix="buildllm-run-") as folder:
         scratch = Path(folder) / "project"
         scratch.mkdir()

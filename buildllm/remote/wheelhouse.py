@@ -1,17 +1,13 @@
 """`buildllm wheelhouse`: a folder of wheels that installs DVC on a machine without network
-(`python -m pip install --no-index --find-links wheelhouse dvc`).
+(`python -m pip install --no-index --find-links wheelhouse dvc`; what goes in: docs/gpu.md).
 
-The wheels are for the target's Python and platform, not this machine's (by default the lent GPU
-machine's: CPython 3.12 on manylinux x86_64). antlr4-python3-runtime, which DVC needs through
-hydra, has only a source archive on PyPI: it is built into a wheel here (pure Python, so one wheel
-serves every target). What the target already has (by default the lent machine's packages, from
-../shared/notes/gpu-machine.md) is left out; one version of each name is kept, or pip refuses the
-install. The folder is written beside its place and renamed into it when complete.
+antlr4-python3-runtime, which DVC needs through hydra, has only a source archive on PyPI: it is
+built into a wheel here (pure Python, so one wheel serves every target). The folder is written
+beside its place and renamed into it when complete.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -22,6 +18,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from buildllm.errors import UserError
+from buildllm.metrics import json_line
 
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 ANTLR = "antlr4-python3-runtime==4.9.3"  # hydra-core 1.3 pins antlr4 4.9.*
@@ -48,17 +45,12 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
     building = out_path.with_name(out_path.name + ".partial")
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir(parents=True)
-    print(
-        json.dumps(
-            {
-                "wheelhouse": str(out_path),
-                "requirement": requirement,
-                "python": python_version,
-                "platforms": platforms,
-                "left_out": sorted(has),
-            }
-        ),
-        flush=True,
+    json_line(
+        wheelhouse=str(out_path),
+        requirement=requirement,
+        python=python_version,
+        platforms=platforms,
+        left_out=sorted(has),
     )
     pip("wheel", "-q", "--no-deps", "-w", str(building), ANTLR)
     platform_flags = [flag for p in [*platforms, "any"] for flag in ("--platform", p)]
@@ -74,20 +66,16 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
         str(building),
         requirement,
     )
-    wheels = sorted(building.glob("*.whl"))
-    left_out, by_name = [], {}
-    skip = {canonicalize_name(n) for n in has}
-    for wheel in wheels:
+    by_name: dict = {}
+    for wheel in sorted(building.glob("*.whl")):
         name, version, _, _ = parse_wheel_filename(wheel.name)
-        if name in skip and name != "dvc":
-            left_out.append(wheel.name)
-            wheel.unlink()
-        else:
-            by_name.setdefault(name, []).append((version, wheel))
-    for found in by_name.values():  # two versions of one name stop `pip install --no-index`
-        for _, wheel in sorted(found)[:-1]:
-            left_out.append(wheel.name)
-            wheel.unlink()
+        by_name.setdefault(name, []).append((version, wheel))
+    skip = {canonicalize_name(n) for n in has} - {"dvc"}
+    # What the target has, and all but the newest version of a name (two stop `pip install --no-index`).
+    dropped = [wheel for name, found in by_name.items() for _, wheel in (found if name in skip else sorted(found)[:-1])]
+    left_out = [wheel.name for wheel in dropped]
+    for wheel in dropped:
+        wheel.unlink()
     for other in building.iterdir():
         if other.suffix != ".whl":
             other.unlink() if other.is_file() else shutil.rmtree(other)

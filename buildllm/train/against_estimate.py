@@ -8,11 +8,12 @@ which is what the estimate projects: start-up, steps, validation passes, checkpo
 
 from __future__ import annotations
 
-import json
 import time
 
 import psutil
 
+from buildllm.errors import UserError
+from buildllm.metrics import read_metrics
 from buildllm.paths import metrics_path
 
 # What the estimate and the run must share for one to be judged against the other.
@@ -40,14 +41,13 @@ def position(estimate: dict, seconds: float) -> dict:
 def against_estimate(run: dict) -> dict:
     """The position of a completed, unresumed run against metrics/estimate.json, when that file
     estimated this very plan; {} otherwise (no estimate, another plan, a resumed run)."""
-    path = metrics_path("estimate")
-    if run.get("status") != "completed" or run.get("resumed") or not path.is_file():
+    if run.get("status") != "completed" or run.get("resumed"):
         return {}
     try:
-        estimate = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        estimate = read_metrics(metrics_path("estimate"))
+    except (UserError, OSError):  # none, or not a metrics file
         return {}
-    if not isinstance(estimate, dict) or not same_plan(estimate, run) or "estimated_seconds_low" not in estimate:
+    if not same_plan(estimate, run) or "estimated_seconds_low" not in estimate:
         return {}
     # Wall-clock seconds since this process started, the interpreter's start included.
     return position(estimate, time.time() - psutil.Process().create_time())

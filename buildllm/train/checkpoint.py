@@ -31,21 +31,20 @@ def checkpoint_name(step: int) -> str:
     return f"checkpoint_{step:08d}.pt"
 
 
-def list_checkpoints(directory: str | Path) -> list[Path]:
+def entries(directory: str | Path) -> list[Path]:
     directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := NAME.match(p.name))]
+    return list(directory.iterdir()) if directory.is_dir() else []
+
+
+def list_checkpoints(directory: str | Path) -> list[Path]:
+    found = [(int(m.group(1)), p) for p in entries(directory) if (m := NAME.match(p.name))]
     return [p for _, p in sorted(found)]
 
 
 def foreign_files(directory: str | Path) -> list[str]:
     """Entries that are neither checkpoints, the lock nor a save's leftover temp file."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
     return sorted(
-        p.name for p in directory.iterdir() if not (NAME.match(p.name) or TEMP.match(p.name) or p.name == LOCK)
+        p.name for p in entries(directory) if not (NAME.match(p.name) or TEMP.match(p.name) or p.name == LOCK)
     )
 
 
@@ -151,8 +150,7 @@ def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool)
     of the same run is resumed without being asked; a different schedule only with `force`, a
     different model never; a new run into a directory holding anything else is refused, so nothing
     is mixed up or overwritten."""
-    directory = Path(directory)
-    stray = [path for path in directory.iterdir() if TEMP.match(path.name)] if directory.is_dir() else []
+    stray = [path for path in entries(directory) if TEMP.match(path.name)]
     for path in stray:
         path.unlink(missing_ok=True)
     if stray:

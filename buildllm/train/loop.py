@@ -25,7 +25,6 @@ from buildllm.paths import tokenizer_path
 from buildllm.plan.memory import refuse_unless_fits
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
 from buildllm.train import checkpoint, distributed, storage
-from buildllm.train.run_log import RunLog
 from buildllm.train.trainer import NonFiniteLoss, Trainer, TrainingInterrupted
 
 # DVC deletes a stage's outputs before it runs: `dvc repro train` would start over.
@@ -101,11 +100,6 @@ def train(config: Config, under_dvc: bool = False) -> dict:
     return metrics
 
 
-def eta(log: RunLog, remaining: int) -> str:
-    """Remaining time from measured step time only: validation passes and checkpoint saves are not steps."""
-    return tqdm.format_interval(log.seconds / log.steps * remaining) if log.steps else "?"
-
-
 def run(trainer: Trainer, advice_on_stop: str) -> dict:
     cfg, world, device = trainer.config.train, trainer.world, trainer.device
     if world.is_main:
@@ -149,7 +143,9 @@ def run(trainer: Trainer, advice_on_stop: str) -> dict:
                         lr=f"{row['learning_rate']:.2e}",
                         tok_s=f"{row['tokens_per_second']:.0f}",
                     )
-                shown["eta"] = eta(trainer.log, trainer.planned_steps - step)  # known only where losses are read
+                # Known only where losses are read; from step time only: validation and saves are not steps.
+                booked, left = trainer.log, trainer.planned_steps - step
+                shown["eta"] = tqdm.format_interval(booked.seconds / booked.steps * left) if booked.steps else "?"
                 bar.set_postfix(shown, refresh=False)
                 bar.update(1)
                 if stopping:

@@ -123,11 +123,8 @@ class RunLog:
         # "Final" only when validated at the step the run ended on; after a stop, the last evaluation
         # is reported with its step, never passed off as the final one.
         validation = last["validation_loss"] if last and last["step"] == progress["optimizer_steps"] else None
-        note = (
-            None
-            if validation is not None
-            else (f"no validation since step {last['step']}" if last else "no validation ran")
-        )
+        missing = f"no validation since step {last['step']}" if last else "no validation ran"
+        note = None if validation is not None else missing
         initial = self.rows[0]["validation_loss"] if self.rows and self.rows[0]["step"] == 0 else None
         seconds = [s for s, _ in self.saves]
         session_tokens = self.steps * self.tokens_per_step * self.world.size
@@ -179,9 +176,11 @@ class RunLog:
             path = write_metrics(metrics_path("train"), metrics)
             if status == "completed":
                 speed = f"at {metrics['tokens_per_second']:,.0f} tokens/s" if self.steps else "(nothing left to train)"
+                bits = metrics.get("final_validation_bits_per_byte")
+                in_bits = "" if bits is None else f" nats/token, {bits:.4f} bits/byte"
                 print(
                     f"trained {metrics['optimizer_steps']} steps ({metrics['tokens_processed']:,} tokens) {speed}; "
-                    f"validation loss {metrics['final_validation_loss']:.4f}{in_bits(metrics)} "
+                    f"validation loss {metrics['final_validation_loss']:.4f}{in_bits} "
                     f"(perplexity {metrics['validation_perplexity']:.1f}; {baselines(metrics)}); "
                     f"checkpoint in {metrics['checkpoint_directory']}; metrics in {path}"
                 )
@@ -219,19 +218,12 @@ def write_png(rows: list[dict], title: str, path: str | Path = PNG_PATH) -> Path
     return Path(path)
 
 
-def in_bits(metrics: dict) -> str:
-    bits = metrics.get("final_validation_bits_per_byte")
-    return "" if bits is None else f" nats/token, {bits:.4f} bits/byte"
-
-
 def baselines(metrics: dict) -> str:
-    """What the loss is to be compared with: the context-free unigram level and a uniform guess."""
-    uniform = f"a uniform guess {math.log(metrics['vocab_size']):.4f}"
-    unigram = metrics.get("unigram_validation_loss")
-    if unigram is None:
-        return uniform
-    bits = metrics.get("unigram_validation_bits_per_byte")
-    return f"unigram level {unigram:.4f}" + (f" ({bits:.4f} bits/byte)" if bits is not None else "") + f", {uniform}"
+    """What the loss is to be compared with: the context-free unigram level (train always measures it)
+    and a uniform guess."""
+    unigram, bits = metrics["unigram_validation_loss"], metrics.get("unigram_validation_bits_per_byte")
+    in_bits = f" ({bits:.4f} bits/byte)" if bits is not None else ""
+    return f"unigram level {unigram:.4f}{in_bits}, a uniform guess {math.log(metrics['vocab_size']):.4f}"
 
 
 def _cell(value) -> str:

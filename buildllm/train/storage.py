@@ -48,18 +48,14 @@ class Storage:
         )
 
 
-def planned_saves(planned_steps: int, start_step: int, interval: int) -> int:
-    """Saves from `start_step` on, as the train loop makes them: every `interval` steps before the
-    last, and one at the end (also when a resume finds nothing left to train)."""
-    if interval <= 0 or start_step >= planned_steps:
-        return 1
-    return (planned_steps - 1) // interval - start_step // interval + 1
-
-
 def storage(train: TrainConfig, checkpoint_bytes: int, planned_steps: int, start_step: int, existing: int) -> Storage:
     """The disk a run of `train`'s settings takes from `start_step` on, with `existing` checkpoints
     already in its directory (a resume): a save writes the new file before the oldest is pruned."""
-    saves = planned_saves(planned_steps, start_step, train.checkpoint_interval)
+    # Saves from start_step on, as the train loop makes them: every checkpoint_interval steps before the
+    # last, and one at the end (also when a resume finds nothing left to train).
+    saves, interval = 1, train.checkpoint_interval
+    if interval > 0 and start_step < planned_steps:
+        saves = (planned_steps - 1) // interval - start_step // interval + 1
     at_most = min(existing + saves, train.keep_checkpoints + 1)
     rows = planned_steps // max(1, train.log_interval) + 2
     return Storage(
@@ -79,18 +75,14 @@ def checkpoint_bytes(parameters: int, buffer_bytes: int = 0) -> int:
     return 3 * parameters * 4 + buffer_bytes + 64 * 1024
 
 
-def expected_checkpoint_bytes(model) -> int:
-    """checkpoint_bytes for a built model: what its state_dict holds beyond the weights counts as buffers."""
-    parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    tensors = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    return checkpoint_bytes(parameters, tensors - 4 * parameters)
-
-
 def before_training(trainer, resumed: dict | None) -> None:
     """Preflight's checks at the start of `train`: room for the checkpoints from here on (a resume
     counts those already there), else a refusal; a warning when the machine runs on battery."""
     existing = checkpoint.list_checkpoints(trainer.directory) if resumed is not None else []
-    size_each = existing[-1].stat().st_size if existing else expected_checkpoint_bytes(trainer.model)
+    # Without a checkpoint to measure: the built model's, its state_dict beyond the weights counted as buffers.
+    parameters = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    buffers = checkpoint.state_bytes(trainer.model.state_dict()) - 4 * parameters
+    size_each = existing[-1].stat().st_size if existing else checkpoint_bytes(parameters, buffers)
     needed = storage(
         trainer.config.train, size_each, trainer.planned_steps, resumed["step"] if resumed else 0, len(existing)
     )

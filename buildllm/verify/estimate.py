@@ -1,15 +1,13 @@
 """`buildllm verify estimate`: benchmark -> estimate -> a real training run, and where the run's time
 fell against the estimate's range.
 
-Everything runs as the user runs it (`buildllm benchmark`, `estimate`, `train`), each a fresh
-process in a folder of its own (buildllm/measure/workfolder.py). The run's wall clock (interpreter
-start to its metrics file) is judged against the estimate's range as the train metrics record it
+Each command runs as the user runs it, a fresh process in a folder of its own
+(buildllm/measure/workfolder.py), and the run is judged as its own metrics record it
 (buildllm/train/against_estimate.py).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -119,13 +117,14 @@ def command(args) -> int:
     if args.recorded:
         record, inside = judge(Path(), None)
     else:
-        from buildllm.measure.workfolder import config_params, prepare, run_step
+        from buildllm.measure.workfolder import prepare, run_step
+        from buildllm.metrics import json_line
 
         folder = Path(args.keep or tempfile.mkdtemp(prefix="buildllm-verify-estimate-")).resolve()
-        prepare(folder, config_params(planned(args), folder))
+        prepare(folder, planned(args))
         for step in ("benchmark", "estimate", "train"):  # wall: at the end, the train command's, as seen here
-            print(json.dumps({"action": f"verify estimate: buildllm {step}", "folder": str(folder)}), flush=True)
-            wall = run_step(folder, step, "verify estimate").seconds
+            json_line(action=f"verify estimate: buildllm {step}", folder=str(folder))
+            wall = run_step(folder, step, "verify estimate")
         record, inside = judge(folder, wall)
         record["train_command_seconds"] = wall
         if not args.keep:

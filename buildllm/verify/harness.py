@@ -30,22 +30,18 @@ def plan_overrides(args, extra: dict) -> dict:
     return {key: value for key, value in chosen.items() if value is not None or key == "preset"}
 
 
-def cpu_flags() -> str:
-    """The ISA features that decide kernels here (from /proc/cpuinfo, as lscpu shows them)."""
-    from buildllm.device.device import cpuinfo
-
-    flags = cpuinfo("flags").split()
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")  # at most 33 characters: a short label
-    return " ".join(flag for flag in wanted if flag in flags) or "none of avx2/avx512/amx"
-
-
 def machine() -> dict:
+    from buildllm.device.device import cpuinfo
     from buildllm.device.hardware import processor_name
     from buildllm.device.load import other_load
 
+    # The ISA features that decide kernels here (from /proc/cpuinfo, as lscpu shows them); at most 33
+    # characters: a short label.
+    present = cpuinfo("flags").split()
+    flags = [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in present]
     return {
         "processor": processor_name(),
-        "cpu_flags": cpu_flags(),
+        "cpu_flags": " ".join(flags) or "none of avx2/avx512/amx",
         "logical_cores": os.cpu_count() or 0,
         "other_load_at_start": round(other_load(), 3),  # cores others used (device/load.py), ours excluded
     }

@@ -4,10 +4,8 @@ Two sets of shapes, printed apart: fitted, the shapes the CPU constants in
 buildllm/memory/estimate.py were chosen on, and held out, shapes no constant was chosen on: a model
 that only fits its calibration shapes fails there.
 
-For each shape, fresh processes (one shape's memory cannot colour the next) run the batch finder's
-own try (buildllm.measure.batch_finder.try_in_child). The median of --repeats runs is judged
-against the estimate's stated range (-15%/+25% on the CPU, ±15% on CUDA). On CUDA the estimate
-predicts the allocator's *allocated* peak; the *reserved* peak is printed beside it.
+Each shape runs the batch finder's own try in fresh processes (one shape's memory cannot colour the
+next); their median is judged against the estimate's stated range (-15%/+25% on the CPU, ±15% on CUDA).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """`buildllm verify mfu`: the same benchmark run in fresh processes gives the same MFU.
 
-Each run is `buildllm benchmark` as a user runs it, in a folder of its own
-(buildllm/measure/workfolder.py). MFU must be recomputable from each run's own metrics file
-(measure/benchmark.py mfu_from_metrics), and every run's MFU must lie within --tolerance of every
-other's: a figure that moved with the machine's load would not. The runs' speeds are printed too:
-their spread is the run-to-run variation the estimate's range allows for (predict/estimate.py).
+Each run's MFU must lie within --tolerance of every other's: a figure that moved with the machine's
+load would not. The runs' speeds are printed too: their spread is the run-to-run variation the
+estimate's range allows for (predict/estimate.py).
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ def add_arguments(parser) -> None:
 
 def command(args) -> int:
     from buildllm.measure.benchmark import mfu_from_metrics
-    from buildllm.measure.workfolder import config_params, prepare, run_benchmark
+    from buildllm.measure.workfolder import prepare, run_benchmark
 
     runs = args.runs or (4 if args.full else 2)
     if runs < 2:
@@ -50,7 +48,7 @@ def command(args) -> int:
     mfus, speeds, record, misses = [], [], {}, 0
     for number in range(1, runs + 1):
         with tempfile.TemporaryDirectory(prefix="buildllm-verify-mfu-") as tmp:
-            folder = prepare(Path(tmp) / "run", config_params(config, Path(tmp) / "run"))
+            folder = prepare(Path(tmp) / "run", config)
             m = run_benchmark(folder, f"verify mfu, run {number}", timeout=3600)
         # Recomputed from the file alone, as a reader of the metrics would.
         recomputed = mfu_from_metrics(m)

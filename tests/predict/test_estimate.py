@@ -59,7 +59,7 @@ def benchmark_record(config, **figures) -> dict:
 
 def test_the_projection_is_the_course_arithmetic(tokens, workdir):
     config = load_config(None, settings(tokens))
-    r = estimate(config, benchmark_record(config), write=False)
+    r = estimate(config, benchmark_record(config))
     # 100 examples in batches of 8: 12 micro-batches (the partial one dropped), 6 steps with
     # accumulation 2, times 3 epochs.
     assert r["planned_examples"] == 100 and r["planned_optimizer_steps"] == 18
@@ -85,7 +85,7 @@ def test_the_projection_is_the_course_arithmetic(tokens, workdir):
 
 def test_a_configured_startup_replaces_the_measured_one(tokens, workdir):
     config = load_config(None, settings(tokens, **{"estimate.startup_seconds": 30}))
-    r = estimate(config, benchmark_record(config), write=False)
+    r = estimate(config, benchmark_record(config))
     assert r["startup_seconds"] == 30.0
 
 
@@ -113,7 +113,7 @@ def test_counts_match_what_a_real_training_run_does(tokens, workdir):
         "train.validation_tokens": str(tokens["validation"]),
     }
     config = load_config(None, overrides)
-    r = estimate(config, benchmark_record(config), write=False)
+    r = estimate(config, benchmark_record(config))
     assert r["planned_optimizer_steps"] == trained["optimizer_steps"] == 20
     assert r["validation_passes"] == len(validations)
     assert r["checkpoint_saves"] == trained["checkpoints_saved"]

@@ -79,9 +79,10 @@ def measured(tokens, tmp_path_factory):
     """A real bounded benchmark and estimate of the plan the tests check."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BUILDLLM_CACHE", str(tmp_path_factory.mktemp("cache")))
+        patch.chdir(tmp_path_factory.mktemp("measured"))  # the metrics files they write go there
         config = config_for(tokens)
-        bench = benchmark(config, write=False)
-        return bench, estimate(config, bench, write=False)
+        bench = benchmark(config)
+        return bench, estimate(config, bench)
 
 
 @pytest.fixture
@@ -145,7 +146,7 @@ def test_a_benchmark_of_another_plan_is_refused(tokens, recorded, workdir, capsy
 def test_a_throughput_falling_interval_after_interval_warns_of_throttling(tokens, recorded, workdir, capsys):
     rates = [10.0, 9.4, 8.9]
     write_metrics(workdir / "metrics" / "benchmark.json", {**recorded, "intervals": 3, **health.interval_trend(rates)})
-    preflight(config_for(tokens, **{"train.checkpoint_directory": str(workdir / "run")}), write=False)
+    preflight(config_for(tokens, **{"train.checkpoint_directory": str(workdir / "run")}))
     status, figure, fix = rows(capsys.readouterr().out)["stable cooling"]
     assert status == "WARN" and figure.startswith("throttling suspected: -11.0% over 3 intervals")
     assert "let the machine cool" in fix
@@ -157,7 +158,7 @@ def test_on_battery_warns(tokens, recorded, workdir, monkeypatch, capsys):
     # What psutil reports for a laptop unplugged at 41% (this machine has no battery).
     unplugged = SimpleNamespace(percent=41, secsleft=3600, power_plugged=False)
     monkeypatch.setattr(psutil, "sensors_battery", lambda: unplugged, raising=False)
-    m = preflight(config_for(tokens, **{"train.checkpoint_directory": str(workdir / "run")}), write=False)
+    m = preflight(config_for(tokens, **{"train.checkpoint_directory": str(workdir / "run")}))
     assert rows(capsys.readouterr().out)["stable power"][:2] == ["WARN", "on battery, 41%"]
     assert m["power"] == "warn" and m["battery_percent"] == 41 and m["power_plugged"] is False
 
@@ -166,15 +167,15 @@ def test_a_directory_in_use_or_holding_another_run_fails(tokens, recorded, workd
     config = config_for(tokens, **{"train.checkpoint_directory": str(workdir / "run")})
     with checkpoint.DirectoryLock(workdir / "run"):
         with pytest.raises(UserError, match="checkpoint directory unique"):
-            preflight(config, write=False)
+            preflight(config)
         assert rows(capsys.readouterr().out)["checkpoint directory unique"][:2] == [
             "FAIL",
             f"in use by pid {os.getpid()}",
         ]
     checkpoint.save(workdir / "run", {"step": 4, "model": {}, "signature": {"batch_size": 16}}, keep=2)
     with pytest.raises(UserError):
-        preflight(config, write=False)
+        preflight(config)
     assert rows(capsys.readouterr().out)["checkpoint directory unique"][1].startswith(
         "holds another run: batch_size 16 -> 8"
     )
-    preflight(config, dvc=True, write=False)  # DVC's train stage starts its folder afresh
+    preflight(config, dvc=True)  # DVC's train stage starts its folder afresh
