@@ -66,17 +66,16 @@ def step_panel(ax, frame: pd.DataFrame, names: list) -> None:
     waiting: add workers; transfer: pin memory; optimizer at a small batch: raise the batch size)."""
     ax.set_title("Where a step's time goes (ms)", fontsize=11)
     ax.spines[["top", "right"]].set_visible(False)
-    phases = [phase for phase, _ in STEP_PARTS]
-    columns = [f"step_{phase}_seconds" for phase in phases]
-    recorded = [all(c in frame and not pd.isna(row[c]) for c in columns) for _, row in frame.iterrows()]
-    bottoms = [0.0] * len(names)
-    for phase, column, color in zip(phases, columns, STEP_COLORS):
-        heights = [float(row[column]) * 1000 if ok else 0.0 for ok, (_, row) in zip(recorded, frame.iterrows())]
-        ax.bar(range(len(names)), heights, bottom=bottoms, color=color, label=phase)
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
-    for i, ok in enumerate(recorded):
-        _label(ax, i, bottoms[i], f"{bottoms[i]:,.1f}" if ok else NOT_RECORDED, ok)
-    ax.set_ylim(0, (max(bottoms) or 1.0) * 1.18)
+    # A column the frame lacks reads as NaN; a run missing any part draws no bar.
+    ms = frame.reindex(columns=[f"step_{phase}_seconds" for phase, _ in STEP_PARTS]).astype(float) * 1000
+    recorded = ms.notna().all(axis=1)
+    ms.loc[~recorded] = 0.0
+    bottoms, totals = ms.cumsum(axis=1).shift(axis=1, fill_value=0.0), ms.sum(axis=1)
+    for (phase, _), column, color in zip(STEP_PARTS, ms, STEP_COLORS):
+        ax.bar(range(len(names)), ms[column], bottom=bottoms[column], color=color, label=phase)
+    for i, (ok, total) in enumerate(zip(recorded, totals)):
+        _label(ax, i, total, f"{total:,.1f}" if ok else NOT_RECORDED, ok)
+    ax.set_ylim(0, (totals.max() or 1.0) * 1.18)
     ax.set_xticks(range(len(names)), names, rotation=15 if len(names) > 3 else 0, fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
 

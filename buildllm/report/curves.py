@@ -64,9 +64,9 @@ def time_to(rows: list, target: float | None, key: str = NATS) -> tuple[float, i
     return None
 
 
-def _series(rows: list, x: str, y: str) -> tuple[list, list]:
+def _series(rows: list, x: str, y: str) -> tuple:
     points = [(r[x], r[y]) for r in rows if isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))]
-    return [p[0] for p in points], [p[1] for p in points]
+    return tuple(zip(*points)) or ([], [])
 
 
 def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS) -> Path:

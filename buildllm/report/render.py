@@ -148,7 +148,13 @@ def results_rows(c: Comparison) -> list:
         ("planned tokens", cells(f, number("{:,.0f}"), "planned_tokens")),
         ("training tokens/s (train stage)", cells(f, number("{:,.0f}"), "train_tokens_per_second")),
         ("training time (train stage)", cells(f, duration, "train_elapsed_seconds")),
-        ("final validation loss, nats/token (train stage)", per_token_cells(c, f["final_validation_loss"])),
+        (
+            "final validation loss, nats/token (train stage)",
+            # Per-token losses are not comparable across tokenizers (compare.tokenizer_note).
+            ["not compared: tokenizers differ (bits/byte below)"] * len(f)
+            if tokenizer_note(c.experiments)
+            else cells(f, number("{:.3f}"), "final_validation_loss"),
+        ),
         (
             "final validation loss, bits/byte (train stage)",
             cells(f, number("{:.4f}"), "final_validation_bits_per_byte"),
@@ -161,13 +167,6 @@ def results_rows(c: Comparison) -> list:
         ),
     ]
     return rows
-
-
-def per_token_cells(c: Comparison, losses) -> list:
-    """Nats per token, or why not where the runs' tokenizers differ (compare.tokenizer_note)."""
-    if tokenizer_note(c.experiments):
-        return ["not compared: tokenizers differ (bits/byte below)"] * len(c.experiments)
-    return list(map(number("{:.3f}"), losses))
 
 
 def time_to_target_cells(c: Comparison) -> list:

@@ -213,7 +213,6 @@ def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
     """The page: figures and loss first, memory and time side by side, the sample, then the plan in full."""
     origin = "the workspace" if d.rev == "workspace" else f"{d.name} (`{d.rev}`)"
     seconds, covers = measured_time(d)
-    e = d.records.get("estimate", {})
     top = [
         [Table(["figure", "value"], [list(r) for r in headline(d)], "headline", text_columns=(1,))],
         [Image("loss chart", "loss.png", pictures["loss"], "loss-chart")],
@@ -238,7 +237,7 @@ def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
         Paragraph(
             f"{covers} ({duration(seconds)}): validation and checkpoint saves included, process "
             f"start-up not. The estimate (from the benchmark's slowest and fastest intervals) also "
-            f"counts start-up: {duration(e.get('startup_seconds'))}.",
+            f"counts start-up: {duration(d.get('estimate', 'startup_seconds'))}.",
             muted=True,
         ),
     ]
