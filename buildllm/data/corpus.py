@@ -30,7 +30,7 @@ from tqdm import tqdm
 from buildllm.atomic import atomic_path
 from buildllm.config import Config
 from buildllm.errors import UserError
-from buildllm.metrics import write_metrics
+from buildllm.metrics import json_line, write_metrics
 from buildllm.paths import DATA, corpus_dir, corpus_name, metrics_path
 
 END_OF_TEXT = "<|endoftext|>"
@@ -294,8 +294,8 @@ def build_corpus(config: Config) -> dict:
     documents, inputs = source_documents(config)
     outputs = split_files(config)
     percent = config.corpus.validation_percent
-    print(json.dumps({"action": "corpus", "source": config.corpus.source, "name": corpus_name(config),
-                      "validation_percent": percent, **inputs, "output": str(corpus_dir(config))}), flush=True)
+    json_line(action="corpus", source=config.corpus.source, name=corpus_name(config), validation_percent=percent,
+              **inputs, output=str(corpus_dir(config)))
     counts = {f"{split}_{what}": 0 for split in SPLITS for what in ("documents", "characters")}
     windows = held_out_windows(inputs["input_bytes"], percent) if config.corpus.source == "files" else None
     # Both files are written beside their targets and renamed only when everything succeeded:

@@ -25,7 +25,7 @@ from buildllm.atomic import atomic_open, atomic_path
 from buildllm.config import Config, profile_for
 from buildllm.data.corpus import END_OF_TEXT, SPLITS, count_documents, read_texts, split_files
 from buildllm.errors import UserError
-from buildllm.metrics import write_metrics
+from buildllm.metrics import json_line, write_metrics
 from buildllm.paths import corpus_dir, metrics_path, token_paths, token_set_name, tokenizer_path
 
 NUMPY_DTYPES = {torch.uint8: np.uint8, torch.uint16: np.uint16, torch.int32: np.int32}
@@ -134,10 +134,10 @@ def tokenize_corpus(config: Config) -> dict:
                             "`buildllm corpus` from a source that has text")
     tokenizer_file, *token_files = output_paths(config, vocab_size)
     dtype = token_dtype(vocab_size)
-    print(json.dumps({"action": "tokenize", "corpus": str(corpus_dir(config)), "vocab_size": vocab_size,
-                      "min_frequency": config.tokenize.min_frequency, "token_dtype": str(dtype).removeprefix("torch."),
-                      **{f"{split}_documents": n for split, n in documents.items()},
-                      "tokenizer": str(tokenizer_file), "tokens": str(token_files[0].parent)}), flush=True)
+    json_line(action="tokenize", corpus=str(corpus_dir(config)), vocab_size=vocab_size,
+              min_frequency=config.tokenize.min_frequency, token_dtype=str(dtype).removeprefix("torch."),
+              **{f"{split}_documents": n for split, n in documents.items()},
+              tokenizer=str(tokenizer_file), tokens=str(token_files[0].parent))
 
     texts = tqdm(read_texts(sources["train"]), total=documents["train"], desc="learning BPE merges",
                  unit=" documents", mininterval=1.0, file=sys.stderr)

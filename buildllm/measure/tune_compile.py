@@ -19,6 +19,7 @@ import yaml
 
 from buildllm.config import Config, config_to_dict
 from buildllm.measure.workfolder import last_line, run_command
+from buildllm.metrics import json_line
 
 WARMUP_STEPS = 2
 ROUNDS = 12  # pairs of turns at most: enough for a 95% interval of the median ratio
@@ -92,4 +93,4 @@ def child(params: str, settings: dict, deadline: float) -> dict:
 
 if __name__ == "__main__":
     settings, deadline, _, params = sys.argv[1:]  # as workfolder.run_command passes them
-    print(json.dumps(child(params, json.loads(settings), float(deadline))), flush=True)
+    json_line(**child(params, json.loads(settings), float(deadline)))

@@ -6,7 +6,6 @@ carries its reason in `decisions`; the trainer, the benchmark and the dry run de
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass, field, replace
 
@@ -18,6 +17,7 @@ from buildllm.device.device import Device
 from buildllm.device.machine import fingerprint, machine_id
 from buildllm.device.precision import PrecisionDecision, apply_matmul_settings
 from buildllm.errors import ConfigError, UserError
+from buildllm.metrics import json_line
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.paths import token_paths
 from buildllm.plan import precision as precision_module
@@ -231,5 +231,5 @@ def announce(action: str, plan: RunPlan, **sizes) -> dict:
     """Say what is about to happen as one JSON line on stdout, before the long work starts; `sizes`
     add to the plan's facts or replace them (a benchmark plans its own steps)."""
     line = {"action": action, **facts(plan), **sizes, "decisions": plan.decisions}
-    print(json.dumps(line), flush=True)
+    json_line(**line)
     return line

@@ -9,14 +9,13 @@ installed, else composed by matplotlib (the page says which).
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import datetime
 from pathlib import Path
 
 from buildllm.atomic import atomic_write, atomic_write_text
 from buildllm.config import Config
-from buildllm.metrics import is_note
+from buildllm.metrics import is_note, json_line
 from buildllm.report import card_charts
 from buildllm.report.browser import screenshot
 from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, number, size, span
@@ -279,7 +278,7 @@ def report(config: Config, experiment: str | None = None, out: str | None = None
     plan = {"action": "report", "experiment": experiment or "workspace", "out": str(target)}
     if workspace:
         plan["sample"] = "generating from the checkpoint on the CPU"
-    print(json.dumps(plan), flush=True)
+    json_line(**plan)
     if workspace:
         write_sample(config)
     data = read_card(None if workspace else experiment)

@@ -10,7 +10,6 @@ never saw positions beyond it in training.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 from buildllm.config import Config
 from buildllm.data.tokenization import load_tokenizer
 from buildllm.errors import UserError
+from buildllm.metrics import json_line
 from buildllm.model.gpt import GPT, GPTConfig, KVCache, build_model
 from buildllm.plan.device import resolve_device
 from buildllm.train import checkpoint
@@ -133,7 +133,7 @@ def announce(model: GPT, state: dict, path: Path, device: str, reason: str, max_
             "precision": "fp32: the checkpoint's weights, no autocast for generation",
         },
     }
-    print(json.dumps(line), flush=True)
+    json_line(**line)
 
 
 def command(args: argparse.Namespace, config: Config) -> None:
