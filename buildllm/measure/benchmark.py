@@ -26,8 +26,7 @@ from buildllm.device.load import LoadWatch, busy_warning
 from buildllm.device.oom import advice, out_of_memory
 from buildllm.device.peak_flops import MatmulProbe, measured_peak, sample_peak, step_probe, table_or_none
 from buildllm.errors import TrainingFailed
-from buildllm.measure.breakdown import describe as describe_parts
-from buildllm.measure.breakdown import overheads, step_breakdown
+from buildllm.measure.breakdown import overheads, shares, step_breakdown
 from buildllm.measure.stats import coefficient_of_variation, interval_metrics, noise_warning, numbered
 from buildllm.memory.estimate import plan_memory
 from buildllm.metrics import write_metrics
@@ -243,6 +242,7 @@ def mfu_from_metrics(m: dict) -> float:
 
 
 def summary(m: dict) -> str:
+    parts = ", ".join(f"{phase} {share:.0%}" for phase, share in shares(m).items())
     return (
         f"{m['profile']} on {m['device']} ({m['precision']}, batch {m['batch_size']} x {m['sequence_length']}, "
         f"{m['threads']} threads): {m['tokens_per_second']:,.0f} tokens/s, {m['steps_per_second']:.2f} steps/s "
@@ -252,5 +252,5 @@ def summary(m: dict) -> str:
         f"range {m['memory_estimate_low_bytes'] / 2**20:.0f}-"
         f"{m['memory_estimate_high_bytes'] / 2**20:.0f}), warm-up {m['warmup_seconds']:.1f} s, "
         f"checkpoint {m['checkpoint_bytes'] / 2**20:.1f} MiB in {m['checkpoint_save_seconds']:.2f} s"
-        + (f"; a step's time: {parts}" if (parts := describe_parts(m)) else "")
+        + (f"; a step's time: {parts}" if parts else "")
     )

@@ -9,6 +9,7 @@ with the forward, the backward and the loss read-back.
 from __future__ import annotations
 
 import time
+from unittest.mock import patch
 
 from buildllm.config import Config
 
@@ -38,26 +39,17 @@ def step_breakdown(trainer, steps: int) -> dict:
 
         return timed
 
-    # Instance attributes that shadow the methods; put back whatever was there before.
-    saved = [
-        (owner, name, vars(owner).get(name)) for owner, name in ((trainer.cursor, "next"), (trainer.optimizer, "step"))
-    ]
-    trainer.cursor.next = timing("data", trainer.cursor.next, time.perf_counter)
-    trainer.device = _TimedDevice(device, timing("transfer", device.put, device.timed))
+    # Instance attributes that shadow the methods; patch.object puts back whatever was there before.
     # The backward's queued work is compute's, not the optimizer's: the device is synchronised first.
-    trainer.optimizer.step = timing("optimizer", trainer.optimizer.step, device.timed)
-    try:
+    with (
+        patch.object(trainer.cursor, "next", timing("data", trainer.cursor.next, time.perf_counter)),
+        patch.object(trainer, "device", _TimedDevice(device, timing("transfer", device.put, device.timed))),
+        patch.object(trainer.optimizer, "step", timing("optimizer", trainer.optimizer.step, device.timed)),
+    ):
         begin = device.timed()
         for _ in range(steps):
             trainer.step()
         total = device.timed() - begin
-    finally:
-        trainer.device = device
-        for owner, name, before in saved:
-            if before is None:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, before)
     per_step = {phase: seconds / steps for phase, seconds in spent.items()}
     per_step["compute"] = max(0.0, total / steps - sum(per_step.values()))
     return {f"step_{phase}_seconds": per_step[phase] for phase in ("data", "transfer", "compute", "optimizer")}
@@ -78,7 +70,3 @@ def shares(figures: dict) -> dict:
         return {}
     total = sum(seconds.values())
     return {phase: value / total for phase, value in seconds.items()} if total > 0 else {}
-
-
-def describe(figures: dict) -> str:
-    return ", ".join(f"{phase} {share:.0%}" for phase, share in shares(figures).items())

@@ -90,10 +90,8 @@ def sign_interval(values: list, confidence: float = 0.95) -> tuple[float, float,
     coverage reaches `confidence`; with too few values, min to max and the coverage it has."""
     xs, n = sorted(values), len(values)
     tail = [math.comb(n, i) / 2**n for i in range(n + 1)]
-    best = 1  # k: the interval is [x_(k), x_(n-k+1)], 1-based; coverage 1 - 2 P(X <= k-1)
-    for k in range(1, n // 2 + 1):
-        if 1 - 2 * sum(tail[:k]) >= confidence:
-            best = k
+    # k: the interval is [x_(k), x_(n-k+1)], 1-based; coverage 1 - 2 P(X <= k-1)
+    best = max((k for k in range(1, n // 2 + 1) if 1 - 2 * sum(tail[:k]) >= confidence), default=1)
     coverage = 1 - 2 * sum(tail[:best])
     return xs[best - 1], xs[n - best], coverage
 

@@ -36,7 +36,7 @@ def this_machine() -> tuple[str, int, Device]:
 
 
 def fits_table(config: Config) -> list[dict]:
-    margin = config.benchmark.safety_margin
+    margin, checkpointing = config.benchmark.safety_margin, config.train.gradient_checkpointing
     title, here, here_device = this_machine()
     columns = [(f"{size} GiB", size * GIB, GPU) for size in GPU_SIZES_GIB] + [(title, here, here_device)]
     rows = []
@@ -46,14 +46,9 @@ def fits_table(config: Config) -> list[dict]:
         for precision, precision_bytes in PRECISIONS:
             row = {"profile": name, "parameters": parameters, "precision": precision}
             for column, capacity, device in columns:
+                usable = int(capacity * (1 - margin))
                 row[column] = largest_batch(
-                    profile.model,
-                    parameters,
-                    precision_bytes,
-                    int(capacity * (1 - margin)),
-                    device,
-                    config.train.gradient_checkpointing,
-                    capacity,
+                    profile.model, parameters, precision_bytes, usable, device, checkpointing, capacity
                 )
             rows.append(row)
     return rows
