@@ -237,13 +237,12 @@ def run_checks(config: Config, dvc: bool = False) -> tuple[list[Check], dict]:
     rows.append(estimate_row)
     directory_row, existing = directory_check(plan, dvc)
     disk_row, needed = disk_check(plan, estimate, existing)
-    cooling_row, sensed = cooling_check(plan, None if benchmark is None or benchmark.get("oom") else benchmark)
+    measured = None if benchmark is None or benchmark.get("oom") else benchmark
+    cooling_row, sensed = cooling_check(plan, measured)
     rows += [disk_row, power_check(), cooling_row, directory_row]
     figures.update(free_disk_bytes=needed.free, disk_needed_bytes=needed.needed, **health.battery(), **sensed)
-    if benchmark and not benchmark.get("oom"):
-        figures.update(
-            {key: benchmark.get(key, 0.0) for key in ("batch_size", "tokens_per_second", "throughput_drift")}
-        )
+    if measured:
+        figures.update({key: measured.get(key, 0.0) for key in ("batch_size", "tokens_per_second", "throughput_drift")})
     if estimate:
         figures.update({key: estimate[key] for key in ("estimated_seconds", "checkpoint_storage_bytes")})
     return rows, figures
