@@ -164,14 +164,8 @@ def from_intervals(reference: dict, other: dict) -> Speedup | None:
 
 def from_pairs(ratios: list) -> Speedup:
     low, high, coverage = sign_interval(ratios)
-    return Speedup(
-        statistics.median(ratios),
-        low,
-        high,
-        f"paired, {len(ratios)} rounds, sign test",
-        coverage=coverage,
-        pairs=len(ratios),
-    )
+    method = f"paired, {len(ratios)} rounds, sign test"
+    return Speedup(statistics.median(ratios), low, high, method, coverage=coverage, pairs=len(ratios))
 
 
 def compare(seconds: dict[str, list[float]], reference: str) -> dict:

@@ -199,11 +199,7 @@ def tune(config: Config) -> dict:
         if "skipped" in record["compile"]:
             skipped.append(f"torch.compile: {record['compile']['skipped']}")
         bar.update()
-    record.update(
-        seconds_taken=round(budget.clock() - budget.start, 1),
-        **watch.end(),
-        skipped=skipped,
-    )
+    record.update(seconds_taken=round(budget.clock() - budget.start, 1), **watch.end(), skipped=skipped)
     record["decisions"] = measured_decisions(record, reference)
     tuned.write_record(record)
     print(summary(record))

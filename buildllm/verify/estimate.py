@@ -85,14 +85,12 @@ def judge(folder: Path, wall: float | None) -> tuple[dict, bool]:
         f"{trained.get('threads', '?')} threads): {trained['optimizer_steps']} optimizer steps"
     )
     print(f"{'':<34}{'predicted':>11}{'actual':>11}{'error':>9}")
-    print(
-        f"{'optimizer steps (step time only)':<34}{est['estimated_seconds_by_steps']:>10.1f}s"
-        f"{trained['train_seconds']:>10.1f}s{steps_error:>+9.1%}"
-    )
-    print(
-        f"{'train command, wall clock':<34}{figures['estimated_seconds']:>10.1f}s{figures['run_seconds']:>10.1f}s"
-        f"{figures['estimate_ratio'] - 1:>+9.1%}"
-    )
+    run_error = figures["estimate_ratio"] - 1
+    for label, predicted, actual, error in (
+        ("optimizer steps (step time only)", est["estimated_seconds_by_steps"], trained["train_seconds"], steps_error),
+        ("train command, wall clock", figures["estimated_seconds"], figures["run_seconds"], run_error),
+    ):
+        print(f"{label:<34}{predicted:>10.1f}s{actual:>10.1f}s{error:>+9.1%}")
     if wall:
         print(f"(the train command took {wall:.1f} s as its caller saw it, interpreter exit included)")
     print(
