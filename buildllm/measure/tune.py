@@ -1,12 +1,11 @@
-"""`buildllm tune`: the auto decisions measured on this machine, within a stated time budget
-(what each part compares and what is decided from it: docs/pipeline.md, "Auto decisions").
+"""`buildllm tune`: the auto decisions measured on this machine, within a stated time budget (what
+each part compares, what it decides and what tune skips: docs/pipeline.md, "Auto decisions"). The
+record goes to metrics/tune.json under this machine's id (buildllm/plan/tuned.py), where the plan reads it.
 
 Each part runs the planned profile, shape and batch on the device the run would use, its sides in
-turns (A B A B) within its share of `tune.seconds` (measure/tune_budget.py); a part that cannot
-start in time is skipped, and the console and the record say so. The precision part trains the
+turns within its share of `tune.seconds` (measure/tune_budget.py). The precision part trains the
 Trainer's own step from the same seed on the same tokens, so its validation losses can be compared;
-torch.compile runs last, in the precision `auto` chose, with what is left of the budget. The record
-goes to metrics/tune.json under this machine's id (buildllm/plan/tuned.py), where the plan reads it.
+torch.compile runs last, with what is left of the budget.
 """
 
 from __future__ import annotations

@@ -88,9 +88,8 @@ def estimate(config: Config, benchmark: dict | None = None) -> dict:
     ]
     if differences:
         raise UserError(
-            "the benchmark's controls differ from the planned run ("
-            + "; ".join(differences)
-            + "); rerun the benchmark with the planned settings (`dvc repro benchmark`)"
+            f"the benchmark's controls differ from the planned run ({'; '.join(differences)}); "
+            "rerun the benchmark with the planned settings (`dvc repro benchmark`)"
         )
     t = config.train
     examples = planned_examples(plan)
