@@ -2,9 +2,8 @@
 
 **Noise.** On a quiet machine the benchmark's intervals' coefficient of variation is well under 3%
 (the committed baseline on 2 EPYC cores: 0.3%); with other jobs on the same cores it was 31-44%
-(issue 10). With 4 intervals a CV of c puts a 95% interval of about +/- 1.6 c around the mean rate
-(t(3) = 3.18 over sqrt(4)), so above 10% one run alone cannot resolve a difference smaller than
-about 1.3x: a speed-up read from it is not a result.
+(issue 10). Above NOISY_CV a speed-up read from one run is not a result (why 10%, from t(3) = 3.18
+over sqrt(4 intervals): docs/measuring.md, "Noise").
 
 **A speed-up with its 95% interval** comes by one of two routes, and a report says which:
 - *intervals*: one benchmark per side, a Welch-t interval on the log interval rates. It sees only
@@ -14,8 +13,8 @@ about 1.3x: a speed-up read from it is not a result.
   --paired` in fresh processes), so drift slows both turns of a round alike and each round gives
   one ratio (above 1: the candidate is faster). The speed-up is their median; its interval, from
   the sign test's order statistics, assumes nothing of the noise's shape; 6 pairs are the fewest
-  for 95%. "Conclusively faster" (buildllm/plan/tuned.py) means the
-  whole interval is above 1 at 95% coverage at least.
+  for 95%. "Conclusively faster" (buildllm/plan/tuned.py) means the whole interval is above 1 at
+  95% coverage at least.
 """
 
 from __future__ import annotations
