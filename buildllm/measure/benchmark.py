@@ -183,17 +183,10 @@ def benchmark(config: Config) -> dict:
     except Exception as exc:
         if not out_of_memory(exc):
             raise
-        oom = {
-            **base,
-            "oom": True,
-            "oom_batch_size": plan.batch_size,
-            **plan.device.oom_figures(),
-            "oom_advice": advice(plan.batch_size),
-        }
+        fix = advice(plan.batch_size)
+        oom = {**base, "oom": True, "oom_batch_size": plan.batch_size, **plan.device.oom_figures(), "oom_advice": fix}
         write_metrics(metrics_path("benchmark"), oom)
-        raise TrainingFailed(
-            f"out of memory at batch size {plan.batch_size} on {plan.device.device}; " + advice(plan.batch_size)
-        ) from None
+        raise TrainingFailed(f"out of memory at batch size {plan.batch_size} on {plan.device.device}; {fix}") from None
     finally:
         if probe:
             probe.close()

@@ -201,14 +201,12 @@ def add_arguments(parser) -> None:
 def shape_settings(shape: Shape, device: str) -> dict:
     iteration = {name: number for number, name in profiles.iterations().items()}.get(shape.profile)
     chosen = {"iteration": iteration, "preset": None} if iteration else {"preset": shape.profile}
-    extra = {"model.architecture": shape.architecture} if shape.architecture else {}
-    if shape.sequence_length:
-        extra["model.sequence_length"] = shape.sequence_length
+    optional = {"model.architecture": shape.architecture, "model.sequence_length": shape.sequence_length}
     # Two measured steps after one warm-up: the peak comes in the second step, once AdamW's state
     # exists beside a full forward and backward.
     return {
         **chosen,
-        **extra,
+        **{key: value for key, value in optional.items() if value},
         "device": device,
         "precision": shape.precision,
         "train.batch_size": shape.batch_size,
