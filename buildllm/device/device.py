@@ -4,6 +4,7 @@ decided in buildllm/plan/device.py."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import platform
 import subprocess
@@ -26,23 +27,18 @@ except ImportError:  # Windows
 
 def cpuinfo(*names: str) -> str:
     """The value of the first /proc/cpuinfo line whose name starts with one of `names` ("" off Linux)."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith(names)), "")
-    except OSError:
-        return ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as handle:
+        return next((line.split(":", 1)[1].strip() for line in handle if line.startswith(names)), "")
+    return ""
 
 
 def processor_name() -> str:
     if name := cpuinfo("model name"):
         return name
     if sys.platform == "darwin":
-        try:
-            return subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            command = ["sysctl", "-n", "machdep.cpu.brand_string"]
+            return subprocess.run(command, capture_output=True, text=True, timeout=5).stdout.strip()
     return platform.processor() or platform.machine()
 
 
@@ -79,13 +75,11 @@ def _cgroup_room() -> int | None:
         else:
             continue
         for folder in (root / relative.lstrip("/"), root):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 limit = (folder / files[0]).read_text().strip()
                 if limit == "max" or int(limit) >= 2**60:  # v1 writes "no limit" as a huge number
                     break
                 return max(0, int(limit) - int((folder / files[1]).read_text()))
-            except (OSError, ValueError):
-                continue
     return None
 
 
@@ -112,8 +106,7 @@ class Device:
         elif self.kind == "mps":
             torch.mps.synchronize()
         elif self.kind == "xla":
-            import torch_xla.core.xla_model as xm  # only present on XLA machines
-
+            xm = importlib.import_module("torch_xla.core.xla_model")  # only present on XLA machines
             xm.mark_step()
             xm.wait_device_ops()
 
@@ -124,8 +117,7 @@ class Device:
     def end_step(self) -> None:
         """End an optimizer step's graph on XLA, which records operations and runs them only at a
         boundary: without one per step the graph grows step after step (recompiling, then running
-        out of memory). torch_xla.sync() where it exists, the older xm.mark_step() before it; nothing
-        elsewhere."""
+        out of memory). torch_xla.sync() where it exists, the older xm.mark_step() before it."""
         if self.kind != "xla":
             return
         torch_xla = importlib.import_module("torch_xla")

@@ -227,9 +227,7 @@ def facts(plan: RunPlan) -> dict:
     }
 
 
-def announce(action: str, plan: RunPlan, **sizes) -> dict:
+def announce(action: str, plan: RunPlan, **sizes) -> None:
     """Say what is about to happen as one JSON line on stdout, before the long work starts; `sizes`
     add to the plan's facts or replace them (a benchmark plans its own steps)."""
-    line = {"action": action, **facts(plan), **sizes, "decisions": plan.decisions}
-    json_line(**line)
-    return line
+    json_line(**{"action": action, **facts(plan), **sizes, "decisions": plan.decisions})
