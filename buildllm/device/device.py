@@ -1,6 +1,5 @@
 """The device a run computes on, as one object: everything that depends on the kind of device is
-asked of it, so no code outside buildllm/device/ compares kind names. Which device, and why, is
-decided in buildllm/plan/device.py."""
+asked of it, so no code outside buildllm/device/ compares kind names."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ threads, another job using more than half a core.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -45,10 +46,8 @@ def _own_seconds() -> float:
     me = psutil.Process()
     total = sum(me.cpu_times()[:4])  # user, system, children_user, children_system
     for child in me.children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.Error):  # ended meanwhile: counted in children_* once reaped
             total += sum(child.cpu_times()[:2])
-        except psutil.Error:  # ended meanwhile: counted in children_* once reaped
-            pass
     return total
 
 
@@ -127,9 +126,7 @@ def load_line(m: dict) -> str:
 
 
 def busy_warning(metrics: dict) -> str | None:
-    if not metrics.get("busy_machine"):
-        return None
-    return "warning: " + load_line(metrics)
+    return "warning: " + load_line(metrics) if metrics.get("busy_machine") else None
 
 
 class LoadSampler:

@@ -1,7 +1,5 @@
 """What a precision means on a device: its dtype, the autocast and gradient scaler that go with it,
-and which precisions the device trains in (an explicit one it lacks is refused with advice). Which
-precision a run uses, and why, is decided in buildllm/plan/precision.py.
-"""
+and which precisions the device trains in (an explicit one it lacks is refused with advice)."""
 
 from __future__ import annotations
 

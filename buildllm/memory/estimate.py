@@ -39,14 +39,11 @@ CPU_LOW_PRECISION_RUNTIME_BYTES = 12 * MiB
 # Unpinned (the default), glibc serves tensors up to 32 MiB from its heap once such a block has been
 # freed, and keeps freed heap blocks for reuse: the resident growth was another 6-16% of the live tensors.
 CPU_ALLOCATOR_OVERHEAD = 0.12
-# Gradient checkpointing on the CPU: the rebuilt blocks' memory glibc keeps (remade_after_backward), in
-# widths (n_embd-sized vectors) per token and layer: fp32 ones in fp32, fitted on verify memory's
-# FITTED_CHECKPOINTING shapes; compute-dtype ones under autocast, fitted on FITTED_BF16_CHECKPOINTING.
+# CPU, in fp32 and under autocast, fitted as remade_after_backward says: with gradient checkpointing the
+# rebuilt blocks' memory glibc keeps, in widths (n_embd-sized vectors) per token and layer; with gradient
+# accumulation the share of one micro-batch's activations the second micro-batch allocates anew.
 CPU_CHECKPOINT_RETAINED_WIDTHS = 10
 CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST = 7
-# Gradient accumulation on the CPU: the share of one micro-batch's activations the second micro-batch
-# allocates anew (remade_after_backward), in fp32 and under autocast, fitted on verify memory's
-# FITTED_ACCUMULATION shapes.
 CPU_ACCUMULATION_REMADE = 0.4
 CPU_ACCUMULATION_REMADE_AUTOCAST = 0.18
 # torch.compile on the CPU: what a compiled step holds that an eager one does not. With glibc's mmap

@@ -30,12 +30,9 @@ def decide_compile(
         return CompileDecision(setting == "true", f"train.compile: {setting}")
     if measured is None:
         return CompileDecision(False, f"auto: not compiling; {missing}")
-    if precision != measured.get("precision", "fp32"):
-        return CompileDecision(
-            False,
-            f"auto: not compiling; torch.compile was measured here in "
-            f"{measured.get('precision', 'fp32')} and this run computes in {precision}",
-        )
+    if precision != (measured_in := measured.get("precision", "fp32")):
+        why = f"torch.compile was measured here in {measured_in} and this run computes in {precision}"
+        return CompileDecision(False, f"auto: not compiling; {why}")
     speedup, seconds, step = measured["speedup"], measured["compile_seconds"], measured["plain_step_seconds"]
     figures_text = (
         f"measured here: x{speedup:.2f} per step ({measured.get('pairs', 0)} pairs) after "

@@ -1,7 +1,5 @@
-"""A run plan: every decision a run needs, made once, before anything is built, one decision at a
-time in the order each needs the last (one module of this package each). Each automatic choice
-carries its reason in `decisions`; the trainer, the benchmark and the dry run decide nothing again.
-"""
+"""A run plan: every decision a run needs (buildllm/plan/__init__.py), made once before anything is
+built, in the order each needs the last, each reason kept in `decisions`."""
 
 from __future__ import annotations
 
