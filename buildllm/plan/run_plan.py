@@ -3,6 +3,7 @@ built, in the order each needs the last, each reason kept in `decisions`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass, field, replace
@@ -12,7 +13,7 @@ import torch
 from buildllm.config import Config, profile_for
 from buildllm.data.windows import Windows, batches_per_epoch, load_tokens, planned_steps
 from buildllm.device.device import Device
-from buildllm.device.machine import fingerprint, machine_id
+from buildllm.device.machine import OVERRIDE, fingerprint, machine_id
 from buildllm.device.precision import PrecisionDecision, apply_matmul_settings
 from buildllm.errors import ConfigError, UserError
 from buildllm.metrics import json_line
@@ -138,7 +139,7 @@ def _machine_id(override: str) -> str:
 
 def this_machine() -> str:
     """Computed once per process (and per test override)."""
-    return _machine_id(os.environ.get("BUILDLLM_MACHINE_OVERRIDE", ""))
+    return _machine_id(os.environ.get(OVERRIDE, ""))
 
 
 def count_training_examples(config: Config, model: GPTConfig) -> int | None:
@@ -146,11 +147,9 @@ def count_training_examples(config: Config, model: GPTConfig) -> int | None:
     cap alone before the file exists (None when neither says)."""
     limit = config.train.training_examples
     train_path, _ = token_paths(config, model.vocab_size)
-    try:
+    with contextlib.suppress(UserError):  # an unreadable file is refused, with its reason, where the run loads it
         if train_path.exists():
             return len(Windows(load_tokens(train_path), model.sequence_length, limit))
-    except UserError:
-        pass  # an unreadable file is refused, with its reason, where the run loads it
     return limit
 
 
