@@ -42,8 +42,7 @@ def cuda_has_bf16(device: Device) -> bool:
 
 def tunable_precisions(device: Device) -> list[str]:
     """fp32 first (the reference `buildllm tune` measures against), then the low precisions this
-    device trains in: bf16 autocast on the CPU and XLA, bf16 (Ampere and newer) and fp16 with
-    gradient scaling on CUDA, fp16 on MPS. A CPU without a bf16 matmul path has fp32 only."""
+    device trains in (fp16 with gradient scaling on CUDA)."""
     if device.kind == "cuda":
         return ["fp32", *(["bf16"] if cuda_has_bf16(device) else []), "fp16"]
     if device.kind == "cpu":
@@ -52,7 +51,6 @@ def tunable_precisions(device: Device) -> list[str]:
 
 
 def fp32_only_reason(device: Device) -> str:
-    """Why fp32 is the only precision `tunable_precisions` gives for this device."""
     if device.kind == "cpu" and not cpu_bf16.native_bf16():
         return cpu_bf16.NO_BF16_PATH
     return f"{device.kind} trains in fp32 only"
