@@ -105,13 +105,8 @@ def precision_decision(precision: str, device: Device, origin: str) -> Precision
     }
     extra = notes.get((device.kind, precision))
     reason = f"{precision}: {origin}" + (f"; {extra}" if extra else "")
-    return PrecisionDecision(
-        precision,
-        grad_scaler=precision == "fp16" and device.kind != "cpu",
-        tf32_enabled=tf32,
-        tensor_cores_enabled=tensor_cores,
-        reason=reason,
-    )
+    grad_scaler = precision == "fp16" and device.kind != "cpu"
+    return PrecisionDecision(precision, grad_scaler, tf32, tensor_cores, reason)
 
 
 def apply_matmul_settings(decision: PrecisionDecision) -> None:

@@ -234,13 +234,9 @@ def estimate_training_memory(
     workspace = cuda_workspace_bytes(device)
     if device.host_memory and compiled:
         workspace += CPU_COMPILED_RUNTIME_BYTES
+    spread = SPREAD.get(device.kind, OTHER_DEVICE_SPREAD)
     return MemoryEstimate(
-        weights=weights,
-        optimizer=optimizer,
-        allocator=allocator,
-        workspace=workspace,
-        **parts,
-        spread=SPREAD.get(device.kind, OTHER_DEVICE_SPREAD),
+        weights=weights, optimizer=optimizer, allocator=allocator, workspace=workspace, **parts, spread=spread
     )
 
 
