@@ -197,10 +197,8 @@ class Device:
             return torch.cuda.mem_get_info(self.index)[0], f"free on {self.device} (cudaMemGetInfo)"
         if self.kind == "mps":
             # Metal's recommended working set is what the GPU may use without paging; the driver holds some.
-            return (
-                torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory(),
-                "MPS's recommended working set less what its driver holds",
-            )
+            room = torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()
+            return room, "MPS's recommended working set less what its driver holds"
         if self.kind == "xla":
             return None, "XLA does not report free memory"
         return host_free_memory()

@@ -163,13 +163,11 @@ def measured_precision(record: dict, plan: RunPlan) -> tuple[str, str]:
 def measured_decisions(record: dict, plan: RunPlan) -> dict:
     """What the measured rules make of a fresh tune record for this plan, {decision: reason}: what
     `buildllm tune` prints and records as the decisions the next plan will take."""
-    device = plan.device
     chosen, why = measured_precision(record, plan)
     out = {"precision": f"{chosen}: {why}"}
-    if device.threads_apply:
+    if plan.device.threads_apply:
         out["threads"] = threads_module.measured_choice(record, "", threads_module.DEFAULT_THREADS)[1]
-    figures = compile_figures(record, "")
-    out["compile"] = decide_compile("auto", plan.planned_steps, chosen, *figures).reason
+    out["compile"] = decide_compile("auto", plan.planned_steps, chosen, *compile_figures(record, "")).reason
     out["loss_chunk"] = loss_chunk_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
     return out
 
