@@ -93,7 +93,6 @@ class LoadWatch:
         end = other_load()
         loads = (self.start, end) + ((window,) if window is not None else ())
         share = max(contended_share(load, self.used, self.available) for load in loads)
-        busy = share > BUSY_SHARE
         figures = {
             "other_load_start": round(self.start, 3),
             **({"other_load_window": round(window, 3)} if window is not None else {}),
@@ -101,9 +100,9 @@ class LoadWatch:
             "cores_used": self.used,
             "cores_available": self.available,
             "contended_share": round(share, 3),
-            "busy_machine": busy,
+            "busy_machine": share > BUSY_SHARE,
         }
-        if busy:
+        if figures["busy_machine"]:
             figures["busy_machine_reason"] = load_line(figures)
         return figures
 
