@@ -19,15 +19,13 @@ from buildllm.errors import ConfigError, UserError
 from buildllm.metrics import json_line
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.paths import token_paths
+from buildllm.plan import loss_chunk, tuned
 from buildllm.plan import precision as precision_module
 from buildllm.plan import threads as threads_module
-from buildllm.plan import tuned
 from buildllm.plan.compile import CompileDecision, compile_figures, decide_compile
 from buildllm.plan.defaults import decide_defaults
 from buildllm.plan.device import resolve_device
 from buildllm.plan.fused_adamw import fused_adamw_support
-from buildllm.plan.loss_chunk import LossDecision, plan_loss
-from buildllm.plan.loss_chunk import measured_choice as loss_chunk_choice
 from buildllm.plan.memory import NOT_DECIDED, MemoryFit, decide_memory
 from buildllm.profiles import Profile
 
@@ -51,7 +49,7 @@ class RunPlan:
     fused_adamw: bool = False  # its reason: decisions["fused_adamw"]
     decisions: dict = field(default_factory=dict)
     tuned_here: bool = False  # a tune record of this machine, profile, shape and batch decided the auto knobs
-    loss: LossDecision = LossDecision(1, 1, "not planned")
+    loss: loss_chunk.LossDecision = loss_chunk.LossDecision(1, 1, "not planned")
     memory: MemoryFit = NOT_DECIDED
 
     @property
@@ -104,7 +102,7 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     compiled = decide_compile(t.compile, steps, precision.precision, *compile_figures(record, why_not))
     decisions["compile"] = compiled.reason
     rows = batch_size * model.sequence_length
-    loss = plan_loss(model.vocab_size, rows, precision.activation_bytes, device, record, why_not)
+    loss = loss_chunk.plan_loss(model.vocab_size, rows, precision.activation_bytes, device, record, why_not)
     decisions["loss"] = loss.reason
     parameters = build_model(model, "meta").num_parameters()
     plan = RunPlan(
@@ -168,7 +166,7 @@ def measured_decisions(record: dict, plan: RunPlan) -> dict:
     if plan.device.threads_apply:
         out["threads"] = threads_module.measured_choice(record, "", threads_module.DEFAULT_THREADS)[1]
     out["compile"] = decide_compile("auto", plan.planned_steps, chosen, *compile_figures(record, "")).reason
-    out["loss_chunk"] = loss_chunk_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
+    out["loss_chunk"] = loss_chunk.measured_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
     return out
 
 
