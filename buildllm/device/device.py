@@ -46,8 +46,7 @@ def host_free_memory() -> tuple[int, str]:
     container's cgroup memory limit, or an address-space or data-size limit (ulimit -v / -d). Running
     into any of them fails an allocation the same way."""
     limits = [(psutil.virtual_memory().available, "available on the host")]
-    cgroup = _cgroup_room()
-    if cgroup is not None:
+    if (cgroup := _cgroup_room()) is not None:
         limits.append((cgroup, "left under this container's cgroup memory limit"))
     usage = psutil.Process().memory_info()
     rlimits = [("RLIMIT_AS", usage.vms, "-v"), ("RLIMIT_DATA", getattr(usage, "data", 0), "-d")]

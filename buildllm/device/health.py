@@ -41,12 +41,13 @@ def power_warning() -> str:
 def sensors(device: Device) -> dict:
     """Temperatures and clocks the machine reports (flat; absent what it does not report)."""
     found: dict = {}
-    temperatures, frequency = {}, None
+    temperatures = {}
     with contextlib.suppress(OSError, NotImplementedError):
         temperatures = psutil.sensors_temperatures() if hasattr(psutil, "sensors_temperatures") else {}
     readings = [t.current for entries in temperatures.values() for t in entries if t.current]
     if readings:
         found["cpu_temperature_c"] = round(max(readings), 1)
+    frequency = None
     with contextlib.suppress(OSError, NotImplementedError):
         frequency = psutil.cpu_freq()
     if frequency and frequency.current:

@@ -41,8 +41,7 @@ def cuda_has_bf16(device: Device) -> bool:
 
 
 def tunable_precisions(device: Device) -> list[str]:
-    """fp32 first (the reference `buildllm tune` measures against), then the low precisions this
-    device trains in (fp16 with gradient scaling on CUDA)."""
+    """fp32 first (the reference `buildllm tune` measures against), then the low precisions this device trains in."""
     if device.kind == "cuda":
         return ["fp32", *(["bf16"] if cuda_has_bf16(device) else []), "fp16"]
     if device.kind == "cpu":

@@ -220,7 +220,9 @@ def facts(plan: RunPlan) -> dict:
     }
 
 
-def announce(action: str, plan: RunPlan, **sizes) -> None:
+def announce(action: str, plan: RunPlan, **sizes) -> dict:
     """Say what is about to happen as one JSON line on stdout, before the long work starts; `sizes`
     add to the plan's facts or replace them (a benchmark plans its own steps)."""
-    json_line(**{"action": action, **facts(plan), **sizes, "decisions": plan.decisions})
+    line = {"action": action, **facts(plan), **sizes, "decisions": plan.decisions}
+    json_line(**line)
+    return line

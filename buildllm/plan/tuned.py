@@ -7,6 +7,7 @@ machine, profile, model shape or batch applies to nothing here; without one ever
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
 from buildllm.paths import METRICS
@@ -28,10 +29,11 @@ def read_all() -> dict:
     return data["machines"]
 
 
-def write_record(record: dict) -> None:
+def write_record(record: dict) -> Path:
     machines = read_all()
     machines.setdefault(record["machine_id"], {}).setdefault(record["profile"], {})[record["device"]] = record
     atomic_write_text(PATH, json.dumps({"format": FORMAT, "machines": machines}, indent=2, sort_keys=True) + "\n")
+    return PATH
 
 
 def shape_label(model, gradient_checkpointing: bool = False) -> str:
