@@ -1,5 +1,4 @@
-"""What this machine's torch can reach: CUDA (or why not), Apple MPS, torch_xla. Facts only; which
-device a run uses is decided in buildllm/plan/device.py."""
+"""What this machine's torch can reach, facts only: CUDA (or why not), Apple MPS, torch_xla."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The device a run computes on, as one object: everything that depends on the kind of device is
-asked of it, so no code outside buildllm/device/ compares kind names. Which device, and why, is
-decided in buildllm/plan/device.py."""
+asked of it, so no code outside buildllm/device/ compares kind names."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import platform
 import subprocess
@@ -26,23 +26,18 @@ except ImportError:  # Windows
 
 def cpuinfo(*names: str) -> str:
     """The value of the first /proc/cpuinfo line whose name starts with one of `names` ("" off Linux)."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith(names)), "")
-    except OSError:
-        return ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as handle:
+        return next((line.split(":", 1)[1].strip() for line in handle if line.startswith(names)), "")
+    return ""
 
 
 def processor_name() -> str:
     if name := cpuinfo("model name"):
         return name
     if sys.platform == "darwin":
-        try:
-            return subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            command = ["sysctl", "-n", "machdep.cpu.brand_string"]
+            return subprocess.run(command, capture_output=True, text=True, timeout=5).stdout.strip()
     return platform.processor() or platform.machine()
 
 
@@ -51,8 +46,7 @@ def host_free_memory() -> tuple[int, str]:
     container's cgroup memory limit, or an address-space or data-size limit (ulimit -v / -d). Running
     into any of them fails an allocation the same way."""
     limits = [(psutil.virtual_memory().available, "available on the host")]
-    cgroup = _cgroup_room()
-    if cgroup is not None:
+    if (cgroup := _cgroup_room()) is not None:
         limits.append((cgroup, "left under this container's cgroup memory limit"))
     usage = psutil.Process().memory_info()
     rlimits = [("RLIMIT_AS", usage.vms, "-v"), ("RLIMIT_DATA", getattr(usage, "data", 0), "-d")]
@@ -79,13 +73,11 @@ def _cgroup_room() -> int | None:
         else:
             continue
         for folder in (root / relative.lstrip("/"), root):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 limit = (folder / files[0]).read_text().strip()
                 if limit == "max" or int(limit) >= 2**60:  # v1 writes "no limit" as a huge number
                     break
                 return max(0, int(limit) - int((folder / files[1]).read_text()))
-            except (OSError, ValueError):
-                continue
     return None
 
 
@@ -112,8 +104,7 @@ class Device:
         elif self.kind == "mps":
             torch.mps.synchronize()
         elif self.kind == "xla":
-            import torch_xla.core.xla_model as xm  # only present on XLA machines
-
+            xm = importlib.import_module("torch_xla.core.xla_model")  # only present on XLA machines
             xm.mark_step()
             xm.wait_device_ops()
 
@@ -124,8 +115,7 @@ class Device:
     def end_step(self) -> None:
         """End an optimizer step's graph on XLA, which records operations and runs them only at a
         boundary: without one per step the graph grows step after step (recompiling, then running
-        out of memory). torch_xla.sync() where it exists, the older xm.mark_step() before it; nothing
-        elsewhere."""
+        out of memory). torch_xla.sync() where it exists, the older xm.mark_step() before it."""
         if self.kind != "xla":
             return
         torch_xla = importlib.import_module("torch_xla")
@@ -206,10 +196,8 @@ class Device:
             return torch.cuda.mem_get_info(self.index)[0], f"free on {self.device} (cudaMemGetInfo)"
         if self.kind == "mps":
             # Metal's recommended working set is what the GPU may use without paging; the driver holds some.
-            return (
-                torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory(),
-                "MPS's recommended working set less what its driver holds",
-            )
+            room = torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()
+            return room, "MPS's recommended working set less what its driver holds"
         if self.kind == "xla":
             return None, "XLA does not report free memory"
         return host_free_memory()

@@ -4,6 +4,8 @@ benchmark's own timed intervals, which every machine has: a throughput that fall
 
 from __future__ import annotations
 
+import contextlib
+
 import psutil
 import torch
 
@@ -15,10 +17,9 @@ THROTTLE_DROP = 0.05
 
 
 def battery() -> dict:
-    try:
+    state = None
+    with contextlib.suppress(AttributeError, NotImplementedError, OSError):
         state = psutil.sensors_battery()
-    except (AttributeError, NotImplementedError, OSError):
-        state = None
     if state is None:
         return {}
     return {
@@ -40,27 +41,23 @@ def power_warning() -> str:
 def sensors(device: Device) -> dict:
     """Temperatures and clocks the machine reports (flat; absent what it does not report)."""
     found: dict = {}
-    try:
+    temperatures = {}
+    with contextlib.suppress(OSError, NotImplementedError):
         temperatures = psutil.sensors_temperatures() if hasattr(psutil, "sensors_temperatures") else {}
-    except (OSError, NotImplementedError):
-        temperatures = {}
     readings = [t.current for entries in temperatures.values() for t in entries if t.current]
     if readings:
         found["cpu_temperature_c"] = round(max(readings), 1)
-    try:
+    frequency = None
+    with contextlib.suppress(OSError, NotImplementedError):
         frequency = psutil.cpu_freq()
-    except (OSError, NotImplementedError):
-        frequency = None
     if frequency and frequency.current:
         found["cpu_clock_mhz"] = round(frequency.current)
         if frequency.max:
             found["cpu_clock_max_mhz"] = round(frequency.max)
     if device.kind == "cuda":
         for key, probe in (("gpu_temperature_c", torch.cuda.temperature), ("gpu_clock_mhz", torch.cuda.clock_rate)):
-            try:  # both need NVML (pynvml); without it the GPU's sensors stay unread
+            with contextlib.suppress(Exception):  # both need NVML (pynvml); without it the GPU's sensors stay unread
                 found[key] = probe(device.index)
-            except Exception:
-                pass
     return found
 
 

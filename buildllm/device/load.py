@@ -21,6 +21,7 @@ threads, another job using more than half a core.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -45,10 +46,8 @@ def _own_seconds() -> float:
     me = psutil.Process()
     total = sum(me.cpu_times()[:4])  # user, system, children_user, children_system
     for child in me.children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.Error):  # ended meanwhile: counted in children_* once reaped
             total += sum(child.cpu_times()[:2])
-        except psutil.Error:  # ended meanwhile: counted in children_* once reaped
-            pass
     return total
 
 
@@ -94,7 +93,6 @@ class LoadWatch:
         end = other_load()
         loads = (self.start, end) + ((window,) if window is not None else ())
         share = max(contended_share(load, self.used, self.available) for load in loads)
-        busy = share > BUSY_SHARE
         figures = {
             "other_load_start": round(self.start, 3),
             **({"other_load_window": round(window, 3)} if window is not None else {}),
@@ -102,9 +100,9 @@ class LoadWatch:
             "cores_used": self.used,
             "cores_available": self.available,
             "contended_share": round(share, 3),
-            "busy_machine": busy,
+            "busy_machine": share > BUSY_SHARE,
         }
-        if busy:
+        if figures["busy_machine"]:
             figures["busy_machine_reason"] = load_line(figures)
         return figures
 
@@ -127,9 +125,7 @@ def load_line(m: dict) -> str:
 
 
 def busy_warning(metrics: dict) -> str | None:
-    if not metrics.get("busy_machine"):
-        return None
-    return "warning: " + load_line(metrics)
+    return "warning: " + load_line(metrics) if metrics.get("busy_machine") else None
 
 
 class LoadSampler:

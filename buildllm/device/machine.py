@@ -17,6 +17,7 @@ The fingerprint then says `machine_override: true`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -46,28 +47,21 @@ _NOISE = re.compile(r"\((?:R|TM|tm|r)\)|\b(?:CPU|Processor|with Radeon Graphics)
 
 def _quota_cores() -> float:
     """A cgroup v2 CPU quota in cores (a container limited to 2.5 CPUs), else 0: none set."""
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as handle:
-            quota, period = handle.read().split()[:2]
+    with contextlib.suppress(OSError, ValueError), open("/sys/fs/cgroup/cpu.max") as handle:
+        quota, period = handle.read().split()[:2]
         return 0.0 if quota == "max" else round(int(quota) / int(period), 2)
-    except (OSError, ValueError):
-        return 0.0
+    return 0.0
 
 
 def _driver_version() -> str:
-    try:
-        with open("/proc/driver/nvidia/version") as handle:
-            found = re.search(r"Kernel Module\s+(\S+)", handle.read())
-            if found:
-                return found.group(1)
-    except OSError:
-        pass
-    try:
+    with contextlib.suppress(OSError), open("/proc/driver/nvidia/version") as handle:
+        if found := re.search(r"Kernel Module\s+(\S+)", handle.read()):
+            return found.group(1)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         command = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
         out = subprocess.run(command, capture_output=True, text=True, timeout=10).stdout.split()
         return out[0] if out else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    return ""
 
 
 def _override() -> dict:
@@ -104,13 +98,9 @@ def fingerprint() -> dict:
     }
     for index in range(record["gpu_count"]):
         props = torch.cuda.get_device_properties(index)
-        record.update(
-            {
-                f"gpu{index}_name": props.name,
-                f"gpu{index}_memory_gib": round(props.total_memory / 2**30, 1),
-                f"gpu{index}_compute_capability": f"{props.major}.{props.minor}",
-            }
-        )
+        record[f"gpu{index}_name"] = props.name
+        record[f"gpu{index}_memory_gib"] = round(props.total_memory / 2**30, 1)
+        record[f"gpu{index}_compute_capability"] = f"{props.major}.{props.minor}"
     record["driver_version"] = _driver_version() if record["gpu_count"] else "none"
     record["auto_device"] = best_device()
     record.update(_override())

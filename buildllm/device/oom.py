@@ -1,9 +1,7 @@
 """Surviving out-of-memory: recognise it, say how much memory there was, and what to do next (the
 course's advice: reduce --batch-size into a fresh checkpoint directory, as a resumed run must keep its
 batch size). On the CPU a failure raises only where malloc fails (a `ulimit -v`, a container limit);
-with overcommit the kernel's OOM killer ends the process instead, which is why plans that cannot
-fit are refused before they allocate (plan/memory.py).
-"""
+with overcommit the kernel's OOM killer ends the process instead, hence plan/memory.py's check."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ other run's history (or a file DVC cannot see) moves it.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import statistics
 import time
@@ -97,11 +98,8 @@ def step_probe(device, precision: str) -> MatmulProbe | None:
 
 def sample_peak(device, precision: str) -> list[float]:
     """One in-run sample of the matmul rate (FLOP/s, 5 timed matmuls) in the run's dtype and threads."""
-    probe = MatmulProbe(device, precision)
-    try:
+    with contextlib.closing(MatmulProbe(device, precision)) as probe:
         return probe.sample(5)
-    finally:
-        probe.close()
 
 
 def table_or_none(device, precision: str, tf32: bool) -> Peak | None:

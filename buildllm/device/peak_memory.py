@@ -5,6 +5,7 @@ samples RSS. MPS: the driver's allocated memory, sampled, since MPS keeps no pea
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import threading
@@ -18,12 +19,10 @@ STATUS = Path("/proc/self/status")
 
 
 def _vm_hwm() -> int | None:
-    try:
+    with contextlib.suppress(OSError):
         for line in STATUS.read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
-    except OSError:
-        return None
     return None
 
 
@@ -41,10 +40,8 @@ def _return_freed_memory() -> None:
     building the model) would hide part of the measured work's growth. Measured: the iteration-1
     benchmark read 113 MiB after those matmuls, a fresh process 150-170 MiB for the same steps.
     Trimming first makes the baseline live memory only. Not glibc (macOS, musl): nothing to do."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 class PeakMemory:

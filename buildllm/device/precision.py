@@ -1,7 +1,5 @@
 """What a precision means on a device: its dtype, the autocast and gradient scaler that go with it,
-and which precisions the device trains in (an explicit one it lacks is refused with advice). Which
-precision a run uses, and why, is decided in buildllm/plan/precision.py.
-"""
+and which precisions the device trains in (an explicit one it lacks is refused with advice)."""
 
 from __future__ import annotations
 
@@ -43,9 +41,7 @@ def cuda_has_bf16(device: Device) -> bool:
 
 
 def tunable_precisions(device: Device) -> list[str]:
-    """fp32 first (the reference `buildllm tune` measures against), then the low precisions this
-    device trains in: bf16 autocast on the CPU and XLA, bf16 (Ampere and newer) and fp16 with
-    gradient scaling on CUDA, fp16 on MPS. A CPU without a bf16 matmul path has fp32 only."""
+    """fp32 first (the reference `buildllm tune` measures against), then the low precisions this device trains in."""
     if device.kind == "cuda":
         return ["fp32", *(["bf16"] if cuda_has_bf16(device) else []), "fp16"]
     if device.kind == "cpu":
@@ -54,7 +50,6 @@ def tunable_precisions(device: Device) -> list[str]:
 
 
 def fp32_only_reason(device: Device) -> str:
-    """Why fp32 is the only precision `tunable_precisions` gives for this device."""
     if device.kind == "cpu" and not cpu_bf16.native_bf16():
         return cpu_bf16.NO_BF16_PATH
     return f"{device.kind} trains in fp32 only"
@@ -109,13 +104,8 @@ def precision_decision(precision: str, device: Device, origin: str) -> Precision
     }
     extra = notes.get((device.kind, precision))
     reason = f"{precision}: {origin}" + (f"; {extra}" if extra else "")
-    return PrecisionDecision(
-        precision,
-        grad_scaler=precision == "fp16" and device.kind != "cpu",
-        tf32_enabled=tf32,
-        tensor_cores_enabled=tensor_cores,
-        reason=reason,
-    )
+    grad_scaler = precision == "fp16" and device.kind != "cpu"
+    return PrecisionDecision(precision, grad_scaler, tf32, tensor_cores, reason)
 
 
 def apply_matmul_settings(decision: PrecisionDecision) -> None:

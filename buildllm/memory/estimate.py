@@ -39,14 +39,11 @@ CPU_LOW_PRECISION_RUNTIME_BYTES = 12 * MiB
 # Unpinned (the default), glibc serves tensors up to 32 MiB from its heap once such a block has been
 # freed, and keeps freed heap blocks for reuse: the resident growth was another 6-16% of the live tensors.
 CPU_ALLOCATOR_OVERHEAD = 0.12
-# Gradient checkpointing on the CPU: the rebuilt blocks' memory glibc keeps (remade_after_backward), in
-# widths (n_embd-sized vectors) per token and layer: fp32 ones in fp32, fitted on verify memory's
-# FITTED_CHECKPOINTING shapes; compute-dtype ones under autocast, fitted on FITTED_BF16_CHECKPOINTING.
+# CPU, in fp32 and under autocast, fitted as remade_after_backward says: with gradient checkpointing the
+# rebuilt blocks' memory glibc keeps, in widths (n_embd-sized vectors) per token and layer; with gradient
+# accumulation the share of one micro-batch's activations the second micro-batch allocates anew.
 CPU_CHECKPOINT_RETAINED_WIDTHS = 10
 CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST = 7
-# Gradient accumulation on the CPU: the share of one micro-batch's activations the second micro-batch
-# allocates anew (remade_after_backward), in fp32 and under autocast, fitted on verify memory's
-# FITTED_ACCUMULATION shapes.
 CPU_ACCUMULATION_REMADE = 0.4
 CPU_ACCUMULATION_REMADE_AUTOCAST = 0.18
 # torch.compile on the CPU: what a compiled step holds that an eager one does not. With glibc's mmap
@@ -183,7 +180,8 @@ def estimate_training_memory(
     """loss_chunk_rows: the fused loss's rows per chunk, as the plan decides it (RunPlan.loss);
     compiled: the step runs under torch.compile (RunPlan.compile)."""
     tokens = batch_size * model.sequence_length
-    fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast=precision_bytes != FP32)
+    autocast = precision_bytes != FP32
+    fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast)
     per_layer = tokens * (fp32_floats * FP32 + low_floats * precision_bytes)
     if gradient_checkpointing:
         # Only each block's input is kept; one block's activations are rebuilt at a time in backward.
@@ -205,7 +203,7 @@ def estimate_training_memory(
     if device.materialises_attention or model.dropout > 0:
         scores = 2 * batch_size * model.n_head * model.sequence_length**2 * precision_bytes
     # Autocast caches one low-precision copy of each weight for the forward; backward keeps them.
-    autocast_weights = parameters * precision_bytes if precision_bytes != FP32 else 0
+    autocast_weights = parameters * precision_bytes if autocast else 0
     weights, optimizer, gradients = parameters * FP32, 2 * parameters * FP32, parameters * FP32
     # With accumulation, micro-batches after the first run beside the gradients summed so far.
     early_gradients = gradients if grad_accum > 1 else 0
@@ -223,27 +221,19 @@ def estimate_training_memory(
     live = weights + optimizer + sum(parts.values())
     allocator = 0
     if device.host_memory:
-        autocast = precision_bytes != FP32
         runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if autocast else 0)
         retained = 0
         if gradient_checkpointing:
             widths = CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST if autocast else CPU_CHECKPOINT_RETAINED_WIDTHS
             retained = model.n_layer * tokens * widths * model.n_embd * precision_bytes
-        allocator = (
-            int(live * CPU_ALLOCATOR_OVERHEAD)
-            + runtime
-            + remade_after_backward(activations, retained, grad_accum, autocast)
-        )
+        remade = remade_after_backward(activations, retained, grad_accum, autocast)
+        allocator = int(live * CPU_ALLOCATOR_OVERHEAD) + runtime + remade
     workspace = cuda_workspace_bytes(device)
     if device.host_memory and compiled:
         workspace += CPU_COMPILED_RUNTIME_BYTES
+    spread = SPREAD.get(device.kind, OTHER_DEVICE_SPREAD)
     return MemoryEstimate(
-        weights=weights,
-        optimizer=optimizer,
-        allocator=allocator,
-        workspace=workspace,
-        **parts,
-        spread=SPREAD.get(device.kind, OTHER_DEVICE_SPREAD),
+        weights=weights, optimizer=optimizer, allocator=allocator, workspace=workspace, **parts, spread=spread
     )
 
 

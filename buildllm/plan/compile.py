@@ -30,12 +30,9 @@ def decide_compile(
         return CompileDecision(setting == "true", f"train.compile: {setting}")
     if measured is None:
         return CompileDecision(False, f"auto: not compiling; {missing}")
-    if precision != measured.get("precision", "fp32"):
-        return CompileDecision(
-            False,
-            f"auto: not compiling; torch.compile was measured here in "
-            f"{measured.get('precision', 'fp32')} and this run computes in {precision}",
-        )
+    if precision != (measured_in := measured.get("precision", "fp32")):
+        why = f"torch.compile was measured here in {measured_in} and this run computes in {precision}"
+        return CompileDecision(False, f"auto: not compiling; {why}")
     speedup, seconds, step = measured["speedup"], measured["compile_seconds"], measured["plain_step_seconds"]
     figures_text = (
         f"measured here: x{speedup:.2f} per step ({measured.get('pairs', 0)} pairs) after "
@@ -44,11 +41,8 @@ def decide_compile(
     if speedup <= 1.0:
         return CompileDecision(False, f"auto: not compiling; {figures_text}: no gain to pay it back")
     if not faster(measured):
-        return CompileDecision(
-            False,
-            f"auto: not compiling; {figures_text}: not conclusively faster (interval "
-            f"{measured['low']:.2f}-{measured['high']:.2f})",
-        )
+        interval = f"(interval {measured['low']:.2f}-{measured['high']:.2f})"
+        return CompileDecision(False, f"auto: not compiling; {figures_text}: not conclusively faster {interval}")
     # Paid back at the interval's low end, not its median: a run planned at the median's break-even wins
     # nothing half the time. The default run compiled at 493 break-even steps of its 500 (x1.08, low
     # end x1.06, 155 ms compiled against 170 ms plain in tune) and trained at 192 ms a step: a miss.
@@ -59,10 +53,8 @@ def decide_compile(
         return CompileDecision(False, f"auto: compiles if the run plans at least {break_even} steps; {figures_text}")
     enabled = planned_steps >= break_even
     verdict = "compiling" if enabled else "not compiling"
-    return CompileDecision(
-        enabled,
-        f"auto: {verdict}; pays back after {break_even} steps and this run plans {planned_steps}; {figures_text}",
-    )
+    pays = f"pays back after {break_even} steps and this run plans {planned_steps}"
+    return CompileDecision(enabled, f"auto: {verdict}; {pays}; {figures_text}")
 
 
 def compile_figures(record: dict | None, why_not: str) -> tuple[dict | None, str]:

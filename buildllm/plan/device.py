@@ -23,23 +23,21 @@ def resolve_device(requested: str) -> Device:
         if best == "mps":
             return Device(requested, best, "mps", f"auto: {no_cuda}; Apple MPS is available")
         return Device(requested, best, "cpu", f"auto: {no_cuda} and no Apple MPS; using the CPU")
-    if requested == "cpu":
-        return Device(requested, "cpu", "cpu", "requested explicitly")
     if requested.startswith("cuda"):
         return _resolve_cuda(requested)
-    if requested == "mps":
-        if not available.mps_available():
-            raise DeviceUnavailable(
-                "device mps requested but Apple MPS is not available here (it needs an Apple-silicon Mac "
-                "with a PyTorch built for macOS); use --device cpu for bounded work or --device auto"
-            )
-        return Device(requested, "mps", "mps", "requested explicitly")
+    if requested == "mps" and not available.mps_available():
+        raise DeviceUnavailable(
+            "device mps requested but Apple MPS is not available here (it needs an Apple-silicon Mac "
+            "with a PyTorch built for macOS); use --device cpu for bounded work or --device auto"
+        )
+    if requested == "xla" and not available.xla_available():
+        raise DeviceUnavailable(
+            "device xla requested but torch_xla is not installed; install torch_xla on a TPU machine, "
+            "or use --device cpu for bounded work"
+        )
+    if requested in ("cpu", "mps"):
+        return Device(requested, requested, requested, "requested explicitly")
     if requested == "xla":
-        if not available.xla_available():
-            raise DeviceUnavailable(
-                "device xla requested but torch_xla is not installed; install torch_xla on a TPU machine, "
-                "or use --device cpu for bounded work"
-            )
         return Device(requested, "xla", "xla", "requested explicitly (torch_xla is installed)")
     raise DeviceUnavailable(f"unknown device {requested!r}; use auto, cpu, cuda, cuda:N, mps or xla")
 

@@ -71,24 +71,16 @@ def decide_loss(
     if measured_rows is not None:
         return chunked(max(1, min(rows, measured_rows)), rows, f"measured best on this machine ({measured_rows} rows)")
     if device.cache_sized_work:
-        return chunked(
-            max(1, min(rows, CPU_CHUNK_BYTES // (4 * vocab_size))),
-            rows,
-            f"fp32 logits of at most {CPU_CHUNK_BYTES // 2**20} MiB stay in the CPU's cache "
-            "(measured fastest on a 2-core EPYC)",
-        )
+        cached = f"fp32 logits of at most {CPU_CHUNK_BYTES // 2**20} MiB stay in the CPU's cache"
+        chunk = max(1, min(rows, CPU_CHUNK_BYTES // (4 * vocab_size)))
+        return chunked(chunk, rows, f"{cached} (measured fastest on a 2-core EPYC)")
     capacity = device.memory_capacity() if capacity is None else capacity
     per_row = chunk_bytes_per_row(vocab_size, precision_bytes)
     budget = int(capacity * DEVICE_MEMORY_SHARE)
     share = f"1/{round(1 / DEVICE_MEMORY_SHARE)} of the device's {size(capacity)}: {size(budget)}"
     if rows * per_row <= budget:
-        return LossDecision(
-            rows,
-            rows,
-            f"one chunk of {rows} rows: the micro-batch's loss buffers "
-            f"({size(rows * per_row)}) fit the budget ({share}); computed at once, "
-            "as the plain loss",
-        )
+        fit = f"the micro-batch's loss buffers ({size(rows * per_row)}) fit the budget ({share})"
+        return LossDecision(rows, rows, f"one chunk of {rows} rows: {fit}; computed at once, as the plain loss")
     fitting = budget // per_row // ROW_MULTIPLE * ROW_MULTIPLE
     chunk = min(rows, max(fitting, MIN_ROWS))
     why = (

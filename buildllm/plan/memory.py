@@ -118,16 +118,9 @@ def estimate_at(
 ) -> MemoryEstimate:
     """The estimate a plan of `batch` would make on a device of `capacity` bytes: the fused loss's
     chunks sized by the plan's own rule (buildllm/plan/loss_chunk.py) for that batch and memory."""
-    loss = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, capacity)
+    chunk = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, capacity).chunk_rows
     return estimate_training_memory(
-        model,
-        parameters,
-        batch,
-        precision_bytes,
-        device,
-        gradient_checkpointing,
-        grad_accum,
-        loss_chunk_rows=loss.chunk_rows,
+        model, parameters, batch, precision_bytes, device, gradient_checkpointing, grad_accum, loss_chunk_rows=chunk
     )
 
 

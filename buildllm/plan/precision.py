@@ -1,11 +1,9 @@
 """Which precision a run computes in (fp32, bf16 or fp16), and why.
 
 auto: the device's native precision (device/precision.py: bf16 or fp16 on CUDA, fp32 on the CPU and
-MPS), unless `buildllm tune` measured otherwise on this machine (measured_choice). On MPS autocast
-covers fewer ops and bf16 needs macOS 14+, and for this course's small models the gain is small; ask
-for fp16 explicitly to try it. An explicit precision the device lacks fails with advice instead of
-silently falling back.
-"""
+MPS, where this course's small models gain little; ask for fp16 to try it), unless `buildllm tune`
+measured otherwise on this machine (measured_choice). An explicit precision the device lacks fails
+with advice instead of silently falling back."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""A run plan: every decision a run needs, made once, before anything is built, one decision at a
-time in the order each needs the last (one module of this package each). Each automatic choice
-carries its reason in `decisions`; the trainer, the benchmark and the dry run decide nothing again.
-"""
+"""A run plan: every decision a run needs (buildllm/plan/__init__.py), made once before anything is
+built, in the order each needs the last, each reason kept in `decisions`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass, field, replace
@@ -14,21 +13,19 @@ import torch
 from buildllm.config import Config, profile_for
 from buildllm.data.windows import Windows, batches_per_epoch, load_tokens, planned_steps
 from buildllm.device.device import Device
-from buildllm.device.machine import fingerprint, machine_id
+from buildllm.device.machine import OVERRIDE, fingerprint, machine_id
 from buildllm.device.precision import PrecisionDecision, apply_matmul_settings
 from buildllm.errors import ConfigError, UserError
 from buildllm.metrics import json_line
 from buildllm.model.gpt import GPTConfig, build_model
 from buildllm.paths import token_paths
+from buildllm.plan import loss_chunk, tuned
 from buildllm.plan import precision as precision_module
 from buildllm.plan import threads as threads_module
-from buildllm.plan import tuned
 from buildllm.plan.compile import CompileDecision, compile_figures, decide_compile
 from buildllm.plan.defaults import decide_defaults
 from buildllm.plan.device import resolve_device
 from buildllm.plan.fused_adamw import fused_adamw_support
-from buildllm.plan.loss_chunk import LossDecision, plan_loss
-from buildllm.plan.loss_chunk import measured_choice as loss_chunk_choice
 from buildllm.plan.memory import NOT_DECIDED, MemoryFit, decide_memory
 from buildllm.profiles import Profile
 
@@ -52,7 +49,7 @@ class RunPlan:
     fused_adamw: bool = False  # its reason: decisions["fused_adamw"]
     decisions: dict = field(default_factory=dict)
     tuned_here: bool = False  # a tune record of this machine, profile, shape and batch decided the auto knobs
-    loss: LossDecision = LossDecision(1, 1, "not planned")
+    loss: loss_chunk.LossDecision = loss_chunk.LossDecision(1, 1, "not planned")
     memory: MemoryFit = NOT_DECIDED
 
     @property
@@ -105,7 +102,7 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     compiled = decide_compile(t.compile, steps, precision.precision, *compile_figures(record, why_not))
     decisions["compile"] = compiled.reason
     rows = batch_size * model.sequence_length
-    loss = plan_loss(model.vocab_size, rows, precision.activation_bytes, device, record, why_not)
+    loss = loss_chunk.plan_loss(model.vocab_size, rows, precision.activation_bytes, device, record, why_not)
     decisions["loss"] = loss.reason
     parameters = build_model(model, "meta").num_parameters()
     plan = RunPlan(
@@ -140,7 +137,7 @@ def _machine_id(override: str) -> str:
 
 def this_machine() -> str:
     """Computed once per process (and per test override)."""
-    return _machine_id(os.environ.get("BUILDLLM_MACHINE_OVERRIDE", ""))
+    return _machine_id(os.environ.get(OVERRIDE, ""))
 
 
 def count_training_examples(config: Config, model: GPTConfig) -> int | None:
@@ -148,11 +145,9 @@ def count_training_examples(config: Config, model: GPTConfig) -> int | None:
     cap alone before the file exists (None when neither says)."""
     limit = config.train.training_examples
     train_path, _ = token_paths(config, model.vocab_size)
-    try:
+    with contextlib.suppress(UserError):  # an unreadable file is refused, with its reason, where the run loads it
         if train_path.exists():
             return len(Windows(load_tokens(train_path), model.sequence_length, limit))
-    except UserError:
-        pass  # an unreadable file is refused, with its reason, where the run loads it
     return limit
 
 
@@ -166,14 +161,12 @@ def measured_precision(record: dict, plan: RunPlan) -> tuple[str, str]:
 def measured_decisions(record: dict, plan: RunPlan) -> dict:
     """What the measured rules make of a fresh tune record for this plan, {decision: reason}: what
     `buildllm tune` prints and records as the decisions the next plan will take."""
-    device = plan.device
     chosen, why = measured_precision(record, plan)
     out = {"precision": f"{chosen}: {why}"}
-    if device.threads_apply:
+    if plan.device.threads_apply:
         out["threads"] = threads_module.measured_choice(record, "", threads_module.DEFAULT_THREADS)[1]
-    figures = compile_figures(record, "")
-    out["compile"] = decide_compile("auto", plan.planned_steps, chosen, *figures).reason
-    out["loss_chunk"] = loss_chunk_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
+    out["compile"] = decide_compile("auto", plan.planned_steps, chosen, *compile_figures(record, "")).reason
+    out["loss_chunk"] = loss_chunk.measured_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
     return out
 
 

@@ -10,7 +10,6 @@ import torch
 
 from buildllm.plan.tuned import measured_count
 
-# torch's own thread count, read at import, before any plan sets one.
 DEFAULT_THREADS = torch.get_num_threads()
 
 
