@@ -9,7 +9,6 @@ A user error prints one line and exits non-zero, without a traceback.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from buildllm.config import Config, knobs, load_config
 from buildllm.errors import guarded
@@ -275,7 +274,3 @@ def add_remote(sub) -> None:
         p = sub.add_parser(name, help=help_text)
         module.add_arguments(p)
         p.set_defaults(handler=module.command)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

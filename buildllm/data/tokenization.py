@@ -158,7 +158,6 @@ def tokenize_corpus(config: Config) -> dict:
     with atomic_path(tokenizer_file) as tmp:
         tokenizer.save(str(tmp))
     for split, path in zip(SPLITS, token_files):
-        # Through a handle: given a path, torch.save stores the (random) temp name in the file.
         with atomic_open(path) as handle:
             torch.save(tensors[split], handle)
     finished = time.perf_counter()

@@ -110,30 +110,29 @@ def announce(model: GPT, state: dict, path: Path, device: str, reason: str, max_
     """The same startup line as train's: generation runs the checkpoint's fp32 weights, one sequence,
     no optimizer, so the training-only fast paths are off and say why."""
     tf32 = bool(torch.backends.cuda.matmul.allow_tf32)  # torch's default, off: generation never turns it on
-    line = {
-        "action": "generate",
-        "device": device,
-        "device_reason": reason,
-        "precision": "fp32",
-        "tensor_cores_enabled": tf32,
-        "tf32_enabled": tf32,
-        "fused_adamw": False,
-        "fused_adamw_reason": "generation builds no optimizer",
-        "grad_scaler": False,
-        "profile": (state.get("signature") or {}).get("profile"),
-        "parameters": model.num_parameters(),
-        "batch_size": 1,
-        "workers": 0,
-        "sequence_length": model.config.sequence_length,
-        "planned_steps": max_new_tokens,
-        "checkpoint": str(path),
-        "checkpoint_step": state["step"],
-        "decisions": {
+    json_line(
+        action="generate",
+        device=device,
+        device_reason=reason,
+        precision="fp32",
+        tensor_cores_enabled=tf32,
+        tf32_enabled=tf32,
+        fused_adamw=False,
+        fused_adamw_reason="generation builds no optimizer",
+        grad_scaler=False,
+        profile=(state.get("signature") or {}).get("profile"),
+        parameters=model.num_parameters(),
+        batch_size=1,
+        workers=0,
+        sequence_length=model.config.sequence_length,
+        planned_steps=max_new_tokens,
+        checkpoint=str(path),
+        checkpoint_step=state["step"],
+        decisions={
             "device": f"{device}: {reason}",
             "precision": "fp32: the checkpoint's weights, no autocast for generation",
         },
-    }
-    json_line(**line)
+    )
 
 
 def command(args: argparse.Namespace, config: Config) -> None:

@@ -1,8 +1,7 @@
 """What a training run reports: its log as DVC plot files, metrics/train.json, and a loss PNG.
 
 The log is written twice, metrics/train_log.csv for people and metrics/train_log.json for `dvc plots
-diff`: DVC reads a CSV's cells as strings, a JSON file's numbers as numbers. The rows travel in the
-checkpoint, so a resumed run rewrites the files without the rows of the steps it redoes.
+diff`: DVC reads a CSV's cells as strings, a JSON file's numbers as numbers.
 
 elapsed_seconds is training time, validation and saves included, start-up not; on resume it continues
 from the checkpoint's value, so two devices' runs line up on one time axis however often they stopped.
