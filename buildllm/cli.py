@@ -41,9 +41,8 @@ def add_run_flags(parser: argparse.ArgumentParser, command: str, skip: tuple[str
             continue
         # Allowed values show in the metavar; the Config checks them, so the error reads as any config error.
         choices = meta.get("choices")
-        metavar = meta["metavar"] or (
-            "{" + ",".join(map(str, choices)) + "}" if choices else "N" if kind is int else "VALUE"
-        )
+        shown = "{" + ",".join(map(str, choices)) + "}" if choices else "N" if kind is int else "VALUE"
+        metavar = meta["metavar"] or shown
         # A knob whose choices include "true" keeps its bare switch: --compile means --compile true.
         switch = dict(nargs="?", const="true") if choices and "true" in choices else {}
         parser.add_argument(flag, dest=dest, type=kind, default=None, metavar=metavar, help=help_text, **switch)

@@ -46,11 +46,9 @@ def load_tokens(path: str | Path, vocab_size: int | None = None, what: str = "to
                         "re-create it with `buildllm tokenize`")
     if tokens.numel() == 0:
         raise UserError(f"{what} {path} is empty; tokenize a corpus that has text")
-    if vocab_size is not None:
-        largest = max_token(tokens)
-        if largest >= vocab_size:
-            raise UserError(f"{what} {path} holds token id {largest} but the model's vocabulary has {vocab_size} "
-                            "ids; use the tokenizer and tokens made for this profile's vocab_size")
+    if vocab_size is not None and (largest := max_token(tokens)) >= vocab_size:
+        raise UserError(f"{what} {path} holds token id {largest} but the model's vocabulary has {vocab_size} "
+                        "ids; use the tokenizer and tokens made for this profile's vocab_size")
     return tokens
 
 

@@ -47,7 +47,6 @@ class RunLog:
         self.world, self.facts = world, facts
         self.tokens_per_step = tokens_per_step  # this process's share of one optimizer step
         self.cores_used = cores_used  # for the load from other processes (device/load.py)
-        self.load: LoadSampler | None = None
         self.rows: list[dict] = []
         self.saves: list[tuple[float, int]] = []  # (seconds, bytes) of each checkpoint save
         self.elapsed_before = 0.0  # training time of earlier sessions, as the resumed checkpoint saved it
@@ -83,8 +82,7 @@ class RunLog:
         # Each process measures its own rate; the run's rate is their sum.
         local = len(self._losses) * self.tokens_per_step / seconds if seconds else 0.0
         rate = distributed.all_sum(self.world, [local])[0]
-        if self.load:
-            self.load.sample()
+        self.load.sample()
         row = {
             "step": step,
             "tokens_seen": tokens_seen,
@@ -153,7 +151,7 @@ class RunLog:
             "checkpoint_save_seconds_max": max(seconds) if seconds else None,
             "checkpoint_bytes": self.saves[-1][1] if self.saves else None,
             "oom": False,
-            **(self.load.figures() if self.load else {}),
+            **self.load.figures(),
             **extra,
         }
         return {
