@@ -104,8 +104,7 @@ def passages(lines: Iterable[str], title: str, reader: "FileLines | None" = None
             part += 1
 
     for line in lines:
-        pieces = line.split(END_OF_TEXT)
-        for index, piece in enumerate(pieces):
+        for index, piece in enumerate(line.split(END_OF_TEXT)):
             if index:
                 yield from flush()
             if not buffer and reader:

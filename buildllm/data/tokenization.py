@@ -2,8 +2,6 @@
 
 Byte-level: every string has an encoding (no unknown token), and decoding gives the text back. Only
 the train split teaches the tokenizer, so the validation text stays unseen by every learned part.
-Profiles with the same vocabulary share one tokenizer and one pair of token files (`<corpus>_<vocab>`),
-each document followed by the end-of-text token; all are written only after everything succeeded.
 """
 
 from __future__ import annotations

@@ -141,10 +141,10 @@ def optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int
 class RunBatches(torch.utils.data.Dataset):
     """Every epoch's batches from (epoch, start_batch) on as one dataset: item i is the i-th batch after
     that point, as (epoch, batch_index, inputs, targets). Each item is a whole batch, so DataLoader
-    workers build batches in parallel in the order epoch_order fixes; with several processes rank r
-    takes its own slice of each global batch of batch_size * world_size. One DataLoader serves the
-    whole run, so its workers start once: a loader per epoch would start them again inside a measured
-    interval when epochs are short (a few batches at a large batch size on a GPU)."""
+    workers build batches in parallel in the order epoch_order fixes (rank r takes its slice of each
+    global batch). One DataLoader serves the whole run, so its workers start once: a loader per epoch
+    would start them again inside a measured interval when epochs are short (a few batches at a large
+    batch size on a GPU)."""
 
     EPOCHS = 1_000_000  # "without end": the trainer stops taking batches long before
 

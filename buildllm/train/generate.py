@@ -151,10 +151,8 @@ def command(args: argparse.Namespace, config: Config) -> None:
         )
     top_k = args.top_k or None
     how = "greedy" if args.greedy else f"temperature {args.temperature}, top-k {top_k}"
-    print(
-        f"{path} (step {state['step']}) on {decision.device}: {how}, {'with' if args.kv_cache else 'without'} KV cache",
-        file=sys.stderr,
-    )
+    cache = "with" if args.kv_cache else "without"
+    print(f"{path} (step {state['step']}) on {decision.device}: {how}, {cache} KV cache", file=sys.stderr)
     ids = generate_ids(
         model,
         prompt_ids,

@@ -168,15 +168,11 @@ def run(trainer: Trainer, advice_on_stop: str) -> dict:
         pending.clear()
         trainer.optimizer.zero_grad(set_to_none=True)
         device.release_cached_memory()
-        finish(
-            trainer,
-            "out_of_memory",
-            {"oom": True, "oom_batch_size": trainer.plan.batch_size, "oom_step": trainer.step_count + 1, **figures},
-        )
+        step, batch = trainer.step_count + 1, trainer.plan.batch_size
+        finish(trainer, "out_of_memory", {"oom": True, "oom_batch_size": batch, "oom_step": step, **figures})
         raise OutOfMemory(
-            f"{device.device} ran out of memory at step {trainer.step_count + 1} with batch size "
-            f"{trainer.plan.batch_size} ({describe_memory(figures)}); {advice(trainer.plan.batch_size)}; "
-            f"{kept(trainer)}"
+            f"{device.device} ran out of memory at step {step} with batch size {batch} ({describe_memory(figures)}); "
+            f"{advice(batch)}; {kept(trainer)}"
         )
     trainer.save_checkpoint()
     if trainer.step_count < trainer.planned_steps:

@@ -150,7 +150,6 @@ class Trainer:
             "tokenizer": self.tokenizer,
         }
         self.log = RunLog(self.world, plan.tokens_per_step, {**facts(plan), **self.sizes}, plan.cores)
-        # The same initial weights and random draws whoever builds the trainer, and in every process.
         self.model = build_model(plan.model, self.device.device, seed=plan.config.seed)
         self.model.gradient_checkpointing = cfg.gradient_checkpointing
         self.model.loss_chunk_rows = plan.loss.chunk_rows
