@@ -103,8 +103,7 @@ def windows_or_random(config: Config, model: GPTConfig, batch_size: int) -> tupl
     needs steps, not learning (a step costs the same on any tokens; a loss on random ones says
     nothing): (train, validation, "real" or "random")."""
     try:
-        train, validation = load_windows(config, model)
-        return train, validation, "real"
+        return (*load_windows(config, model), "real")
     except UserError:
         length = model.sequence_length
         generator = torch.Generator().manual_seed(config.seed)
