@@ -107,8 +107,7 @@ class RunLog:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
-        for row in self.rows:
-            writer.writerow({key: _cell(row.get(key)) for key in COLUMNS})
+        writer.writerows({key: _cell(row.get(key)) for key in COLUMNS} for row in self.rows)
         atomic_write_text(TRAIN_LOG_CSV, buffer.getvalue())
         records = [{key: _number(row.get(key)) for key in COLUMNS} for row in self.rows]
         atomic_write_text(TRAIN_LOG_JSON, json.dumps(records, indent=1) + "\n")
