@@ -3,7 +3,6 @@
 Flags override params.yaml (read from the working directory, or --params); both become one
 validated Config. The run flags are generated from the Config's own field declarations, so a knob
 is declared once. Commands are imported only when run: `buildllm corpus` never imports torch.
-A user error prints one line and exits non-zero, without a traceback.
 """
 
 from __future__ import annotations

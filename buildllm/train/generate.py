@@ -1,10 +1,8 @@
 """Text from a trained checkpoint: greedy or sampled (temperature, top-k), with or without a KV cache.
 
-Without a cache every new token runs the whole context through the model again; with one, the
-prompt runs once (prefill) and each new token runs alone, reading the keys and values of the
-tokens before it from the cache. Both condition on the same window, the last sequence_length
-tokens: once the text outgrows it, the cache is rebuilt from that window each step, as the model
-never saw positions beyond it in training.
+With the cache the prompt runs once (prefill) and each new token runs alone. Both ways condition on
+the last sequence_length tokens: once the text outgrows them, the cache is rebuilt from that window
+each step, as the model never saw positions beyond it in training.
 """
 
 from __future__ import annotations
