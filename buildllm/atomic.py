@@ -20,10 +20,8 @@ from buildllm import disk
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path, needed: int | None = None, advice: str = "") -> Iterator[Path]:
-    """Yield a temp path to write; on success it replaces `path`, on failure it is removed.
-
-    A write that fails for lack of disk space raises disk.DiskFull naming the folder, the bytes
-    needed (`needed`, when the caller knows it) and the bytes free, and `advice` on what to do."""
+    """Yield a temp path to write; on success it replaces `path`, on failure it is removed. A write that
+    fails for lack of disk space raises disk.DiskFull (with `needed`, the bytes, when the caller knows it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -3,13 +3,11 @@
 Flags override params.yaml (read from the working directory, or --params); both become one
 validated Config. The run flags are generated from the Config's own field declarations, so a knob
 is declared once. Commands are imported only when run: `buildllm corpus` never imports torch.
-A user error prints one line and exits non-zero, without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from buildllm.config import Config, knobs, load_config
 from buildllm.errors import guarded
@@ -42,9 +40,8 @@ def add_run_flags(parser: argparse.ArgumentParser, command: str, skip: tuple[str
             continue
         # Allowed values show in the metavar; the Config checks them, so the error reads as any config error.
         choices = meta.get("choices")
-        metavar = meta["metavar"] or (
-            "{" + ",".join(map(str, choices)) + "}" if choices else "N" if kind is int else "VALUE"
-        )
+        shown = "{" + ",".join(map(str, choices)) + "}" if choices else "N" if kind is int else "VALUE"
+        metavar = meta["metavar"] or shown
         # A knob whose choices include "true" keeps its bare switch: --compile means --compile true.
         switch = dict(nargs="?", const="true") if choices and "true" in choices else {}
         parser.add_argument(flag, dest=dest, type=kind, default=None, metavar=metavar, help=help_text, **switch)
@@ -275,7 +272,3 @@ def add_remote(sub) -> None:
         p = sub.add_parser(name, help=help_text)
         module.add_arguments(p)
         p.set_defaults(handler=module.command)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

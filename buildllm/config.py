@@ -284,9 +284,8 @@ class Config:
 
 
 def profile_for(config: Config) -> profiles.Profile:
-    """The profile the config selects, its model shape overridden by the `model:` values.
-
-    tokenize.vocab_size, when set, is the model's vocabulary too: the two must always agree."""
+    """The profile the config selects, its model shape overridden by the `model:` values and by
+    tokenize.vocab_size: the tokenizer's vocabulary is the model's too."""
     profile = profiles.selected(config.iteration, config.preset)
     overrides = {k: v for k, v in vars(config.model).items() if v is not None}
     if config.tokenize.vocab_size is not None:

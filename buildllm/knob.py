@@ -77,8 +77,7 @@ def build(cls: type, data: Mapping, prefix: str = "") -> Any:
         raise ConfigError(f"{prefix.rstrip('.') or 'params'} must be a section (a mapping), got {data!r}")
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
+    if unknown := sorted(set(data) - set(known)):
         where = prefix.rstrip(".") or "top level"
         raise ConfigError(f"unknown key {prefix}{unknown[0]} in {where}; allowed keys: {', '.join(known)}")
     values = {}

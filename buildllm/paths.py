@@ -27,18 +27,13 @@ def token_set_name(config: Config, vocab_size: int) -> str:
 
 
 def tokenizer_path(config: Config, vocab_size: int) -> Path:
-    if config.train.tokenizer:
-        return Path(config.train.tokenizer)
-    return TOKENIZERS / f"{token_set_name(config, vocab_size)}_tokenizer.json"
+    return Path(config.train.tokenizer or TOKENIZERS / f"{token_set_name(config, vocab_size)}_tokenizer.json")
 
 
 def token_paths(config: Config, vocab_size: int) -> tuple[Path, Path]:
     folder = DATA / "tokens" / token_set_name(config, vocab_size)
-    train = Path(config.train.train_tokens) if config.train.train_tokens else folder / "train_tokens.pt"
-    validation = (
-        Path(config.train.validation_tokens) if config.train.validation_tokens else folder / "validation_tokens.pt"
-    )
-    return train, validation
+    train = Path(config.train.train_tokens or folder / "train_tokens.pt")
+    return train, Path(config.train.validation_tokens or folder / "validation_tokens.pt")
 
 
 def metrics_path(stage: str) -> Path:

@@ -104,8 +104,7 @@ def passages(lines: Iterable[str], title: str, reader: "FileLines | None" = None
             part += 1
 
     for line in lines:
-        pieces = line.split(END_OF_TEXT)
-        for index, piece in enumerate(pieces):
+        for index, piece in enumerate(line.split(END_OF_TEXT)):
             if index:
                 yield from flush()
             if not buffer and reader:
@@ -228,8 +227,7 @@ class FileLines:
             yield from text.replace("\r\n", "\n").replace("\r", "\n").splitlines(keepends=True)
         if self.carry:
             yield "\n"
-        pending = len(self.decoder.getstate()[0])
-        if pending:
+        if pending := len(self.decoder.getstate()[0]):
             raise UserError(f"{self.path} is not UTF-8 text (it ends inside a character, at offset "
                             f"{self.offset - pending:,}); "
                             "convert it to UTF-8 or remove it from corpus.files") from None

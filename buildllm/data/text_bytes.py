@@ -1,23 +1,19 @@
-"""Bits per byte: the validation loss in a unit that does not move with the tokenizer (docs/metrics.md).
+"""Bits per byte: the validation loss in a unit that does not move with the tokenizer (docs/metrics.md
+says why and how).
 
-A larger vocabulary packs more bytes into each token, so its loss per token is higher for the same
-model quality; the nats over the scored validation positions, divided by ln 2 and by the UTF-8 bytes
-their target tokens stand for, are not (nanochat reports it for this reason). Exact, not an average
-ratio: each scored target counts its own bytes. A byte-level BPE token's string holds one symbol per
-byte, so its length is its byte count, partial UTF-8 characters included. The end-of-text token
-stands for no text (0 bytes) while its loss still counts: knowing where a document ends is part of
-the text's information.
+Exact, not an average ratio: each scored target counts its own bytes. A byte-level BPE token's string
+holds one symbol per byte, so its length is its byte count, partial UTF-8 characters included. The
+end-of-text token stands for no text (0 bytes) while its loss still counts: knowing where a document
+ends is part of the text's information.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, pre_tokenizers
 
-from buildllm.data.tokenization import load_tokenizer
 from buildllm.data.windows import Windows
 
 
@@ -50,13 +46,13 @@ def bits_per_byte(nats_per_token: float | None, bytes_per_token: float | None) -
     return nats_per_token / math.log(2) / bytes_per_token
 
 
-def validation_bytes(tokenizer_path, windows: Windows, vocab_size: int) -> dict:
-    """The scored validation positions' tokens and bytes, for a run's facts; {} without a tokenizer file
+def validation_bytes(tokenizer: Tokenizer | None, windows: Windows) -> dict:
+    """The scored validation positions' tokens and bytes, for a run's facts; {} without a tokenizer
     (a run may go without one: then no bits per byte are reported)."""
-    if not tokenizer_path or not Path(tokenizer_path).is_file():
+    if tokenizer is None:
         return {}
     tokens = len(windows) * windows.sequence_length
-    scored = scored_bytes(windows, token_byte_lengths(load_tokenizer(tokenizer_path, vocab_size)))
+    scored = scored_bytes(windows, token_byte_lengths(tokenizer))
     return {
         "validation_tokens_scored": tokens,
         "validation_bytes_scored": scored,

@@ -2,8 +2,6 @@
 
 Byte-level: every string has an encoding (no unknown token), and decoding gives the text back. Only
 the train split teaches the tokenizer, so the validation text stays unseen by every learned part.
-Profiles with the same vocabulary share one tokenizer and one pair of token files (`<corpus>_<vocab>`),
-each document followed by the end-of-text token; all are written only after everything succeeded.
 """
 
 from __future__ import annotations
@@ -158,7 +156,6 @@ def tokenize_corpus(config: Config) -> dict:
     with atomic_path(tokenizer_file) as tmp:
         tokenizer.save(str(tmp))
     for split, path in zip(SPLITS, token_files):
-        # Through a handle: given a path, torch.save stores the (random) temp name in the file.
         with atomic_open(path) as handle:
             torch.save(tensors[split], handle)
     finished = time.perf_counter()

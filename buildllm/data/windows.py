@@ -46,11 +46,9 @@ def load_tokens(path: str | Path, vocab_size: int | None = None, what: str = "to
                         "re-create it with `buildllm tokenize`")
     if tokens.numel() == 0:
         raise UserError(f"{what} {path} is empty; tokenize a corpus that has text")
-    if vocab_size is not None:
-        largest = max_token(tokens)
-        if largest >= vocab_size:
-            raise UserError(f"{what} {path} holds token id {largest} but the model's vocabulary has {vocab_size} "
-                            "ids; use the tokenizer and tokens made for this profile's vocab_size")
+    if vocab_size is not None and (largest := max_token(tokens)) >= vocab_size:
+        raise UserError(f"{what} {path} holds token id {largest} but the model's vocabulary has {vocab_size} "
+                        "ids; use the tokenizer and tokens made for this profile's vocab_size")
     return tokens
 
 
@@ -81,12 +79,9 @@ class Windows:
                     f"all {self.available:,} are used")
         return ""
 
-    def example(self, index: int) -> torch.Tensor:
-        start = index * self.sequence_length
-        return self.tokens[start:start + self.sequence_length + 1]
-
     def batch(self, indices: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = torch.stack([self.example(int(i)) for i in indices]).long()
+        starts = [int(i) * self.sequence_length for i in indices]
+        rows = torch.stack([self.tokens[start:start + self.sequence_length + 1] for start in starts]).long()
         return rows[:, :-1], rows[:, 1:]
 
 
@@ -108,8 +103,7 @@ def windows_or_random(config: Config, model: GPTConfig, batch_size: int) -> tupl
     needs steps, not learning (a step costs the same on any tokens; a loss on random ones says
     nothing): (train, validation, "real" or "random")."""
     try:
-        train, validation = load_windows(config, model)
-        return train, validation, "real"
+        return (*load_windows(config, model), "real")
     except UserError:
         length = model.sequence_length
         generator = torch.Generator().manual_seed(config.seed)
@@ -146,10 +140,10 @@ def optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int
 class RunBatches(torch.utils.data.Dataset):
     """Every epoch's batches from (epoch, start_batch) on as one dataset: item i is the i-th batch after
     that point, as (epoch, batch_index, inputs, targets). Each item is a whole batch, so DataLoader
-    workers build batches in parallel in the order epoch_order fixes; with several processes rank r
-    takes its own slice of each global batch of batch_size * world_size. One DataLoader serves the
-    whole run, so its workers start once: a loader per epoch would start them again inside a measured
-    interval when epochs are short (a few batches at a large batch size on a GPU)."""
+    workers build batches in parallel in the order epoch_order fixes (rank r takes its slice of each
+    global batch). One DataLoader serves the whole run, so its workers start once: a loader per epoch
+    would start them again inside a measured interval when epochs are short (a few batches at a large
+    batch size on a GPU)."""
 
     EPOCHS = 1_000_000  # "without end": the trainer stops taking batches long before
 

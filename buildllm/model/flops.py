@@ -19,12 +19,8 @@ def matmul_parameters(model: nn.Module) -> int:
     # Lookups are not matmuls: the position table, and the token table unless it is the output layer too.
     tables = [getattr(model, "position_embedding", None), model.token_embedding]
     skip = {id(t.weight) for t in tables if t is not None and t.weight is not model.lm_head.weight}
-    seen, total = set(), 0
-    for p in model.parameters():
-        if p.dim() >= 2 and id(p) not in skip and id(p) not in seen:
-            seen.add(id(p))
-            total += p.numel()
-    return total
+    # parameters() yields a tied matrix once.
+    return sum(p.numel() for p in model.parameters() if p.dim() >= 2 and id(p) not in skip)
 
 
 def flops_per_token(config: GPTConfig, matmul_params: int) -> int:

@@ -101,14 +101,12 @@ class Block(nn.Module):
 
 
 class KVCache:
-    """Keys and values of the tokens generated so far, one pair per layer."""
+    """Keys and values of the tokens generated so far, one pair per layer; a forward pass appends to
+    each layer in turn."""
 
     def __init__(self, n_layer: int):
         self.layers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layer
-        self.length = 0
-        self._layer = 0
-
-    def start_step(self) -> None:
+        self.length = 0  # tokens cached in every layer
         self._layer = 0
 
     def append(self, k, v):
@@ -116,7 +114,9 @@ class KVCache:
         if previous is not None:
             k, v = torch.cat((previous[0], k), dim=2), torch.cat((previous[1], v), dim=2)
         self.layers[self._layer] = (k, v)
-        self._layer += 1
+        self._layer = (self._layer + 1) % len(self.layers)
+        if self._layer == 0:
+            self.length = k.shape[2]
         return k, v
 
 
@@ -181,15 +181,11 @@ class GPT(nn.Module):
         else:
             rope = (self.rope_cos[start : start + T], self.rope_sin[start : start + T])
         x = self.dropout(x)
-        if cache is not None:
-            cache.start_step()
         for block in self.blocks:
             if self.gradient_checkpointing and self.training:
                 x = checkpoint(block, x, rope, use_reentrant=False)
             else:
                 x = block(x, rope, cache)
-        if cache is not None:
-            cache.length += T
         x = self.final_norm(x)
         if targets is None:
             return self.lm_head(x[:, -1:, :]), None

@@ -49,7 +49,6 @@ def against_estimate(run: dict) -> dict:
         return {}
     if not same_plan(estimate, run) or "estimated_seconds_low" not in estimate:
         return {}
-    # Wall-clock seconds since this process started, the interpreter's start included.
     return position(estimate, time.time() - psutil.Process().create_time())
 
 

@@ -61,8 +61,7 @@ def save(directory: str | Path, state: dict, keep: int) -> tuple[float, int, Pat
         if previous
         else "nothing was saved; free space or use a --checkpoint-directory on a disk with room, then rerun"
     )
-    # Through a Python file object, so a full disk surfaces as ENOSPC (torch's own writer loses the
-    # errno), and the random temp name stays out of the zip: equal states give equal bytes.
+    # Through a file object (buildllm.atomic says why); a full disk then surfaces as ENOSPC.
     started = time.perf_counter()
     with atomic_open(path, needed, advice) as handle:
         torch.save(state, handle)
@@ -126,17 +125,13 @@ def load_latest(directory: str | Path) -> tuple[Path, dict] | None:
     """The newest checkpoint that reads; a damaged newest one falls back to the one before it."""
     found = list_checkpoints(directory)
     for index in range(len(found) - 1, -1, -1):
+        path = found[index]
         try:
-            return found[index], load(found[index])
+            return path, load(path)
         except DamagedCheckpoint as exc:
-            then = (
-                f"trying the one before it, {found[index - 1].name}"
-                if index
-                else "no earlier checkpoint is left to resume from"
-            )
-            print(
-                f"warning: {found[index].name} in {found[index].parent} is damaged ({exc.why}); {then}", file=sys.stderr
-            )
+            before = f"trying the one before it, {found[index - 1].name}"
+            then = before if index else "no earlier checkpoint is left to resume from"
+            print(f"warning: {path.name} in {path.parent} is damaged ({exc.why}); {then}", file=sys.stderr)
     return None
 
 

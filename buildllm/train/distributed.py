@@ -1,10 +1,7 @@
 """Several processes, one run: what `torchrun` sets up, and the few collectives training needs.
 
-torchrun starts one process per device and tells each its RANK, LOCAL_RANK and WORLD_SIZE through
-the environment. Every process builds the same model; DistributedDataParallel averages gradients,
-each rank reads its own slice of every global batch, and only rank 0 writes files. Without
-torchrun the same code runs as a world of one and no collective is ever called. How to launch it on
-one machine or several: docs/across-machines.md.
+Without torchrun the same code runs as a world of one and no collective is ever called. How to
+launch it on one machine or several, and what each rank does: docs/across-machines.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Text from a trained checkpoint: greedy or sampled (temperature, top-k), with or without a KV cache.
 
-Without a cache every new token runs the whole context through the model again; with one, the
-prompt runs once (prefill) and each new token runs alone, reading the keys and values of the
-tokens before it from the cache. Both condition on the same window, the last sequence_length
-tokens: once the text outgrows it, the cache is rebuilt from that window each step, as the model
-never saw positions beyond it in training.
+With the cache the prompt runs once (prefill) and each new token runs alone. Both ways condition on
+the last sequence_length tokens: once the text outgrows them, the cache is rebuilt from that window
+each step, as the model never saw positions beyond it in training.
 """
 
 from __future__ import annotations
@@ -110,30 +108,29 @@ def announce(model: GPT, state: dict, path: Path, device: str, reason: str, max_
     """The same startup line as train's: generation runs the checkpoint's fp32 weights, one sequence,
     no optimizer, so the training-only fast paths are off and say why."""
     tf32 = bool(torch.backends.cuda.matmul.allow_tf32)  # torch's default, off: generation never turns it on
-    line = {
-        "action": "generate",
-        "device": device,
-        "device_reason": reason,
-        "precision": "fp32",
-        "tensor_cores_enabled": tf32,
-        "tf32_enabled": tf32,
-        "fused_adamw": False,
-        "fused_adamw_reason": "generation builds no optimizer",
-        "grad_scaler": False,
-        "profile": (state.get("signature") or {}).get("profile"),
-        "parameters": model.num_parameters(),
-        "batch_size": 1,
-        "workers": 0,
-        "sequence_length": model.config.sequence_length,
-        "planned_steps": max_new_tokens,
-        "checkpoint": str(path),
-        "checkpoint_step": state["step"],
-        "decisions": {
+    json_line(
+        action="generate",
+        device=device,
+        device_reason=reason,
+        precision="fp32",
+        tensor_cores_enabled=tf32,
+        tf32_enabled=tf32,
+        fused_adamw=False,
+        fused_adamw_reason="generation builds no optimizer",
+        grad_scaler=False,
+        profile=(state.get("signature") or {}).get("profile"),
+        parameters=model.num_parameters(),
+        batch_size=1,
+        workers=0,
+        sequence_length=model.config.sequence_length,
+        planned_steps=max_new_tokens,
+        checkpoint=str(path),
+        checkpoint_step=state["step"],
+        decisions={
             "device": f"{device}: {reason}",
             "precision": "fp32: the checkpoint's weights, no autocast for generation",
         },
-    }
-    json_line(**line)
+    )
 
 
 def command(args: argparse.Namespace, config: Config) -> None:
@@ -152,10 +149,8 @@ def command(args: argparse.Namespace, config: Config) -> None:
         )
     top_k = args.top_k or None
     how = "greedy" if args.greedy else f"temperature {args.temperature}, top-k {top_k}"
-    print(
-        f"{path} (step {state['step']}) on {decision.device}: {how}, {'with' if args.kv_cache else 'without'} KV cache",
-        file=sys.stderr,
-    )
+    cache = "with" if args.kv_cache else "without"
+    print(f"{path} (step {state['step']}) on {decision.device}: {how}, {cache} KV cache", file=sys.stderr)
     ids = generate_ids(
         model,
         prompt_ids,

@@ -41,10 +41,10 @@ def train(config: Config, under_dvc: bool = False) -> dict:
     refuse_unless_fits(plan)  # before a process group, a checkpoint folder or a tensor exists
     # Missing or unfit data files stop the run here, in one line, before any process group exists; a
     # tokenizer made for another vocabulary too (a run may go without one: its path is recorded).
-    tokenizer = tokenizer_path(config, plan.model.vocab_size)
+    vocab = plan.model.vocab_size
+    tokenizer = tokenizer_path(config, vocab)
     train_windows, validation_windows = load_windows(config, plan.model)
-    if tokenizer.exists() or config.train.tokenizer:
-        load_tokenizer(tokenizer, plan.model.vocab_size)
+    encoder = load_tokenizer(tokenizer, vocab) if tokenizer.exists() or config.train.tokenizer else None
     world, device = distributed.start(plan.device)
     plan = replace(plan, device=device)
     together = False
@@ -60,12 +60,8 @@ def train(config: Config, under_dvc: bool = False) -> dict:
             raise OutOfMemory(
                 f"{plan.device.device} ran out of memory building the model and optimizer; {advice(plan.batch_size)}"
             )
-        # The best a model that ignores context can do: the bar the validation loss must clear.
-        trainer.log.facts["unigram_validation_loss"] = unigram_loss(
-            train_windows, validation_windows, plan.model.vocab_size
-        )
-        # The bytes the validation targets stand for: the loss in bits per byte, comparable across tokenizers.
-        trainer.log.facts.update(validation_bytes(tokenizer, validation_windows, plan.model.vocab_size))
+        trainer.log.facts["unigram_validation_loss"] = unigram_loss(train_windows, validation_windows, vocab)
+        trainer.log.facts.update(validation_bytes(encoder, validation_windows))
         # Only rank 0 writes, so only rank 0 locks; every rank follows its resume decision.
         lock = checkpoint.DirectoryLock(trainer.directory)
         decision = None
@@ -172,15 +168,11 @@ def run(trainer: Trainer, advice_on_stop: str) -> dict:
         pending.clear()
         trainer.optimizer.zero_grad(set_to_none=True)
         device.release_cached_memory()
-        finish(
-            trainer,
-            "out_of_memory",
-            {"oom": True, "oom_batch_size": trainer.plan.batch_size, "oom_step": trainer.step_count + 1, **figures},
-        )
+        step, batch = trainer.step_count + 1, trainer.plan.batch_size
+        finish(trainer, "out_of_memory", {"oom": True, "oom_batch_size": batch, "oom_step": step, **figures})
         raise OutOfMemory(
-            f"{device.device} ran out of memory at step {trainer.step_count + 1} with batch size "
-            f"{trainer.plan.batch_size} ({describe_memory(figures)}); {advice(trainer.plan.batch_size)}; "
-            f"{kept(trainer)}"
+            f"{device.device} ran out of memory at step {step} with batch size {batch} ({describe_memory(figures)}); "
+            f"{advice(batch)}; {kept(trainer)}"
         )
     trainer.save_checkpoint()
     if trainer.step_count < trainer.planned_steps:
@@ -226,12 +218,9 @@ def kept(trainer: Trainer) -> str:
 
 
 def unigram_loss(train: Windows, validation: Windows, vocab_size: int) -> float:
-    """The unigram level: the validation loss (nats per token) of the best model that ignores context.
-
-    It predicts every token with its frequency in the training examples (add-one smoothed, so no
-    validation token has zero probability). Its cross-entropy on the validation targets is the bar a
-    language model must go well below to show it uses context at all; ln(vocab_size), a uniform
-    guess, is a much lower bar."""
+    """The unigram level, the bar a model must clear to show it uses context: the validation loss (nats per
+    token) of predicting every token by its frequency in the training examples (add-one smoothed, so no
+    validation token has zero probability)."""
     used = train.tokens[: len(train) * train.sequence_length + 1]
     counts = torch.bincount(used.to(torch.int64), minlength=vocab_size).double() + 1.0
     log_p = (counts / counts.sum()).log()

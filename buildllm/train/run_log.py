@@ -1,8 +1,7 @@
 """What a training run reports: its log as DVC plot files, metrics/train.json, and a loss PNG.
 
 The log is written twice, metrics/train_log.csv for people and metrics/train_log.json for `dvc plots
-diff`: DVC reads a CSV's cells as strings, a JSON file's numbers as numbers. The rows travel in the
-checkpoint, so a resumed run rewrites the files without the rows of the steps it redoes.
+diff`: DVC reads a CSV's cells as strings, a JSON file's numbers as numbers.
 
 elapsed_seconds is training time, validation and saves included, start-up not; on resume it continues
 from the checkpoint's value, so two devices' runs line up on one time axis however often they stopped.
@@ -48,7 +47,6 @@ class RunLog:
         self.world, self.facts = world, facts
         self.tokens_per_step = tokens_per_step  # this process's share of one optimizer step
         self.cores_used = cores_used  # for the load from other processes (device/load.py)
-        self.load: LoadSampler | None = None
         self.rows: list[dict] = []
         self.saves: list[tuple[float, int]] = []  # (seconds, bytes) of each checkpoint save
         self.elapsed_before = 0.0  # training time of earlier sessions, as the resumed checkpoint saved it
@@ -84,8 +82,7 @@ class RunLog:
         # Each process measures its own rate; the run's rate is their sum.
         local = len(self._losses) * self.tokens_per_step / seconds if seconds else 0.0
         rate = distributed.all_sum(self.world, [local])[0]
-        if self.load:
-            self.load.sample()
+        self.load.sample()
         row = {
             "step": step,
             "tokens_seen": tokens_seen,
@@ -110,8 +107,7 @@ class RunLog:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
-        for row in self.rows:
-            writer.writerow({key: _cell(row.get(key)) for key in COLUMNS})
+        writer.writerows({key: _cell(row.get(key)) for key in COLUMNS} for row in self.rows)
         atomic_write_text(TRAIN_LOG_CSV, buffer.getvalue())
         records = [{key: _number(row.get(key)) for key in COLUMNS} for row in self.rows]
         atomic_write_text(TRAIN_LOG_JSON, json.dumps(records, indent=1) + "\n")
@@ -154,7 +150,7 @@ class RunLog:
             "checkpoint_save_seconds_max": max(seconds) if seconds else None,
             "checkpoint_bytes": self.saves[-1][1] if self.saves else None,
             "oom": False,
-            **(self.load.figures() if self.load else {}),
+            **self.load.figures(),
             **extra,
         }
         return {

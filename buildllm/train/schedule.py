@@ -1,9 +1,7 @@
-"""The learning-rate schedule: linear warm-up, then cosine decay to a floor.
+"""The learning-rate schedule: linear warm-up, then cosine decay to a floor (min_learning_rate_ratio x peak).
 
-Warm-up keeps the first updates small while AdamW's moment estimates are still noise; the cosine
-decay then spends the planned optimizer steps going from the peak rate down to
-min_learning_rate_ratio x peak. The rate is a pure function of the step number, so a resumed run
-needs only the step count to continue on the same curve.
+Warm-up keeps the first updates small while AdamW's moment estimates are still noise. The rate is a
+pure function of the step number, so a resumed run needs only the step count to continue on the same curve.
 """
 
 from __future__ import annotations

@@ -70,8 +70,7 @@ def storage(train: TrainConfig, checkpoint_bytes: int, planned_steps: int, start
 
 def checkpoint_bytes(parameters: int, buffer_bytes: int = 0) -> int:
     """A checkpoint of a model trained with AdamW: fp32 weights plus two fp32 moments per weight, its
-    buffers; the schedule, RNG state, cursor and log add tens of kilobytes. The dry run, preflight and
-    the disk check before training all size checkpoints with this one function."""
+    buffers; the schedule, RNG state, cursor and log add tens of kilobytes."""
     return 3 * parameters * 4 + buffer_bytes + 64 * 1024
 
 

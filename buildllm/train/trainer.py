@@ -1,9 +1,6 @@
 """The Trainer, which owns everything one optimizer step touches (the run around it: train/loop.py).
 
-Trainer.step() is one optimizer step: grad_accum micro-batches drawn from a resumable data cursor,
-each under autocast, gradients scaled for fp16, averaged across processes only on the last
-micro-batch, clipped, then AdamW at the schedule's learning rate. The benchmark times this same
-method. Trainer.state() is everything a bitwise-exact resume needs.
+The benchmark times the same Trainer.step(); Trainer.state() is everything a bitwise-exact resume needs.
 """
 
 from __future__ import annotations
@@ -153,7 +150,6 @@ class Trainer:
             "tokenizer": self.tokenizer,
         }
         self.log = RunLog(self.world, plan.tokens_per_step, {**facts(plan), **self.sizes}, plan.cores)
-        # The same initial weights and random draws whoever builds the trainer, and in every process.
         self.model = build_model(plan.model, self.device.device, seed=plan.config.seed)
         self.model.gradient_checkpointing = cfg.gradient_checkpointing
         self.model.loss_chunk_rows = plan.loss.chunk_rows
