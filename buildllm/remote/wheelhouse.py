@@ -52,20 +52,11 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
         platforms=platforms,
         left_out=sorted(has),
     )
-    pip("wheel", "-q", "--no-deps", "-w", str(building), ANTLR)
+    folder = str(building)
+    pip("wheel", "-q", "--no-deps", "-w", folder, ANTLR)
     platform_flags = [flag for p in [*platforms, "any"] for flag in ("--platform", p)]
     target = ["--python-version", python_version, "--implementation", "cp", *platform_flags]
-    pip(
-        "download",
-        "-q",
-        "--only-binary=:all:",
-        *target,
-        "--find-links",
-        str(building),
-        "-d",
-        str(building),
-        requirement,
-    )
+    pip("download", "-q", "--only-binary=:all:", *target, "--find-links", folder, "-d", folder, requirement)
     by_name: dict = {}
     for wheel in sorted(building.glob("*.whl")):
         name, version, _, _ = parse_wheel_filename(wheel.name)
@@ -110,9 +101,8 @@ def add_arguments(parser) -> None:
         nargs="*",
         default=GPU_MACHINE_HAS,
         metavar="NAME",
-        help="packages the target already has, left out (default, the lent GPU machine's: "
-        + " ".join(GPU_MACHINE_HAS)
-        + ")",
+        help="packages the target already has, left out "
+        f"(default, the lent GPU machine's: {' '.join(GPU_MACHINE_HAS)})",
     )
     parser.add_argument(
         "--requirement",

@@ -74,8 +74,7 @@ def loss_lines(d: CardData) -> list:
     loss, vocab = d.get("train", "final_validation_loss"), d.first("vocab_size")
     unigram = d.get("train", "unigram_validation_loss")
     if loss is None and d.get("train", "last_validation_loss") is not None:
-        loss = d.get("train", "last_validation_loss")
-        step = d.get("train", "last_validation_step")
+        loss, step = d.get("train", "last_validation_loss"), d.get("train", "last_validation_step")
         head = f"last validation loss {loss:.3f} (step {step}; the run did not finish)"
     else:
         head = NOT_RECORDED if loss is None else f"final validation loss {loss:.3f} nats per token"
@@ -138,13 +137,10 @@ def machine_blocks(d: CardData) -> list:
     if machine is None:
         rows = [["fingerprint", "not recorded (metrics/machine.json is absent: the machine stage did not run)"]]
     else:
-        rows = [
-            [
-                key,
-                size(v) if key.endswith("_bytes") and isinstance(v, (int, float)) else _shown(d.note("machine", key)),
-            ]
-            for key, v in machine.items()
-        ]
+        rows = []
+        for key, v in machine.items():
+            in_bytes = key.endswith("_bytes") and isinstance(v, (int, float))
+            rows.append([key, size(v) if in_bytes else _shown(d.note("machine", key))])
     return [
         Heading(2, "Machine"),
         Table(["fingerprint", "value"], rows, "machine"),
@@ -155,14 +151,10 @@ def machine_blocks(d: CardData) -> list:
 
 
 def plan_table(d: CardData) -> Table:
-    rows = [
-        [
-            label,
-            _shown(d.first(key)),
-            (d.first(reason, notes=True) or "reason not recorded") if reason else "",
-        ]
-        for label, key, reason in DECISIONS
-    ]
+    rows = []
+    for label, key, reason in DECISIONS:
+        why = (d.first(reason, notes=True) or "reason not recorded") if reason else ""
+        rows.append([label, _shown(d.first(key)), why])
     shown = {reason for _, _, reason in DECISIONS}
     for stage in PLAN_STAGES:
         for key, text in d.notes.get(stage, {}).items():
@@ -209,7 +201,6 @@ def charts(d: CardData) -> dict:
 
 
 def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
-    """The page: figures and loss first, memory and time side by side, the sample, then the plan in full."""
     origin = "the workspace" if d.rev == "workspace" else f"{d.name} (`{d.rev}`)"
     seconds, covers = measured_time(d)
     top = [
@@ -255,7 +246,6 @@ def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
 
 
 def write_card(d: CardData, out: Path) -> dict:
-    """Write <out>.html and <out>.png; return their paths and how the PNG was drawn."""
     created = datetime.now().astimezone().isoformat(timespec="seconds")
     html_path, png_path = out.with_name(out.name + ".html"), out.with_name(out.name + ".png")
     pictures = charts(d)
@@ -275,10 +265,8 @@ def report(config: Config, experiment: str | None = None, out: str | None = None
     """`buildllm report`: the workspace's card (a fresh sample first), or a named experiment's."""
     workspace = experiment in (None, "workspace")
     target = Path(out) if out else CARD_PATH if workspace else Path("reports") / f"run_card_{Path(experiment).name}"
-    plan = {"action": "report", "experiment": experiment or "workspace", "out": str(target)}
-    if workspace:
-        plan["sample"] = "generating from the checkpoint on the CPU"
-    json_line(**plan)
+    sample = {"sample": "generating from the checkpoint on the CPU"} if workspace else {}
+    json_line(action="report", experiment=experiment or "workspace", out=str(target), **sample)
     if workspace:
         write_sample(config)
     data = read_card(None if workspace else experiment)
