@@ -15,8 +15,6 @@ from buildllm.errors import UserError
 from buildllm.metrics import json_line
 from buildllm.remote import archive
 
-TARGET = "machine"  # the stage `dvc exp save` commits; see the module's docstring
-
 
 def _git(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], capture_output=True, text=True)
@@ -53,7 +51,7 @@ def save(run: archive.Run, force: bool) -> None:
             Path(path).write_bytes(data)
         untracked = [flag for p in paths if p not in tracked for flag in ("-I", p)]
         command = [sys.executable, "-m", "dvc", "exp", "save", "-q", "-n", run.name, *untracked]
-        done = subprocess.run([*command, *(["-f"] if force else []), TARGET], capture_output=True, text=True)
+        done = subprocess.run([*command, *(["-f"] if force else []), "machine"], capture_output=True, text=True)
         if done.returncode != 0:
             why = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no message"])[-1]
             raise UserError(f"`dvc exp save` refused run {run.name} ({why}); the workspace is as it was")

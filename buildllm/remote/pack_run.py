@@ -98,11 +98,10 @@ def pack_run(name: str, overrides: list[str], stages: list[str], into: str, proj
             f"{Path(sys.executable).name} -m pip install --no-index --find-links wheelhouse dvc"
         )
     dvc_yaml = yaml.safe_load((project_path / "dvc.yaml").read_text())
-    unknown = [s for s in stages if s not in dvc_yaml.get("stages", {})]
-    if unknown or "corpus" in stages or "tokenize" in stages:
+    allowed = [s for s in dvc_yaml.get("stages", {}) if s not in ("corpus", "tokenize")]
+    if not set(stages) <= set(allowed):
         raise UserError(
-            f"stages {stages} are not all stages of dvc.yaml after tokenize; name some of: "
-            + ", ".join(s for s in dvc_yaml.get("stages", {}) if s not in ("corpus", "tokenize"))
+            f"stages {stages} are not all stages of dvc.yaml after tokenize; name some of: {', '.join(allowed)}"
         )
     values = parse_overrides(overrides)
     load_config(project_path / "params.yaml", values)  # an unknown key or bad value stops here, in one line

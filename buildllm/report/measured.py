@@ -14,8 +14,6 @@ and the document's tables are generated from them, whole:
     python -m buildllm.report.measured save NAME --note "..."   # this workspace's metrics/ -> benchmarks/
     python -m buildllm.report.measured                           # benchmarks/ -> docs/measured.md
     python -m buildllm.report.measured --check                   # exits non-zero when they disagree
-
-tests/report/test_measured.py runs the check, so the document cannot drift from its files.
 """
 
 from __future__ import annotations
