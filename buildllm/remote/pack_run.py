@@ -80,11 +80,9 @@ def environment(scratch: Path) -> dict:
     shim = shims / "python"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     shim.chmod(0o755)
-    env = dict(os.environ)
-    env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(scratch), env.get("PYTHONPATH")]))
-    env.setdefault("DVC_NO_ANALYTICS", "1")
-    return env
+    path = f"{shims}{os.pathsep}{os.environ.get('PATH', '')}"
+    pythonpath = os.pathsep.join(filter(None, [str(scratch), os.environ.get("PYTHONPATH")]))
+    return {"DVC_NO_ANALYTICS": "1", **os.environ, "PATH": path, "PYTHONPATH": pythonpath}
 
 
 def pack_run(name: str, overrides: list[str], stages: list[str], into: str, project: str = ".", force: bool = False):

@@ -233,12 +233,8 @@ def loss_chart(rows: list, unigram: float | None, vocab_size: int | None) -> byt
         uniform = math.log(vocab_size)
         ax.axhline(uniform, color="#888", linestyle=":", label=f"uniform guess: ln {vocab_size:,} = {uniform:.2f}")
     if unigram is not None:
-        ax.axhline(
-            unigram,
-            color="#55A868",
-            linestyle="--",
-            label=f"unigram level (token frequencies, no context): {unigram:.2f}",
-        )
+        label = f"unigram level (token frequencies, no context): {unigram:.2f}"
+        ax.axhline(unigram, color="#55A868", linestyle="--", label=label)
     _legend(ax)
     return png(fig)
 
@@ -249,17 +245,8 @@ def composed_page(title: str, lines: list, charts: list) -> bytes:
     rows = math.ceil(len(images) / 2)
     head = 0.8 + 0.26 * len(lines)
     fig = plt.figure(figsize=(13, head + 4.6 * rows))
-    grid = fig.add_gridspec(
-        1 + rows,
-        2,
-        height_ratios=[head] + [4.6] * rows,
-        hspace=0.02,
-        wspace=0.02,
-        left=0.02,
-        right=0.98,
-        top=0.98,
-        bottom=0.01,
-    )
+    fig.subplots_adjust(left=0.02, right=0.98, top=0.98, bottom=0.01, hspace=0.02, wspace=0.02)
+    grid = fig.add_gridspec(1 + rows, 2, height_ratios=[head] + [4.6] * rows)
     text = fig.add_subplot(grid[0, :])
     text.axis("off")
     text.text(0, 1, title, fontsize=16, weight="bold", va="top", transform=text.transAxes)
