@@ -128,10 +128,8 @@ def pack_run(name: str, overrides: list[str], stages: list[str], into: str, proj
                 f"`dvc repro` of run {name} failed (exit code {done.returncode}; its output is above); "
                 f"nothing was added to {into_path.name}"
             )
-        files = {"params.yaml": (scratch / "params.yaml").read_bytes(), "dvc.lock": (scratch / "dvc.lock").read_bytes()}
-        for path in stage_files(dvc_yaml, run_stages):
-            if (scratch / path).is_file():
-                files[path] = (scratch / path).read_bytes()
+        written = [path for path in stage_files(dvc_yaml, run_stages) if (scratch / path).is_file()]
+        files = {path: (scratch / path).read_bytes() for path in ["params.yaml", "dvc.lock", *written]}
         count = archive.add(into_path, archive.Run(name, run_stages, overrides, files, seconds), force)
     print(
         f"run {name}: {', '.join(run_stages)} in {seconds:.0f} s, {len(files)} files; {into_path} holds {count} run(s)"

@@ -96,18 +96,15 @@ def _row(name: str, run: dict, r: dict) -> list:
         peak += f" (estimate {size(estimate_bytes)})"
     planned = NOT_RECORDED
     if "estimated_seconds" in e:
-        planned = (
-            f"{duration(e['estimated_seconds'])} ({duration(e['estimated_seconds_low'])}–"
-            f"{duration(e['estimated_seconds_high'])})"
-        )
+        low, high = duration(e["estimated_seconds_low"]), duration(e["estimated_seconds_high"])
+        planned = f"{duration(e['estimated_seconds'])} ({low}–{high})"
     trained = NOT_RECORDED
     if "elapsed_seconds" in t:
         trained = f"{duration(t['elapsed_seconds'])} at {_number(t.get('tokens_per_second'), '{:,.0f}')} tokens/s"
     load = NOT_RECORDED
     if "other_load_start" in b:
-        load = f"{b['other_load_start']:.2f} / {b['other_load_end']:.2f} cores" + (
-            " **busy**" if b.get("busy_machine") else ""
-        )
+        busy = " **busy**" if b.get("busy_machine") else ""
+        load = f"{b['other_load_start']:.2f} / {b['other_load_end']:.2f} cores{busy}"
     first = b or e or t or d
     return [
         name,
