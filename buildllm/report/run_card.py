@@ -104,7 +104,9 @@ def headline(d: CardData) -> list:
     if load := d.note("train", "busy_machine_reason"):  # beside the verdict: were the run's cores its own?
         versus += f"; {load}"  # device/load.py run_load_line
     peak, source = b.get("peak_flops"), d.note("benchmark", "peak_flops_source")
-    method = d.note("benchmark", "peak_memory_method")
+    method = d.note("benchmark", "peak_memory_method") or "method not recorded"
+    peaks = f"training {size(t.get('peak_memory_bytes'))}; benchmark {size(b.get('peak_memory_bytes'))} ({method})"
+    variation = f" (interval variation {b['throughput_cv']:.1%})" if b.get("throughput_cv") is not None else ""
     memory = [d.get("dry_run", f"memory_estimate_{k}_bytes") for k in ("total", "low", "high")]
     mfu = NOT_RECORDED
     if b.get("mfu") is not None:
@@ -115,17 +117,9 @@ def headline(d: CardData) -> list:
         ("status", _shown(t.get("status"))),
         ("loss", "; ".join(loss_lines(d))),
         ("training throughput (this session)", rate(t.get("tokens_per_second"))),
-        (
-            "benchmark throughput",
-            rate(b.get("tokens_per_second"))
-            + (f" (interval variation {b['throughput_cv']:.1%})" if b.get("throughput_cv") is not None else ""),
-        ),
+        ("benchmark throughput", rate(b.get("tokens_per_second")) + variation),
         ("model FLOPs utilisation (benchmark)", mfu),
-        (
-            "peak memory, measured",
-            f"training {size(t.get('peak_memory_bytes'))}; benchmark "
-            f"{size(b.get('peak_memory_bytes'))} ({method or 'method not recorded'})",
-        ),
+        ("peak memory, measured", peaks),
         ("memory estimate (dry run)", span(size, *memory)),
         ("run time against the estimate", versus),
         ("tokens trained", _shown(t.get("tokens_processed"))),
