@@ -184,14 +184,16 @@ def title(d: CardData) -> str:
 
 
 def charts(d: CardData) -> dict:
+    """The card's charts as images of the page, each named once: "loss" is loss.png, its alt text and its id."""
     seconds, covers = measured_time(d)
     r = d.records
-    return {
+    drawn = {
         "memory": card_charts.memory_chart(r.get("dry_run", {}), r.get("benchmark", {}), r.get("train", {})),
         "step": card_charts.step_chart(r.get("benchmark", {})),
         "time": card_charts.estimate_chart(r.get("estimate", {}), seconds, covers.split(":")[0]),
         "loss": card_charts.loss_chart(d.rows, d.get("train", "unigram_validation_loss"), d.first("vocab_size")),
     }
+    return {chart: Image(f"{chart} chart", f"{chart}.png", png, f"{chart}-chart") for chart, png in drawn.items()}
 
 
 def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
@@ -199,16 +201,12 @@ def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
     seconds, covers = measured_time(d)
     top = [
         [Table(["figure", "value"], [list(r) for r in headline(d)], "headline", text_columns=(1,))],
-        [Image("loss chart", "loss.png", pictures["loss"], "loss-chart")],
+        [pictures["loss"]],
     ]
-    memory = [
-        Heading(2, "Memory"),
-        Image("memory chart", "memory.png", pictures["memory"], "memory-chart"),
-        memory_table(d),
-    ]
+    memory = [Heading(2, "Memory"), pictures["memory"], memory_table(d)]
     time = [
         Heading(2, "Where a step's time goes"),
-        Image("step chart", "step.png", pictures["step"], "step-chart"),
+        pictures["step"],
         Paragraph(
             "Measured by the benchmark on a few of the training step's own steps, each part between "
             "device synchronisations; validation and checkpoint time are spread over the steps between "
@@ -217,7 +215,7 @@ def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
             muted=True,
         ),
         Heading(2, "Time: the estimate against the run"),
-        Image("time chart", "time.png", pictures["time"], "time-chart"),
+        pictures["time"],
         Paragraph(
             f"{covers} ({duration(seconds)}): validation and checkpoint saves included, process "
             f"start-up not. The estimate (from the benchmark's slowest and fastest intervals) also "
@@ -250,7 +248,7 @@ def write_card(d: CardData, out: Path) -> dict:
         how = f"matplotlib, a composed page ({why_not})"
         atomic_write_text(html_path, to_html(sections(d, pictures, created, how), title(d)))
         lines = [f"{label}: {value}" for label, value in headline(d)]
-        png = card_charts.composed_page(title(d), lines, [pictures[k] for k in ("memory", "step", "time", "loss")])
+        png = card_charts.composed_page(title(d), lines, [image.png for image in pictures.values()])
         atomic_write(png_path, lambda tmp: tmp.write_bytes(png))
     return {"html": str(html_path), "png": str(png_path), "png_drawn_by": how}
 
