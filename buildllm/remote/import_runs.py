@@ -30,8 +30,7 @@ def check_project() -> None:
         raise UserError("import-runs runs in the project's root (dvc.yaml and .dvc/ here); cd there and rerun")
     if _git("rev-parse", "--verify", "-q", "HEAD").returncode != 0:
         raise UserError("this project has no git commit for the experiments to start from; commit once, then rerun")
-    dirty = _git("status", "--porcelain", "--untracked-files=no").stdout.splitlines()
-    if dirty:
+    if dirty := _git("status", "--porcelain", "--untracked-files=no").stdout.splitlines():
         raise UserError(
             f"the workspace has uncommitted changes ({', '.join(line[3:] for line in dirty[:3])}"
             f"{', ...' if len(dirty) > 3 else ''}); commit or stash them first: `dvc exp save` would record "
