@@ -55,8 +55,7 @@ def log_rows(files: Files) -> list:
 
 
 def read_card(name: str | None = None) -> CardData:
-    """The workspace's card data, or `name`'s: an experiment, commit, branch or metrics folder, found as
-    `buildllm compare` finds it (the stages it carried unchanged from its baseline are not shown)."""
+    """The workspace's card data, or `name`'s: an experiment, commit, branch or metrics folder, as compare finds it."""
     exp = select([name], exp_show, lambda: exp_show(all_commits=True))[0][0] if name else None
     files, carried = (Files(exp.rev, exp.source), exp.carried) if exp else (Files("workspace"), [])
     records, notes, absent = {}, {}, {}
