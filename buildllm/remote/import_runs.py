@@ -65,7 +65,8 @@ def save(run: archive.Run, force: bool) -> None:
                 folder.rmdir()
 
 
-def import_runs(path: str, force: bool = False) -> list[str]:
+def command(args) -> None:
+    path, force = args.file, args.force
     runs = archive.read(path)  # the whole archive is checked before anything here changes
     check_project()
     if not runs:
@@ -82,13 +83,8 @@ def import_runs(path: str, force: bool = False) -> list[str]:
         took = f" in {run.seconds:.0f} s" if run.seconds is not None else ""
         print(f"experiment {run.name}: stages {', '.join(run.stages)}{took}, with {' '.join(run.overrides) or 'no -S'}")
     print(f"`dvc exp show` lists them; compare one with a run here: buildllm compare <here> {runs[-1].name}")
-    return [r.name for r in runs]
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("file", help="a runs archive written by `buildllm pack-run --into FILE`")
     parser.add_argument("--force", action="store_true", help="replace experiments of the same names")
-
-
-def command(args) -> None:
-    import_runs(args.file, args.force)

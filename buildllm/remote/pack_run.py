@@ -85,9 +85,9 @@ def environment(scratch: Path) -> dict:
     return {"DVC_NO_ANALYTICS": "1", **os.environ, "PATH": path, "PYTHONPATH": pythonpath}
 
 
-def pack_run(name: str, overrides: list[str], stages: list[str], into: str, project: str = ".", force: bool = False):
-    archive.check_name(name)
-    project_path, into_path = Path(project).resolve(), Path(into).resolve()
+def command(args) -> None:
+    name, overrides, stages = archive.check_name(args.name), args.overrides, args.stages
+    project_path, into_path = Path(args.project).resolve(), Path(args.into).resolve()
     if not (project_path / "dvc.yaml").is_file():
         raise UserError(f"{project_path} has no dvc.yaml; run pack-run from the project's root (or pass --project)")
     if importlib.util.find_spec("dvc") is None:
@@ -130,7 +130,7 @@ def pack_run(name: str, overrides: list[str], stages: list[str], into: str, proj
             )
         written = [path for path in stage_files(dvc_yaml, run_stages) if (scratch / path).is_file()]
         files = {path: (scratch / path).read_bytes() for path in ["params.yaml", "dvc.lock", *written]}
-        count = archive.add(into_path, archive.Run(name, run_stages, overrides, files, seconds), force)
+        count = archive.add(into_path, archive.Run(name, run_stages, overrides, files, seconds), args.force)
     print(
         f"run {name}: {', '.join(run_stages)} in {seconds:.0f} s, {len(files)} files; {into_path} holds {count} run(s)"
     )
@@ -162,7 +162,3 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--project", default=".", metavar="DIR", help="the project's root (default: here)")
     parser.add_argument("--force", action="store_true", help="replace a run of the same name in the archive")
-
-
-def command(args) -> None:
-    pack_run(args.name, args.overrides, args.stages, args.into, args.project, args.force)
