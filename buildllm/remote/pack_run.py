@@ -51,19 +51,17 @@ def _link(src, dst) -> None:
 
 
 def scratch_copy(project: Path, dest: Path) -> None:
-    ignore = shutil.ignore_patterns(*SKIP)
     for item in project.iterdir():
-        if item.name in SKIP or item.name in LINKED:
+        if item.name in SKIP or (item.name in LINKED and not item.is_dir()):
             continue
-        if item.is_dir():
+        if item.name in LINKED:
+            shutil.copytree(item, dest / item.name, copy_function=_link, symlinks=True)
+        elif item.is_dir():
             # DVC's cache and temp folder stay behind: the scratch copy starts its own.
-            skip = ignore if item.name != ".dvc" else shutil.ignore_patterns("cache", "tmp", "config.local", *SKIP)
-            shutil.copytree(item, dest / item.name, ignore=skip, symlinks=True)
+            kept_back = ("cache", "tmp", "config.local") if item.name == ".dvc" else ()
+            shutil.copytree(item, dest / item.name, ignore=shutil.ignore_patterns(*kept_back, *SKIP), symlinks=True)
         else:
             shutil.copy2(item, dest / item.name)
-    for name in LINKED:
-        if (project / name).is_dir():
-            shutil.copytree(project / name, dest / name, copy_function=_link, symlinks=True)
 
 
 def stage_files(dvc_yaml: dict, stages: list[str]) -> list[str]:
