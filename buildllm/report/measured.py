@@ -151,11 +151,7 @@ def render(root: Path = BENCHMARKS) -> str:
         rows, notes = [], []
         for run_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
             run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
-            records = {
-                stage: read_metrics(run_dir / f"{stage}.json")
-                for stage in STAGES
-                if (run_dir / f"{stage}.json").exists()
-            }
+            records = {s: read_metrics(run_dir / f"{s}.json") for s in STAGES if (run_dir / f"{s}.json").exists()}
             rows.append(_row(run_dir.name, run, records))
             told = ([f"`{run['command']}`"] if run.get("command") else []) + ([run["note"]] if run.get("note") else [])
             if told:
