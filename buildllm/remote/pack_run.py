@@ -84,7 +84,8 @@ def environment(scratch: Path) -> dict:
 
 
 def command(args) -> None:
-    name, overrides, stages = archive.check_name(args.name), args.overrides, args.stages
+    name, overrides, stages = args.name, args.overrides, args.stages
+    archive.check_name(name)
     project_path, into_path = Path(args.project).resolve(), Path(args.into).resolve()
     if not (project_path / "dvc.yaml").is_file():
         raise UserError(f"{project_path} has no dvc.yaml; run pack-run from the project's root (or pass --project)")
