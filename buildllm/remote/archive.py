@@ -107,17 +107,13 @@ def read(path: str | Path) -> list[Run]:
 
 def write(path: str | Path, runs: list[Run]) -> None:
     manifest = {"format": FORMAT, "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": [r.entry() for r in runs]}
+    members = {f"{TOP}/manifest.json": json.dumps(manifest, indent=1).encode()}
+    members |= {f"{TOP}/{run.name}/{relative}": data for run in runs for relative, data in sorted(run.files.items())}
     with atomic_open(path) as handle, tarfile.open(fileobj=handle, mode="w:gz") as archive:
-        _add(archive, f"{TOP}/manifest.json", json.dumps(manifest, indent=1).encode())
-        for run in runs:
-            for relative, data in sorted(run.files.items()):
-                _add(archive, f"{TOP}/{run.name}/{relative}", data)
-
-
-def _add(archive: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-    archive.addfile(info, io.BytesIO(data))
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            archive.addfile(info, io.BytesIO(data))
 
 
 def add(path: str | Path, run: Run, force: bool = False) -> int:

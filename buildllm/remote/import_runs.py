@@ -15,8 +15,6 @@ from buildllm.errors import UserError
 from buildllm.metrics import json_line
 from buildllm.remote import archive
 
-TARGET = "machine"  # the stage `dvc exp save` commits; see the module's docstring
-
 
 def _git(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], capture_output=True, text=True)
@@ -32,8 +30,7 @@ def check_project() -> None:
         raise UserError("import-runs runs in the project's root (dvc.yaml and .dvc/ here); cd there and rerun")
     if _git("rev-parse", "--verify", "-q", "HEAD").returncode != 0:
         raise UserError("this project has no git commit for the experiments to start from; commit once, then rerun")
-    dirty = _git("status", "--porcelain", "--untracked-files=no").stdout.splitlines()
-    if dirty:
+    if dirty := _git("status", "--porcelain", "--untracked-files=no").stdout.splitlines():
         raise UserError(
             f"the workspace has uncommitted changes ({', '.join(line[3:] for line in dirty[:3])}"
             f"{', ...' if len(dirty) > 3 else ''}); commit or stash them first: `dvc exp save` would record "
@@ -53,7 +50,7 @@ def save(run: archive.Run, force: bool) -> None:
             Path(path).write_bytes(data)
         untracked = [flag for p in paths if p not in tracked for flag in ("-I", p)]
         command = [sys.executable, "-m", "dvc", "exp", "save", "-q", "-n", run.name, *untracked]
-        done = subprocess.run([*command, *(["-f"] if force else []), TARGET], capture_output=True, text=True)
+        done = subprocess.run([*command, *(["-f"] if force else []), "machine"], capture_output=True, text=True)
         if done.returncode != 0:
             why = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no message"])[-1]
             raise UserError(f"`dvc exp save` refused run {run.name} ({why}); the workspace is as it was")
@@ -68,7 +65,8 @@ def save(run: archive.Run, force: bool) -> None:
                 folder.rmdir()
 
 
-def import_runs(path: str, force: bool = False) -> list[str]:
+def command(args) -> None:
+    path, force = args.file, args.force
     runs = archive.read(path)  # the whole archive is checked before anything here changes
     check_project()
     if not runs:
@@ -85,13 +83,8 @@ def import_runs(path: str, force: bool = False) -> list[str]:
         took = f" in {run.seconds:.0f} s" if run.seconds is not None else ""
         print(f"experiment {run.name}: stages {', '.join(run.stages)}{took}, with {' '.join(run.overrides) or 'no -S'}")
     print(f"`dvc exp show` lists them; compare one with a run here: buildllm compare <here> {runs[-1].name}")
-    return [r.name for r in runs]
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("file", help="a runs archive written by `buildllm pack-run --into FILE`")
     parser.add_argument("--force", action="store_true", help="replace experiments of the same names")
-
-
-def command(args) -> None:
-    import_runs(args.file, args.force)

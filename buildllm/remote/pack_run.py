@@ -51,19 +51,17 @@ def _link(src, dst) -> None:
 
 
 def scratch_copy(project: Path, dest: Path) -> None:
-    ignore = shutil.ignore_patterns(*SKIP)
     for item in project.iterdir():
-        if item.name in SKIP or item.name in LINKED:
+        if item.name in SKIP or (item.name in LINKED and not item.is_dir()):
             continue
-        if item.is_dir():
+        if item.name in LINKED:
+            shutil.copytree(item, dest / item.name, copy_function=_link, symlinks=True)
+        elif item.is_dir():
             # DVC's cache and temp folder stay behind: the scratch copy starts its own.
-            skip = ignore if item.name != ".dvc" else shutil.ignore_patterns("cache", "tmp", "config.local", *SKIP)
-            shutil.copytree(item, dest / item.name, ignore=skip, symlinks=True)
+            kept_back = ("cache", "tmp", "config.local") if item.name == ".dvc" else ()
+            shutil.copytree(item, dest / item.name, ignore=shutil.ignore_patterns(*kept_back, *SKIP), symlinks=True)
         else:
             shutil.copy2(item, dest / item.name)
-    for name in LINKED:
-        if (project / name).is_dir():
-            shutil.copytree(project / name, dest / name, copy_function=_link, symlinks=True)
 
 
 def stage_files(dvc_yaml: dict, stages: list[str]) -> list[str]:
@@ -80,16 +78,15 @@ def environment(scratch: Path) -> dict:
     shim = shims / "python"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     shim.chmod(0o755)
-    env = dict(os.environ)
-    env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(scratch), env.get("PYTHONPATH")]))
-    env.setdefault("DVC_NO_ANALYTICS", "1")
-    return env
+    path = f"{shims}{os.pathsep}{os.environ.get('PATH', '')}"
+    pythonpath = os.pathsep.join(filter(None, [str(scratch), os.environ.get("PYTHONPATH")]))
+    return {"DVC_NO_ANALYTICS": "1", **os.environ, "PATH": path, "PYTHONPATH": pythonpath}
 
 
-def pack_run(name: str, overrides: list[str], stages: list[str], into: str, project: str = ".", force: bool = False):
+def command(args) -> None:
+    name, overrides, stages = args.name, args.overrides, args.stages
     archive.check_name(name)
-    project_path, into_path = Path(project).resolve(), Path(into).resolve()
+    project_path, into_path = Path(args.project).resolve(), Path(args.into).resolve()
     if not (project_path / "dvc.yaml").is_file():
         raise UserError(f"{project_path} has no dvc.yaml; run pack-run from the project's root (or pass --project)")
     if importlib.util.find_spec("dvc") is None:
@@ -98,11 +95,10 @@ def pack_run(name: str, overrides: list[str], stages: list[str], into: str, proj
             f"{Path(sys.executable).name} -m pip install --no-index --find-links wheelhouse dvc"
         )
     dvc_yaml = yaml.safe_load((project_path / "dvc.yaml").read_text())
-    unknown = [s for s in stages if s not in dvc_yaml.get("stages", {})]
-    if unknown or "corpus" in stages or "tokenize" in stages:
+    allowed = [s for s in dvc_yaml.get("stages", {}) if s not in ("corpus", "tokenize")]
+    if not set(stages) <= set(allowed):
         raise UserError(
-            f"stages {stages} are not all stages of dvc.yaml after tokenize; name some of: "
-            + ", ".join(s for s in dvc_yaml.get("stages", {}) if s not in ("corpus", "tokenize"))
+            f"stages {stages} are not all stages of dvc.yaml after tokenize; name some of: {', '.join(allowed)}"
         )
     values = parse_overrides(overrides)
     load_config(project_path / "params.yaml", values)  # an unknown key or bad value stops here, in one line
@@ -131,11 +127,9 @@ def pack_run(name: str, overrides: list[str], stages: list[str], into: str, proj
                 f"`dvc repro` of run {name} failed (exit code {done.returncode}; its output is above); "
                 f"nothing was added to {into_path.name}"
             )
-        files = {"params.yaml": (scratch / "params.yaml").read_bytes(), "dvc.lock": (scratch / "dvc.lock").read_bytes()}
-        for path in stage_files(dvc_yaml, run_stages):
-            if (scratch / path).is_file():
-                files[path] = (scratch / path).read_bytes()
-        count = archive.add(into_path, archive.Run(name, run_stages, overrides, files, seconds), force)
+        written = [path for path in stage_files(dvc_yaml, run_stages) if (scratch / path).is_file()]
+        files = {path: (scratch / path).read_bytes() for path in ["params.yaml", "dvc.lock", *written]}
+        count = archive.add(into_path, archive.Run(name, run_stages, overrides, files, seconds), args.force)
     print(
         f"run {name}: {', '.join(run_stages)} in {seconds:.0f} s, {len(files)} files; {into_path} holds {count} run(s)"
     )
@@ -167,7 +161,3 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--project", default=".", metavar="DIR", help="the project's root (default: here)")
     parser.add_argument("--force", action="store_true", help="replace a run of the same name in the archive")
-
-
-def command(args) -> None:
-    pack_run(args.name, args.overrides, args.stages, args.into, args.project, args.force)

@@ -38,10 +38,12 @@ def pip(*args: str) -> None:
         )
 
 
-def make(out: str, python_version: str, platforms: list[str], has: list[str], requirement: str) -> dict:
+def command(args) -> None:
+    requirement = args.requirement or f"dvc=={metadata.version('dvc')}"
+    python_version, platforms, has = args.python_version, args.platforms or list(PLATFORMS), args.has
     if not re.fullmatch(r"3\.\d+", python_version):
         raise UserError(f"--python-version {python_version!r}: write the target's as 3.12 (major.minor)")
-    out_path = Path(out).resolve()
+    out_path = Path(args.out).resolve()
     building = out_path.with_name(out_path.name + ".partial")
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir(parents=True)
@@ -52,20 +54,11 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
         platforms=platforms,
         left_out=sorted(has),
     )
-    pip("wheel", "-q", "--no-deps", "-w", str(building), ANTLR)
+    folder = str(building)
+    pip("wheel", "-q", "--no-deps", "-w", folder, ANTLR)
     platform_flags = [flag for p in [*platforms, "any"] for flag in ("--platform", p)]
     target = ["--python-version", python_version, "--implementation", "cp", *platform_flags]
-    pip(
-        "download",
-        "-q",
-        "--only-binary=:all:",
-        *target,
-        "--find-links",
-        str(building),
-        "-d",
-        str(building),
-        requirement,
-    )
+    pip("download", "-q", "--only-binary=:all:", *target, "--find-links", folder, "-d", folder, requirement)
     by_name: dict = {}
     for wheel in sorted(building.glob("*.whl")):
         name, version, _, _ = parse_wheel_filename(wheel.name)
@@ -87,7 +80,6 @@ def make(out: str, python_version: str, platforms: list[str], has: list[str], re
         f"wheelhouse {out_path}: {count} wheels, {size / 2**20:.1f} MiB ({len(left_out)} left out: the target has "
         f"them, or an older version of a name kept once)"
     )
-    return {"wheels": count, "bytes": size, "left_out": left_out}
 
 
 def add_arguments(parser) -> None:
@@ -110,17 +102,11 @@ def add_arguments(parser) -> None:
         nargs="*",
         default=GPU_MACHINE_HAS,
         metavar="NAME",
-        help="packages the target already has, left out (default, the lent GPU machine's: "
-        + " ".join(GPU_MACHINE_HAS)
-        + ")",
+        help="packages the target already has, left out "
+        f"(default, the lent GPU machine's: {' '.join(GPU_MACHINE_HAS)})",
     )
     parser.add_argument(
         "--requirement",
         metavar="SPEC",
         help="what to carry (default: the DVC installed here, a dependency of buildllm, so both sides agree)",
     )
-
-
-def command(args) -> None:
-    requirement = args.requirement or f"dvc=={metadata.version('dvc')}"
-    make(args.out, args.python_version, args.platforms or list(PLATFORMS), args.has, requirement)

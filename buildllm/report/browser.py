@@ -58,16 +58,19 @@ def run_chromium(browser: str, args: list, profile: Path) -> subprocess.Complete
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
+def _settled(browser: str, uri: str, height: int, action: str, profile: Path) -> subprocess.CompletedProcess:
+    """`action` on the page at `uri` in a WIDTH-wide window, after up to 10 s of virtual time to load."""
+    return run_chromium(
+        browser, ["--virtual-time-budget=10000", f"--window-size={WIDTH},{height}", action, uri], profile
+    )
+
+
 def probe(browser: str, page: Path, work: Path, extra: str = "") -> dict:
     """What the page holds once Chromium has loaded it offline (see PROBE); {} if it rendered nothing."""
     text = page.read_text(encoding="utf-8")
     probed = work / "probed.html"
     probed.write_text(text.replace("</body>", PROBE % extra + "</body>"), encoding="utf-8")
-    done = run_chromium(
-        browser,
-        ["--virtual-time-budget=10000", f"--window-size={WIDTH},1000", "--dump-dom", probed.as_uri()],
-        work / "profile-probe",
-    )
+    done = _settled(browser, probed.as_uri(), 1000, "--dump-dom", work / "profile-probe")
     match = re.search(r'<pre id="probe-result">(.*?)</pre>', done.stdout, flags=re.S)
     return json.loads(html.unescape(match.group(1))) if match else {}
 
@@ -84,16 +87,7 @@ def screenshot(page: Path, png: Path) -> str | None:
             found = probe(browser, page, tmp)
             height = min(max(int(found.get("page_height_px") or 0), 400), MAX_HEIGHT)
             shot = tmp / "shot.png"
-            done = run_chromium(
-                browser,
-                [
-                    f"--window-size={WIDTH},{height}",
-                    f"--screenshot={shot}",
-                    "--virtual-time-budget=10000",
-                    page.resolve().as_uri(),
-                ],
-                tmp / "profile-shot",
-            )
+            done = _settled(browser, page.resolve().as_uri(), height, f"--screenshot={shot}", tmp / "profile-shot")
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"Chromium failed ({exc})"
         if not found or not shot.is_file() or shot.stat().st_size == 0:

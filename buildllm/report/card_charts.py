@@ -43,8 +43,7 @@ def span(show, point, low, high) -> str:
 
 
 def machine_line(get) -> str:
-    """The machine a run's benchmark recorded (`get`: its metric by key), in one line: the compare
-    report's and the run card's."""
+    """The machine a run's benchmark recorded (`get`: its metric by key): the compare report's and the run card's."""
 
     def value(key):
         v = get(key)
@@ -130,8 +129,7 @@ def _legend(ax) -> None:
 def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
     """The estimate's parts stacked (with its low-high range) beside each measured peak."""
     parts = [(label, _number(dry_run.get(f"memory_estimate_{key}_bytes"))) for key, label in MEMORY_PARTS]
-    total = _number(dry_run.get("memory_estimate_total_bytes"))
-    low, high = _number(dry_run.get("memory_estimate_low_bytes")), _number(dry_run.get("memory_estimate_high_bytes"))
+    total, low, high = (_number(dry_run.get(f"memory_estimate_{k}_bytes")) for k in ("total", "low", "high"))
     peaks = [
         ("measured peak\n(benchmark)", _number(benchmark.get("peak_memory_bytes"))),
         ("measured peak\n(training run)", _number(train.get("peak_memory_bytes"))),
@@ -196,8 +194,7 @@ def step_chart(benchmark: dict) -> bytes:
 
 
 def estimate_chart(estimate: dict, measured: float | None, measured_label: str) -> bytes:
-    point = _number(estimate.get("estimated_seconds"))
-    low, high = _number(estimate.get("estimated_seconds_low")), _number(estimate.get("estimated_seconds_high"))
+    point, low, high = (_number(estimate.get(f"estimated_seconds{end}")) for end in ("", "_low", "_high"))
     scale, unit = seconds_unit(max(v for v in (point, high, measured, 1.0) if v is not None))
     fig, ax = _chart("Time: the estimate (before training) against the measured run", 2.9)
     ax.set_yticks([0, 1], ["measured", "estimate"])
@@ -236,34 +233,20 @@ def loss_chart(rows: list, unigram: float | None, vocab_size: int | None) -> byt
         uniform = math.log(vocab_size)
         ax.axhline(uniform, color="#888", linestyle=":", label=f"uniform guess: ln {vocab_size:,} = {uniform:.2f}")
     if unigram is not None:
-        ax.axhline(
-            unigram,
-            color="#55A868",
-            linestyle="--",
-            label=f"unigram level (token frequencies, no context): {unigram:.2f}",
-        )
+        label = f"unigram level (token frequencies, no context): {unigram:.2f}"
+        ax.axhline(unigram, color="#55A868", linestyle="--", label=label)
     _legend(ax)
     return png(fig)
 
 
 def composed_page(title: str, lines: list, charts: list) -> bytes:
-    """The card drawn by matplotlib alone (no Chromium here): its title and key lines over its charts,
-    two to a row."""
+    """The card drawn by matplotlib alone (no Chromium here): its title and key lines over its charts."""
     images = [plt.imread(io.BytesIO(chart), format="png") for chart in charts]
     rows = math.ceil(len(images) / 2)
     head = 0.8 + 0.26 * len(lines)
     fig = plt.figure(figsize=(13, head + 4.6 * rows))
-    grid = fig.add_gridspec(
-        1 + rows,
-        2,
-        height_ratios=[head] + [4.6] * rows,
-        hspace=0.02,
-        wspace=0.02,
-        left=0.02,
-        right=0.98,
-        top=0.98,
-        bottom=0.01,
-    )
+    fig.subplots_adjust(left=0.02, right=0.98, top=0.98, bottom=0.01, hspace=0.02, wspace=0.02)
+    grid = fig.add_gridspec(1 + rows, 2, height_ratios=[head] + [4.6] * rows)
     text = fig.add_subplot(grid[0, :])
     text.axis("off")
     text.text(0, 1, title, fontsize=16, weight="bold", va="top", transform=text.transAxes)

@@ -9,9 +9,7 @@ import csv
 import io
 from dataclasses import dataclass, field
 
-from buildllm.paths import TRAIN_LOG_CSV as LOG_PATH
-from buildllm.paths import TRAIN_LOG_JSON as JSON_LOG_PATH
-from buildllm.paths import metrics_path
+from buildllm.paths import TRAIN_LOG_CSV, TRAIN_LOG_JSON, metrics_path
 from buildllm.report.experiments import Files, exp_show, select
 from buildllm.report.sample import SAMPLE_PATH
 
@@ -47,18 +45,17 @@ class CardData:
 
 def log_rows(files: Files) -> list:
     """The training log: the JSON twin, or for runs made before it the CSV, its cells read as numbers."""
-    rows = files.json(JSON_LOG_PATH)
+    rows = files.json(TRAIN_LOG_JSON)
     if isinstance(rows, list):
         return [r for r in rows if isinstance(r, dict)]
     return [
         {k: (float(v) if v not in ("", None) else None) for k, v in r.items()}
-        for r in csv.DictReader(io.StringIO(files.text(LOG_PATH) or ""))
+        for r in csv.DictReader(io.StringIO(files.text(TRAIN_LOG_CSV) or ""))
     ]
 
 
 def read_card(name: str | None = None) -> CardData:
-    """The workspace's card data, or `name`'s: an experiment, commit, branch or metrics folder, found as
-    `buildllm compare` finds it (the stages it carried unchanged from its baseline are not shown)."""
+    """The workspace's card data, or `name`'s: an experiment, commit, branch or metrics folder, as compare finds it."""
     exp = select([name], exp_show, lambda: exp_show(all_commits=True))[0][0] if name else None
     files, carried = (Files(exp.rev, exp.source), exp.carried) if exp else (Files("workspace"), [])
     records, notes, absent = {}, {}, {}
@@ -77,6 +74,6 @@ def read_card(name: str | None = None) -> CardData:
     rows = log_rows(files) if trained else []
     sample = files.json(SAMPLE_PATH) if trained else None
     if not trained:
-        absent[JSON_LOG_PATH.as_posix()] = absent[SAMPLE_PATH.as_posix()] = "its baseline's, with train"
+        absent[TRAIN_LOG_JSON.as_posix()] = absent[SAMPLE_PATH.as_posix()] = "its baseline's, with train"
     sample = sample if isinstance(sample, dict) else None
     return CardData(exp.name if exp else "workspace", files.rev, records, notes, rows, sample, absent)

@@ -14,8 +14,6 @@ and the document's tables are generated from them, whole:
     python -m buildllm.report.measured save NAME --note "..."   # this workspace's metrics/ -> benchmarks/
     python -m buildllm.report.measured                           # benchmarks/ -> docs/measured.md
     python -m buildllm.report.measured --check                   # exits non-zero when they disagree
-
-tests/report/test_measured.py runs the check, so the document cannot drift from its files.
 """
 
 from __future__ import annotations
@@ -98,18 +96,15 @@ def _row(name: str, run: dict, r: dict) -> list:
         peak += f" (estimate {size(estimate_bytes)})"
     planned = NOT_RECORDED
     if "estimated_seconds" in e:
-        planned = (
-            f"{duration(e['estimated_seconds'])} ({duration(e['estimated_seconds_low'])}–"
-            f"{duration(e['estimated_seconds_high'])})"
-        )
+        low, high = duration(e["estimated_seconds_low"]), duration(e["estimated_seconds_high"])
+        planned = f"{duration(e['estimated_seconds'])} ({low}–{high})"
     trained = NOT_RECORDED
     if "elapsed_seconds" in t:
         trained = f"{duration(t['elapsed_seconds'])} at {_number(t.get('tokens_per_second'), '{:,.0f}')} tokens/s"
     load = NOT_RECORDED
     if "other_load_start" in b:
-        load = f"{b['other_load_start']:.2f} / {b['other_load_end']:.2f} cores" + (
-            " **busy**" if b.get("busy_machine") else ""
-        )
+        busy = " **busy**" if b.get("busy_machine") else ""
+        load = f"{b['other_load_start']:.2f} / {b['other_load_end']:.2f} cores{busy}"
     first = b or e or t or d
     return [
         name,
@@ -156,11 +151,7 @@ def render(root: Path = BENCHMARKS) -> str:
         rows, notes = [], []
         for run_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
             run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
-            records = {
-                stage: read_metrics(run_dir / f"{stage}.json")
-                for stage in STAGES
-                if (run_dir / f"{stage}.json").exists()
-            }
+            records = {s: read_metrics(run_dir / f"{s}.json") for s in STAGES if (run_dir / f"{s}.json").exists()}
             rows.append(_row(run_dir.name, run, records))
             told = ([f"`{run['command']}`"] if run.get("command") else []) + ([run["note"]] if run.get("note") else [])
             if told:

@@ -74,8 +74,7 @@ def loss_lines(d: CardData) -> list:
     loss, vocab = d.get("train", "final_validation_loss"), d.first("vocab_size")
     unigram = d.get("train", "unigram_validation_loss")
     if loss is None and d.get("train", "last_validation_loss") is not None:
-        loss = d.get("train", "last_validation_loss")
-        step = d.get("train", "last_validation_step")
+        loss, step = d.get("train", "last_validation_loss"), d.get("train", "last_validation_step")
         head = f"last validation loss {loss:.3f} (step {step}; the run did not finish)"
     else:
         head = NOT_RECORDED if loss is None else f"final validation loss {loss:.3f} nats per token"
@@ -105,7 +104,9 @@ def headline(d: CardData) -> list:
     if load := d.note("train", "busy_machine_reason"):  # beside the verdict: were the run's cores its own?
         versus += f"; {load}"  # device/load.py run_load_line
     peak, source = b.get("peak_flops"), d.note("benchmark", "peak_flops_source")
-    method = d.note("benchmark", "peak_memory_method")
+    method = d.note("benchmark", "peak_memory_method") or "method not recorded"
+    peaks = f"training {size(t.get('peak_memory_bytes'))}; benchmark {size(b.get('peak_memory_bytes'))} ({method})"
+    variation = f" (interval variation {b['throughput_cv']:.1%})" if b.get("throughput_cv") is not None else ""
     memory = [d.get("dry_run", f"memory_estimate_{k}_bytes") for k in ("total", "low", "high")]
     mfu = NOT_RECORDED
     if b.get("mfu") is not None:
@@ -116,17 +117,9 @@ def headline(d: CardData) -> list:
         ("status", _shown(t.get("status"))),
         ("loss", "; ".join(loss_lines(d))),
         ("training throughput (this session)", rate(t.get("tokens_per_second"))),
-        (
-            "benchmark throughput",
-            rate(b.get("tokens_per_second"))
-            + (f" (interval variation {b['throughput_cv']:.1%})" if b.get("throughput_cv") is not None else ""),
-        ),
+        ("benchmark throughput", rate(b.get("tokens_per_second")) + variation),
         ("model FLOPs utilisation (benchmark)", mfu),
-        (
-            "peak memory, measured",
-            f"training {size(t.get('peak_memory_bytes'))}; benchmark "
-            f"{size(b.get('peak_memory_bytes'))} ({method or 'method not recorded'})",
-        ),
+        ("peak memory, measured", peaks),
         ("memory estimate (dry run)", span(size, *memory)),
         ("run time against the estimate", versus),
         ("tokens trained", _shown(t.get("tokens_processed"))),
@@ -138,13 +131,10 @@ def machine_blocks(d: CardData) -> list:
     if machine is None:
         rows = [["fingerprint", "not recorded (metrics/machine.json is absent: the machine stage did not run)"]]
     else:
-        rows = [
-            [
-                key,
-                size(v) if key.endswith("_bytes") and isinstance(v, (int, float)) else _shown(d.note("machine", key)),
-            ]
-            for key, v in machine.items()
-        ]
+        rows = []
+        for key, v in machine.items():
+            in_bytes = key.endswith("_bytes") and isinstance(v, (int, float))
+            rows.append([key, size(v) if in_bytes else _shown(d.note("machine", key))])
     return [
         Heading(2, "Machine"),
         Table(["fingerprint", "value"], rows, "machine"),
@@ -155,14 +145,10 @@ def machine_blocks(d: CardData) -> list:
 
 
 def plan_table(d: CardData) -> Table:
-    rows = [
-        [
-            label,
-            _shown(d.first(key)),
-            (d.first(reason, notes=True) or "reason not recorded") if reason else "",
-        ]
-        for label, key, reason in DECISIONS
-    ]
+    rows = []
+    for label, key, reason in DECISIONS:
+        why = (d.first(reason, notes=True) or "reason not recorded") if reason else ""
+        rows.append([label, _shown(d.first(key)), why])
     shown = {reason for _, _, reason in DECISIONS}
     for stage in PLAN_STAGES:
         for key, text in d.notes.get(stage, {}).items():
@@ -198,32 +184,29 @@ def title(d: CardData) -> str:
 
 
 def charts(d: CardData) -> dict:
+    """The card's charts as images of the page, each named once: "loss" is loss.png, its alt text and its id."""
     seconds, covers = measured_time(d)
     r = d.records
-    return {
+    drawn = {
         "memory": card_charts.memory_chart(r.get("dry_run", {}), r.get("benchmark", {}), r.get("train", {})),
         "step": card_charts.step_chart(r.get("benchmark", {})),
         "time": card_charts.estimate_chart(r.get("estimate", {}), seconds, covers.split(":")[0]),
         "loss": card_charts.loss_chart(d.rows, d.get("train", "unigram_validation_loss"), d.first("vocab_size")),
     }
+    return {chart: Image(f"{chart} chart", f"{chart}.png", png, f"{chart}-chart") for chart, png in drawn.items()}
 
 
 def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
-    """The page: figures and loss first, memory and time side by side, the sample, then the plan in full."""
     origin = "the workspace" if d.rev == "workspace" else f"{d.name} (`{d.rev}`)"
     seconds, covers = measured_time(d)
     top = [
         [Table(["figure", "value"], [list(r) for r in headline(d)], "headline", text_columns=(1,))],
-        [Image("loss chart", "loss.png", pictures["loss"], "loss-chart")],
+        [pictures["loss"]],
     ]
-    memory = [
-        Heading(2, "Memory"),
-        Image("memory chart", "memory.png", pictures["memory"], "memory-chart"),
-        memory_table(d),
-    ]
+    memory = [Heading(2, "Memory"), pictures["memory"], memory_table(d)]
     time = [
         Heading(2, "Where a step's time goes"),
-        Image("step chart", "step.png", pictures["step"], "step-chart"),
+        pictures["step"],
         Paragraph(
             "Measured by the benchmark on a few of the training step's own steps, each part between "
             "device synchronisations; validation and checkpoint time are spread over the steps between "
@@ -232,7 +215,7 @@ def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
             muted=True,
         ),
         Heading(2, "Time: the estimate against the run"),
-        Image("time chart", "time.png", pictures["time"], "time-chart"),
+        pictures["time"],
         Paragraph(
             f"{covers} ({duration(seconds)}): validation and checkpoint saves included, process "
             f"start-up not. The estimate (from the benchmark's slowest and fastest intervals) also "
@@ -255,7 +238,6 @@ def sections(d: CardData, pictures: dict, created: str, drawn_by: str) -> list:
 
 
 def write_card(d: CardData, out: Path) -> dict:
-    """Write <out>.html and <out>.png; return their paths and how the PNG was drawn."""
     created = datetime.now().astimezone().isoformat(timespec="seconds")
     html_path, png_path = out.with_name(out.name + ".html"), out.with_name(out.name + ".png")
     pictures = charts(d)
@@ -266,7 +248,7 @@ def write_card(d: CardData, out: Path) -> dict:
         how = f"matplotlib, a composed page ({why_not})"
         atomic_write_text(html_path, to_html(sections(d, pictures, created, how), title(d)))
         lines = [f"{label}: {value}" for label, value in headline(d)]
-        png = card_charts.composed_page(title(d), lines, [pictures[k] for k in ("memory", "step", "time", "loss")])
+        png = card_charts.composed_page(title(d), lines, [image.png for image in pictures.values()])
         atomic_write(png_path, lambda tmp: tmp.write_bytes(png))
     return {"html": str(html_path), "png": str(png_path), "png_drawn_by": how}
 
@@ -275,10 +257,8 @@ def report(config: Config, experiment: str | None = None, out: str | None = None
     """`buildllm report`: the workspace's card (a fresh sample first), or a named experiment's."""
     workspace = experiment in (None, "workspace")
     target = Path(out) if out else CARD_PATH if workspace else Path("reports") / f"run_card_{Path(experiment).name}"
-    plan = {"action": "report", "experiment": experiment or "workspace", "out": str(target)}
-    if workspace:
-        plan["sample"] = "generating from the checkpoint on the CPU"
-    json_line(**plan)
+    sample = {"sample": "generating from the checkpoint on the CPU"} if workspace else {}
+    json_line(action="report", experiment=experiment or "workspace", out=str(target), **sample)
     if workspace:
         write_sample(config)
     data = read_card(None if workspace else experiment)

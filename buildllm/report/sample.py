@@ -33,9 +33,8 @@ def write_sample(config: Config) -> None:
     except UserError as exc:
         sample["missing_reason"] = str(exc)
     else:
-        prompt, new, temperature, top_k = (SETTINGS[k] for k in ("prompt", "new_tokens", "temperature", "top_k"))
-        ids = generate_ids(
-            model, encoder.encode(prompt).ids, new, temperature=temperature, top_k=top_k, seed=config.seed
-        )
+        prompt = encoder.encode(SETTINGS["prompt"]).ids
+        draw = {k: SETTINGS[k] for k in ("temperature", "top_k")}
+        ids = generate_ids(model, prompt, SETTINGS["new_tokens"], seed=config.seed, **draw)
         sample.update(text=encoder.decode(ids), checkpoint_step=state["step"], checkpoint=path.name)
     atomic_write_text(SAMPLE_PATH, json.dumps(sample, indent=2, ensure_ascii=False) + "\n")
