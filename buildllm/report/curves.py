@@ -31,11 +31,7 @@ UNITS = {BITS: "bits per byte", NATS: "nats per token"}
 
 def read_curves(experiments: list) -> dict:
     """name -> training log rows; [] where the experiment has no log of its own (train did not run in it)."""
-    curves = {}
-    for exp in experiments:
-        own = "train" in exp.metrics and "train" not in exp.carried
-        curves[exp.name] = log_rows(Files(exp.rev, exp.source)) if own else []
-    return curves
+    return {e.name: log_rows(Files(e.rev, e.source)) if "train" in e.metrics else [] for e in experiments}
 
 
 def _validations(rows: list, key: str = NATS) -> list:

@@ -27,12 +27,12 @@ PIPELINE = ("dry_run", "benchmark", "estimate", "train")  # the same stages in d
 class Experiment:
     name: str
     rev: str  # the experiment's commit, or "workspace"
-    baseline: str  # the commit it started from
-    baseline_name: str | None  # that commit's branch or tag, if any
-    timestamp: str | None
     params: dict  # params.yaml, flattened to dotted keys
     metrics: dict  # stage -> its flat metrics; absent files are absent
     data: dict  # data and tokenizer dependencies -> content hash
+    baseline: str = ""  # the commit it started from ("": a metrics folder, or a workspace without one)
+    baseline_name: str | None = None  # that commit's branch or tag, if any
+    timestamp: str | None = None
     state: str = "success"  # success | failed | queued | running
     log: str | None = None
     returncode: int | None = None
@@ -143,11 +143,11 @@ def _record(entry: dict, name: str, baseline: str, baseline_name: str | None, ex
         for path, info in (data.get(section) or {}).items():
             if is_data(path) and isinstance(info, dict) and info.get("hash") and path not in deps:
                 deps[path] = info["hash"]
-    state = "failed" if entry.get("error") else "success"
-    local = {}
-    if executor:
-        state = {"failed": "failed", "queued": "queued", "running": "running"}.get(executor.get("state"), state)
-        local = executor.get("local") or {}
+    executor = executor or {}
+    state = executor.get("state")
+    if state not in ("failed", "queued", "running"):
+        state = "failed" if entry.get("error") else "success"
+    local = executor.get("local") or {}
     return Experiment(
         name=name,
         rev=entry.get("rev") or name,
@@ -309,9 +309,6 @@ def read_folder(name: str) -> Experiment:
     return Experiment(
         name=label,
         rev=label,
-        baseline="",
-        baseline_name=None,
-        timestamp=None,
         params=params,
         metrics=metrics,
         data=_data_hashes(lock) if lock.is_file() else {},

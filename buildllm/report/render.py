@@ -9,7 +9,6 @@ compare.py never imports the writer.
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.config import control_keys
 from buildllm.errors import UserError
 from buildllm.measure.stats import NOISY_CV, is_noisy
+from buildllm.metrics import json_line
 from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, missing, number, recorded, size, span
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison, compare, tokenizer_note
@@ -71,9 +71,8 @@ def speedup_cells(c: Comparison) -> list:
     return cells
 
 
+@recorded
 def _noise(cv) -> str:
-    if missing(cv):
-        return NOT_RECORDED
     return f"{cv:.1%}" + (f" (noisy: over {NOISY_CV:.0%})" if is_noisy(cv) else "")
 
 
@@ -247,62 +246,47 @@ def rerun_block(c: Comparison, out: Path) -> str:
     return "\n".join(lines)
 
 
-def _sources(c: Comparison) -> str:
-    kinds = {e.source for e in c.experiments}
-    return " and ".join(s for k, s in (("dvc", "`dvc exp show`"), ("folder", "metrics folders")) if k in kinds)
-
-
 def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> list:
     """The report, once: verdict, controls, results, chart, paired rounds, how to reproduce."""
     names = [e.name for e in c.experiments]
     shown, others = controls_shown(c)
+    kinds = {e.source for e in c.experiments}
+    sources = " and ".join(s for k, s in (("dvc", "`dvc exp show`"), ("folder", "metrics folders")) if k in kinds)
+    statuses = [status(r, len(names)) for _, r in shown.iterrows()]
+    others_text = ", ".join(others)
     blocks = [
         Heading(1, f"Device comparison: {' vs '.join(names)}"),
-        Paragraph(f"Generated {c.created} by `buildllm compare` from {_sources(c)}.", muted=True),
+        Paragraph(f"Generated {c.created} by `buildllm compare` from {sources}.", muted=True),
         Verdict(c.verdict, c.tone),
         Bullets([f"Excluded **{name}**: {why}." for name, why in c.excluded], "excluded"),
         Heading(2, "Controls"),
-    ]
-    statuses = [status(r, len(names)) for _, r in shown.iterrows()]
-    blocks.append(
         Table(
             ["control", "source", *names, "status"],
             [[r["control"], r["source"], *[r[n] for n in names], st] for (_, r), st in zip(shown.iterrows(), statuses)],
             "controls",
             [st.split()[0] for st in statuses],
-        )
-    )
-    if others:
-        blocks.append(Details(f"Also the same in every experiment: {len(others)} other params", ", ".join(others)))
-    blocks += [
+        ),
+        *([Details(f"Also the same in every experiment: {len(others)} other params", others_text)] if others else []),
         Heading(2, "Results"),
         Table(["figure", *names], [[label, *values] for label, values in results_rows(c)], "results"),
-    ]
-    if c.speedups_shown and c.speedups:
-        blocks.append(Paragraph(interval_note(c)))
-    blocks += [
+        *([Paragraph(interval_note(c))] if c.speedups_shown and c.speedups else []),
         *([Paragraph(TARGET_NOTE)] if c.target_loss is not None else []),
         Bullets(list(c.notes), "notes"),
         Image("Device comparison chart", f"{out.name}.png", png),
         Image("Training curves", f"{out.name}_curves.png", curves_png, "curves"),
+        *([Heading(2, "Paired re-measurements"), paired_table(c)] if c.paired is not None else []),
+        Heading(2, "Reproduce"),
     ]
-    if c.paired is not None:
-        blocks += [Heading(2, "Paired re-measurements"), paired_table(c)]
-    blocks.append(Heading(2, "Reproduce"))
     for exp in c.experiments:
         if exp.source == "folder":
-            origin = [f"source: metrics folder `{exp.rev}`, measured on another machine"]
+            origin = f"source: metrics folder `{exp.rev}`, measured on another machine"
             date = "not recorded in the folder"
         else:
             branch = f" ({exp.baseline_name})" if exp.baseline_name else ""
-            origin = [f"git revision: `{exp.rev}` (baseline `{exp.baseline}`{branch})"]
+            origin = f"git revision: `{exp.rev}` (baseline `{exp.baseline}`{branch})"
             date = exp.timestamp or "uncommitted workspace, reported " + c.created
-        blocks += [
-            Heading(3, exp.name),
-            Bullets(
-                origin + [f"date: {date}", f"command: `{exp.command}`", f"environment: {machine_line(exp.metric)}"]
-            ),
-        ]
+        environment = f"environment: {machine_line(exp.metric)}"
+        blocks += [Heading(3, exp.name), Bullets([origin, f"date: {date}", f"command: `{exp.command}`", environment])]
     blocks += [Heading(3, "How to rerun"), Code(rerun_block(c, out), "bash")]
     dvc_runs = [e.name for e in c.experiments if e.source == "dvc" and e.rev != "workspace"]
     if dvc_runs:
@@ -333,18 +317,13 @@ def run_compare(names: list, out: str, allow_different: bool, vary: list | None,
     if rounds is not None and not paired:
         raise UserError(f"--rounds {rounds} applies to --paired only; add --paired to re-measure the benchmarks here")
     rounds = (6 if rounds is None else rounds) if paired else None
-    print(
-        json.dumps(
-            {
-                "action": "compare",
-                "experiments": names or "workspace and the current baseline's experiments",
-                "out": out,
-                "vary": vary or [],
-                "allow_different": allow_different,
-                "paired_rounds": rounds,
-            }
-        ),
-        flush=True,
+    json_line(
+        action="compare",
+        experiments=names or "workspace and the current baseline's experiments",
+        out=out,
+        vary=vary or [],
+        allow_different=allow_different,
+        paired_rounds=rounds,
     )
     comparison = compare(names, allow_different, vary, rounds=rounds)
     for name, why in comparison.excluded:
