@@ -332,12 +332,10 @@ def compare(
             raise UserError(f"{comparison.verdict} --paired measures speed-ups only where they would be shown")
         comparison.paired = remeasure(kept, rounds)
         comparison.speedups = comparison.paired.speedups()
-    else:
+    elif comparison.speedups_shown:
         reference = kept[0].metrics.get("benchmark", {})
         found = {e.name: from_intervals(reference, e.metrics.get("benchmark", {})) for e in kept[1:]}
         comparison.speedups = {n: s for n, s in found.items() if s is not None}
-    if not comparison.speedups_shown:
-        comparison.speedups = {}
     comparison.frame = summary_frame(kept, comparison.speedups, comparison.paired)
     comparison.curves = read_curves(kept)
     comparison.loss_key = loss_key(comparison.curves)

@@ -97,11 +97,20 @@ def _peak(flops, source) -> str:
 
 
 def results_rows(c: Comparison) -> list:
-    f = c.frame
-    rows = [
+    f, whole = c.frame, number("{:,.0f}")
+    paired = []
+    if c.paired is not None:
+        paired = [
+            (
+                f"tokens/s, paired re-runs (median of {len(c.paired.rounds)})",
+                cells(f, whole, "paired_tokens_per_second"),
+            ),
+            ("throughput variation, paired re-runs (median CV)", cells(f, _noise, "paired_throughput_cv")),
+        ]
+    return [
         ("device (resolved)", cells(f, number("{}"), "device")),
         ("precision (resolved)", cells(f, number("{}"), "precision")),
-        ("tokens/s (benchmark)", cells(f, number("{:,.0f}"), "tokens_per_second")),
+        ("tokens/s (benchmark)", cells(f, whole, "tokens_per_second")),
         (
             "tokens/s per interval (slowest – fastest)",
             cells(
@@ -118,16 +127,7 @@ def results_rows(c: Comparison) -> list:
             "other processes' CPU load (start / end)",
             cells(f, _load, "other_load_start", "other_load_end", "busy_machine"),
         ),
-    ]
-    if c.paired is not None:
-        rows += [
-            (
-                f"tokens/s, paired re-runs (median of {len(c.paired.rounds)})",
-                cells(f, number("{:,.0f}"), "paired_tokens_per_second"),
-            ),
-            ("throughput variation, paired re-runs (median CV)", cells(f, _noise, "paired_throughput_cv")),
-        ]
-    rows += [
+        *paired,
         (f"speed-up vs {c.reference}" + (" (paired)" if c.paired is not None else ""), speedup_cells(c)),
         ("optimizer steps/s", cells(f, number("{:.3f}"), "steps_per_second")),
         ("peak memory", cells(f, size, "peak_memory_bytes")),
@@ -144,8 +144,8 @@ def results_rows(c: Comparison) -> list:
             "estimated full run",
             cells(f, partial(span, duration), "estimated_seconds", "estimated_seconds_low", "estimated_seconds_high"),
         ),
-        ("planned tokens", cells(f, number("{:,.0f}"), "planned_tokens")),
-        ("training tokens/s (train stage)", cells(f, number("{:,.0f}"), "train_tokens_per_second")),
+        ("planned tokens", cells(f, whole, "planned_tokens")),
+        ("training tokens/s (train stage)", cells(f, whole, "train_tokens_per_second")),
         ("training time (train stage)", cells(f, duration, "train_elapsed_seconds")),
         (
             "final validation loss, nats/token (train stage)",
@@ -165,7 +165,6 @@ def results_rows(c: Comparison) -> list:
             time_to_target_cells(c),
         ),
     ]
-    return rows
 
 
 def time_to_target_cells(c: Comparison) -> list:
@@ -228,9 +227,8 @@ def status(row: pd.Series, experiments: int) -> str:
 
 
 def rerun_block(c: Comparison, out: Path) -> str:
-    baselines = list(dict.fromkeys(e.baseline for e in c.experiments if e.baseline))
     lines = []
-    for base in baselines:
+    for base in dict.fromkeys(e.baseline for e in c.experiments if e.baseline):
         lines.append(f"git checkout {base}        # the code and params.yaml these runs started from")
         lines.append("dvc pull corpus tokenize  # the same corpus and token files, if the project has a DVC remote")
         lines += [e.command for e in c.experiments if e.baseline == base]
