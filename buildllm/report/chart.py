@@ -94,8 +94,7 @@ def write_chart(c: Comparison, path: Path) -> Path:
         speedup = title.startswith("Speed-up")
         if speedup and not c.speedups_shown:
             say(ax, "withheld:\nnot an equal-budget comparison", "#9C2A00", wrap=True, fontsize=10)
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
             continue
         heights = [0.0 if pd.isna(v) else float(v) for v in values]
         hatches = [

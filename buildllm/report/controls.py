@@ -87,8 +87,7 @@ def _not_its_own(exp: Experiment) -> str | None:
 
 
 def _varied(name: str, vary: list) -> bool:
-    leaf = name.split(".")[-1]
-    return any(v == name or v.split(".")[-1] == leaf for v in vary)
+    return any(v.split(".")[-1] == name.split(".")[-1] for v in vary)
 
 
 def controls_table(experiments: list, vary: list) -> tuple[pd.DataFrame, list]:

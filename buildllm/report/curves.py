@@ -77,8 +77,7 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
     ]
     for ax, (title, xlabel, ylabel) in zip(axes, titles):
         ax.set_title(title, fontsize=11)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set(xlabel=xlabel, ylabel=ylabel)
         ax.spines[["top", "right"]].set_visible(False)
         ax.grid(alpha=0.25)
     for i, (name, rows) in enumerate(curves.items()):

@@ -176,8 +176,7 @@ def read_experiments(rows: list) -> tuple[list, list]:
         if rev == "workspace":
             workspace = _record(row, "workspace", "", None, None)
             continue
-        base = _record(row, row.get("name") or rev[:7], rev, row.get("name"), None)
-        baselines.append(base)
+        baselines.append(_record(row, row.get("name") or rev[:7], rev, row.get("name"), None))
         for group in row.get("experiments") or []:
             revs = group.get("revs") or []
             if revs:

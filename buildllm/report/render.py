@@ -58,12 +58,10 @@ def speedup_cells(c: Comparison) -> list:
     """The speed-up of each experiment with its interval, and whether it is a result."""
     if not c.speedups_shown:
         return ["withheld"] * len(c.experiments)
-    cells = []
-    for i, exp in enumerate(c.experiments):
+    cells = ["1.00× (reference)" if c.speedups else NOT_RECORDED]
+    for exp in c.experiments[1:]:
         s = c.speedups.get(exp.name)
-        if i == 0:
-            cells.append("1.00× (reference)" if c.speedups else NOT_RECORDED)
-        elif s is None:
+        if s is None:
             cells.append(NOT_RECORDED)
         else:
             interval = f"{s.level} interval {s.low:.2f}–{s.high:.2f}×" if s.has_interval else "no interval"
@@ -217,10 +215,8 @@ def controls_shown(c: Comparison) -> tuple[pd.DataFrame, list]:
 
 
 def status(row: pd.Series, experiments: int) -> str:
-    if row["kind"] in ("variable", "varied") and not row["same"]:
-        return "variable" if row["kind"] == "variable" else "varied (--vary)"
     if not row["same"]:
-        return "DIFFERENT"
+        return {"variable": "variable", "varied": "varied (--vary)"}.get(row["kind"], "DIFFERENT")
     if row["checked"] < 2:
         return "not checked (not recorded)"
     return "same where recorded" if row["checked"] < experiments else "same"
