@@ -178,9 +178,8 @@ def time_to_target_cells(c: Comparison) -> list:
 def interval_note(c: Comparison) -> str:
     """How the speed-ups' intervals were formed, in words a reader can check."""
     if c.paired is not None:
-        p = c.paired
         return (
-            f"Speed-ups (paired): each experiment's benchmark was rerun {len(p.rounds)} times on this machine, "
+            f"Speed-ups (paired): each experiment's benchmark was rerun {len(c.paired.rounds)} times on this machine, "
             "interleaved (the order alternating each round), each run in a fresh `python -m buildllm benchmark` "
             "process with its warm-up excluded; each round's tokens/s ratio to "
             f"{c.reference} is one pair; the speed-up is the median ratio and its interval the distribution-free "
