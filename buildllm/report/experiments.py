@@ -69,10 +69,8 @@ class Files:
         if self.source == "folder":
             root = Path(self.rev)
             root = root.parent if root.is_file() else root
-            for candidate in (root / path, root / path.name):
-                if candidate.is_file():
-                    return candidate.read_text(encoding="utf-8")
-            return None
+            found = next((p for p in (root / path, root / path.name) if p.is_file()), None)
+            return found.read_text(encoding="utf-8") if found else None
         if self.rev == "workspace":
             return path.read_text(encoding="utf-8") if path.is_file() else None
         shown = subprocess.run(["git", "show", f"{self.rev}:{path.as_posix()}"], capture_output=True, text=True)
