@@ -97,9 +97,7 @@ def write_chart(c: Comparison, path: Path) -> Path:
             ax.set(xticks=[], yticks=[])
             continue
         heights = [0.0 if pd.isna(v) else float(v) for v in values]
-        hatches = [
-            "//" if speedup and i > 0 and n in c.speedups and c.inconclusive(n) else "" for i, n in enumerate(names)
-        ]
+        hatches = ["//" if speedup and n in c.speedups and c.inconclusive(n) else "" for n in names]
         bars = ax.bar(range(len(names)), heights, color=colors, hatch=hatches, edgecolor="white")
         tops = list(heights)
         if spread is not None:

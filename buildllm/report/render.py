@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from buildllm.atomic import atomic_path, atomic_write_text
+from buildllm.atomic import atomic_write, atomic_write_text
 from buildllm.config import control_keys
 from buildllm.errors import UserError
 from buildllm.measure.stats import NOISY_CV, is_noisy
@@ -300,8 +300,7 @@ def write_report(c: Comparison, out: Path) -> list:
     md_path, csv_path, html_path = (out.with_name(out.name + s) for s in (".md", ".csv", ".html"))
     blocks = sections(c, out, png_path.read_bytes(), curves_path.read_bytes())
     atomic_write_text(md_path, to_markdown(blocks))
-    with atomic_path(csv_path) as tmp:
-        c.frame.to_csv(tmp, index=False)
+    atomic_write(csv_path, lambda tmp: c.frame.to_csv(tmp, index=False))
     atomic_write_text(html_path, to_html(blocks, "Device comparison: " + " vs ".join(e.name for e in c.experiments)))
     return [md_path, csv_path, png_path, html_path, curves_path]
 
