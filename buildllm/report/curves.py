@@ -66,7 +66,7 @@ def _series(rows: list, x: str, y: str) -> tuple:
 
 
 def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS) -> Path:
-    """The validation loss in `key`'s unit; the train loss, per token only, is drawn in nats per token alone."""
+    """The validation loss in `key`'s unit; the train loss, per token only, is drawn only in nats per token."""
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), constrained_layout=True)
     unit = f"validation loss ({UNITS[key]})" if key == BITS else "loss (nats per token)"
     titles = [

@@ -246,7 +246,7 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
     kinds = {e.source for e in c.experiments}
     sources = " and ".join(s for k, s in (("dvc", "`dvc exp show`"), ("folder", "metrics folders")) if k in kinds)
     statuses = [status(r, len(names)) for _, r in shown.iterrows()]
-    others_text = ", ".join(others)
+    also = Details(f"Also the same in every experiment: {len(others)} other params", ", ".join(others))
     blocks = [
         Heading(1, f"Device comparison: {' vs '.join(names)}"),
         Paragraph(f"Generated {c.created} by `buildllm compare` from {sources}.", muted=True),
@@ -259,7 +259,7 @@ def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> l
             "controls",
             [st.split()[0] for st in statuses],
         ),
-        *([Details(f"Also the same in every experiment: {len(others)} other params", others_text)] if others else []),
+        *([also] if others else []),
         Heading(2, "Results"),
         Table(["figure", *names], [[label, *values] for label, values in results_rows(c)], "results"),
         *([Paragraph(interval_note(c))] if c.speedups_shown and c.speedups else []),
