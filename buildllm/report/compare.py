@@ -105,8 +105,7 @@ class Comparison:
         """The interval CV a speed-up involving `name` rests on (with --paired: the median of its rounds')."""
         if self.paired is not None:
             return self.paired.median_cv(name)
-        exp = next(e for e in self.experiments if e.name == name)
-        return exp.metric("throughput_cv", ("benchmark",))
+        return next(e for e in self.experiments if e.name == name).metric("throughput_cv", ("benchmark",))
 
     @property
     def noisy(self) -> list:

@@ -43,10 +43,7 @@ class Experiment:
     params_recorded: bool = True  # False: a metrics folder without params.yaml
 
     def metric(self, key: str, stages: tuple = STAGES) -> Any:
-        for stage in stages:
-            if key in self.metrics.get(stage, {}):
-                return self.metrics[stage][key]
-        return None
+        return next((self.metrics[s][key] for s in stages if key in self.metrics.get(s, {})), None)
 
     @property
     def command(self) -> str:
