@@ -94,13 +94,10 @@ def write_chart(c: Comparison, path: Path) -> Path:
         speedup = title.startswith("Speed-up")
         if speedup and not c.speedups_shown:
             say(ax, "withheld:\nnot an equal-budget comparison", "#9C2A00", wrap=True, fontsize=10)
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
             continue
         heights = [0.0 if pd.isna(v) else float(v) for v in values]
-        hatches = [
-            "//" if speedup and i > 0 and n in c.speedups and c.inconclusive(n) else "" for i, n in enumerate(names)
-        ]
+        hatches = ["//" if speedup and n in c.speedups and c.inconclusive(n) else "" for n in names]
         bars = ax.bar(range(len(names)), heights, color=colors, hatch=hatches, edgecolor="white")
         tops = list(heights)
         if spread is not None:

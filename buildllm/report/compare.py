@@ -80,9 +80,9 @@ class Comparison:
     differences: list  # "batch_size 8 vs 4", one per differing control
     vary: list
     allow_different: bool
-    frame: pd.DataFrame  # one row per experiment: summary, environment, every param and metric
     notes: list  # what is missing and therefore not reported
     created: str
+    frame: pd.DataFrame = field(default_factory=pd.DataFrame)  # per experiment: summary, environment, params, metrics
     speedups: dict = field(default_factory=dict)  # name -> Speedup vs the first experiment
     paired: Paired | None = None  # the interleaved re-measurements, with --paired
     curves: dict = field(default_factory=dict)  # name -> training log rows (buildllm/report/curves.py)
@@ -105,8 +105,7 @@ class Comparison:
         """The interval CV a speed-up involving `name` rests on (with --paired: the median of its rounds')."""
         if self.paired is not None:
             return self.paired.median_cv(name)
-        exp = next(e for e in self.experiments if e.name == name)
-        return exp.metric("throughput_cv", ("benchmark",))
+        return next(e for e in self.experiments if e.name == name).metric("throughput_cv", ("benchmark",))
 
     @property
     def noisy(self) -> list:
@@ -204,14 +203,12 @@ def summary_frame(experiments: list, speedups: dict, paired: Paired | None = Non
         records.append(record)
     frame = pd.DataFrame.from_records(records)
     names, nan = list(frame["experiment"]), float("nan")
-    bounded = {n: s for n, s in speedups.items() if s.has_interval}
+    found = [speedups.get(n) for n in names]
     columns = {
-        "speedup_vs_first": [
-            1.0 if i == 0 and speedups else speedups[n].estimate if n in speedups else nan for i, n in enumerate(names)
-        ],
-        "speedup_low": [bounded[n].low if n in bounded else nan for n in names],
-        "speedup_high": [bounded[n].high if n in bounded else nan for n in names],
-        "speedup_interval": [speedups[n].method if n in speedups else "" for n in names],
+        "speedup_vs_first": [1.0 if i == 0 and speedups else s.estimate if s else nan for i, s in enumerate(found)],
+        "speedup_low": [s.low if s and s.has_interval else nan for s in found],
+        "speedup_high": [s.high if s and s.has_interval else nan for s in found],
+        "speedup_interval": [s.method if s else "" for s in found],
     }
     after = frame.columns.get_loc("tokens_per_second") + 1
     for offset, (column, values) in enumerate(columns.items()):
@@ -326,7 +323,6 @@ def compare(
         differences=differences,
         vary=vary,
         allow_different=allow_different,
-        frame=pd.DataFrame(),
         notes=notes + caveats(kept),
         created=datetime.now().astimezone().isoformat(timespec="seconds"),
     )
@@ -335,12 +331,10 @@ def compare(
             raise UserError(f"{comparison.verdict} --paired measures speed-ups only where they would be shown")
         comparison.paired = remeasure(kept, rounds)
         comparison.speedups = comparison.paired.speedups()
-    else:
+    elif comparison.speedups_shown:
         reference = kept[0].metrics.get("benchmark", {})
         found = {e.name: from_intervals(reference, e.metrics.get("benchmark", {})) for e in kept[1:]}
         comparison.speedups = {n: s for n, s in found.items() if s is not None}
-    if not comparison.speedups_shown:
-        comparison.speedups = {}
     comparison.frame = summary_frame(kept, comparison.speedups, comparison.paired)
     comparison.curves = read_curves(kept)
     comparison.loss_key = loss_key(comparison.curves)

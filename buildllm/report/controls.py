@@ -87,8 +87,7 @@ def _not_its_own(exp: Experiment) -> str | None:
 
 
 def _varied(name: str, vary: list) -> bool:
-    leaf = name.split(".")[-1]
-    return any(v == name or v.split(".")[-1] == leaf for v in vary)
+    return any(v.split(".")[-1] == name.split(".")[-1] for v in vary)
 
 
 def controls_table(experiments: list, vary: list) -> tuple[pd.DataFrame, list]:
@@ -142,17 +141,15 @@ def controls_table(experiments: list, vary: list) -> tuple[pd.DataFrame, list]:
                 f"--vary {v}: no param or resolved setting of these experiments is called that; "
                 "name a params.yaml key such as train.threads or train.batch_size"
             )
-    table = pd.DataFrame(rows)
-    differences, seen = [], set()
+    differences = {}  # one per control, under its short name
     # A resolved value says more than a null param ("batch_size 32 vs 8", not "null vs 8").
     for row in sorted(rows, key=lambda r: r["source"] != "resolved"):
         short = row["control"].split(".")[-1] if row["source"] != "data file" else "data file " + row["control"]
-        if row["kind"] == "control" and not row["same"] and short not in seen:
-            seen.add(short)
+        if row["kind"] == "control" and not row["same"] and short not in differences:
             values = " vs ".join(str(row[e.name]) for e in experiments)
             who = f" ({', '.join(e.name for e in experiments)})" if len(experiments) > 2 else ""
-            differences.append(f"{short} {values}{who}")
-    return table, differences
+            differences[short] = f"{short} {values}{who}"
+    return pd.DataFrame(rows), list(differences.values())
 
 
 def display(value: Any) -> Any:

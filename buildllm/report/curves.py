@@ -31,11 +31,7 @@ UNITS = {BITS: "bits per byte", NATS: "nats per token"}
 
 def read_curves(experiments: list) -> dict:
     """name -> training log rows; [] where the experiment has no log of its own (train did not run in it)."""
-    curves = {}
-    for exp in experiments:
-        own = "train" in exp.metrics and "train" not in exp.carried
-        curves[exp.name] = log_rows(Files(exp.rev, exp.source)) if own else []
-    return curves
+    return {e.name: log_rows(Files(e.rev, e.source)) if "train" in e.metrics else [] for e in experiments}
 
 
 def _validations(rows: list, key: str = NATS) -> list:
@@ -70,8 +66,7 @@ def _series(rows: list, x: str, y: str) -> tuple:
 
 
 def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS) -> Path:
-    """Loss against step, loss against elapsed seconds (with the target), tokens/s against step; the
-    validation loss in `key`'s unit (the train loss, per token only, is drawn only in nats per token)."""
+    """The validation loss in `key`'s unit; the train loss, per token only, is drawn only in nats per token."""
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.6), constrained_layout=True)
     unit = f"validation loss ({UNITS[key]})" if key == BITS else "loss (nats per token)"
     titles = [
@@ -81,8 +76,7 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
     ]
     for ax, (title, xlabel, ylabel) in zip(axes, titles):
         ax.set_title(title, fontsize=11)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        ax.set(xlabel=xlabel, ylabel=ylabel)
         ax.spines[["top", "right"]].set_visible(False)
         ax.grid(alpha=0.25)
     for i, (name, rows) in enumerate(curves.items()):

@@ -64,9 +64,7 @@ class Code(NamedTuple):
 
 
 class Columns(NamedTuple):
-    """Blocks side by side on a wide page (one column each list), one after another in Markdown."""
-
-    columns: list  # lists of blocks
+    columns: list  # lists of blocks: side by side on a wide page, one after another in Markdown
 
 
 STYLE = """
@@ -119,7 +117,6 @@ def _md_table(header: list, rows: list) -> str:
 
 
 def _inline(text: str) -> str:
-    """Escaped text with `code` and **bold** marks as HTML."""
     escaped = html.escape(text)
     escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)

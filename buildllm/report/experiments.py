@@ -27,12 +27,12 @@ PIPELINE = ("dry_run", "benchmark", "estimate", "train")  # the same stages in d
 class Experiment:
     name: str
     rev: str  # the experiment's commit, or "workspace"
-    baseline: str  # the commit it started from
-    baseline_name: str | None  # that commit's branch or tag, if any
-    timestamp: str | None
     params: dict  # params.yaml, flattened to dotted keys
     metrics: dict  # stage -> its flat metrics; absent files are absent
     data: dict  # data and tokenizer dependencies -> content hash
+    baseline: str = ""  # the commit it started from ("": a metrics folder, or a workspace without one)
+    baseline_name: str | None = None  # that commit's branch or tag, if any
+    timestamp: str | None = None
     state: str = "success"  # success | failed | queued | running
     log: str | None = None
     returncode: int | None = None
@@ -43,10 +43,7 @@ class Experiment:
     params_recorded: bool = True  # False: a metrics folder without params.yaml
 
     def metric(self, key: str, stages: tuple = STAGES) -> Any:
-        for stage in stages:
-            if key in self.metrics.get(stage, {}):
-                return self.metrics[stage][key]
-        return None
+        return next((self.metrics[s][key] for s in stages if key in self.metrics.get(s, {})), None)
 
     @property
     def command(self) -> str:
@@ -69,10 +66,8 @@ class Files:
         if self.source == "folder":
             root = Path(self.rev)
             root = root.parent if root.is_file() else root
-            for candidate in (root / path, root / path.name):
-                if candidate.is_file():
-                    return candidate.read_text(encoding="utf-8")
-            return None
+            found = next((p for p in (root / path, root / path.name) if p.is_file()), None)
+            return found.read_text(encoding="utf-8") if found else None
         if self.rev == "workspace":
             return path.read_text(encoding="utf-8") if path.is_file() else None
         shown = subprocess.run(["git", "show", f"{self.rev}:{path.as_posix()}"], capture_output=True, text=True)
@@ -143,11 +138,11 @@ def _record(entry: dict, name: str, baseline: str, baseline_name: str | None, ex
         for path, info in (data.get(section) or {}).items():
             if is_data(path) and isinstance(info, dict) and info.get("hash") and path not in deps:
                 deps[path] = info["hash"]
-    state = "failed" if entry.get("error") else "success"
-    local = {}
-    if executor:
-        state = {"failed": "failed", "queued": "queued", "running": "running"}.get(executor.get("state"), state)
-        local = executor.get("local") or {}
+    executor = executor or {}
+    state = executor.get("state")
+    if state not in ("failed", "queued", "running"):
+        state = "failed" if entry.get("error") else "success"
+    local = executor.get("local") or {}
     return Experiment(
         name=name,
         rev=entry.get("rev") or name,
@@ -176,8 +171,7 @@ def read_experiments(rows: list) -> tuple[list, list]:
         if rev == "workspace":
             workspace = _record(row, "workspace", "", None, None)
             continue
-        base = _record(row, row.get("name") or rev[:7], rev, row.get("name"), None)
-        baselines.append(base)
+        baselines.append(_record(row, row.get("name") or rev[:7], rev, row.get("name"), None))
         for group in row.get("experiments") or []:
             revs = group.get("revs") or []
             if revs:
@@ -309,9 +303,6 @@ def read_folder(name: str) -> Experiment:
     return Experiment(
         name=label,
         rev=label,
-        baseline="",
-        baseline_name=None,
-        timestamp=None,
         params=params,
         metrics=metrics,
         data=_data_hashes(lock) if lock.is_file() else {},

@@ -9,16 +9,16 @@ compare.py never imports the writer.
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
-from buildllm.atomic import atomic_path, atomic_write_text
+from buildllm.atomic import atomic_write, atomic_write_text
 from buildllm.config import control_keys
 from buildllm.errors import UserError
 from buildllm.measure.stats import NOISY_CV, is_noisy
+from buildllm.metrics import json_line
 from buildllm.report.card_charts import NOT_RECORDED, duration, machine_line, missing, number, recorded, size, span
 from buildllm.report.chart import write_chart
 from buildllm.report.compare import Comparison, compare, tokenizer_note
@@ -58,12 +58,10 @@ def speedup_cells(c: Comparison) -> list:
     """The speed-up of each experiment with its interval, and whether it is a result."""
     if not c.speedups_shown:
         return ["withheld"] * len(c.experiments)
-    cells = []
-    for i, exp in enumerate(c.experiments):
+    cells = ["1.00× (reference)" if c.speedups else NOT_RECORDED]
+    for exp in c.experiments[1:]:
         s = c.speedups.get(exp.name)
-        if i == 0:
-            cells.append("1.00× (reference)" if c.speedups else NOT_RECORDED)
-        elif s is None:
+        if s is None:
             cells.append(NOT_RECORDED)
         else:
             interval = f"{s.level} interval {s.low:.2f}–{s.high:.2f}×" if s.has_interval else "no interval"
@@ -71,9 +69,8 @@ def speedup_cells(c: Comparison) -> list:
     return cells
 
 
+@recorded
 def _noise(cv) -> str:
-    if missing(cv):
-        return NOT_RECORDED
     return f"{cv:.1%}" + (f" (noisy: over {NOISY_CV:.0%})" if is_noisy(cv) else "")
 
 
@@ -98,11 +95,20 @@ def _peak(flops, source) -> str:
 
 
 def results_rows(c: Comparison) -> list:
-    f = c.frame
-    rows = [
+    f, whole = c.frame, number("{:,.0f}")
+    paired = []
+    if c.paired is not None:
+        paired = [
+            (
+                f"tokens/s, paired re-runs (median of {len(c.paired.rounds)})",
+                cells(f, whole, "paired_tokens_per_second"),
+            ),
+            ("throughput variation, paired re-runs (median CV)", cells(f, _noise, "paired_throughput_cv")),
+        ]
+    return [
         ("device (resolved)", cells(f, number("{}"), "device")),
         ("precision (resolved)", cells(f, number("{}"), "precision")),
-        ("tokens/s (benchmark)", cells(f, number("{:,.0f}"), "tokens_per_second")),
+        ("tokens/s (benchmark)", cells(f, whole, "tokens_per_second")),
         (
             "tokens/s per interval (slowest – fastest)",
             cells(
@@ -119,16 +125,7 @@ def results_rows(c: Comparison) -> list:
             "other processes' CPU load (start / end)",
             cells(f, _load, "other_load_start", "other_load_end", "busy_machine"),
         ),
-    ]
-    if c.paired is not None:
-        rows += [
-            (
-                f"tokens/s, paired re-runs (median of {len(c.paired.rounds)})",
-                cells(f, number("{:,.0f}"), "paired_tokens_per_second"),
-            ),
-            ("throughput variation, paired re-runs (median CV)", cells(f, _noise, "paired_throughput_cv")),
-        ]
-    rows += [
+        *paired,
         (f"speed-up vs {c.reference}" + (" (paired)" if c.paired is not None else ""), speedup_cells(c)),
         ("optimizer steps/s", cells(f, number("{:.3f}"), "steps_per_second")),
         ("peak memory", cells(f, size, "peak_memory_bytes")),
@@ -145,8 +142,8 @@ def results_rows(c: Comparison) -> list:
             "estimated full run",
             cells(f, partial(span, duration), "estimated_seconds", "estimated_seconds_low", "estimated_seconds_high"),
         ),
-        ("planned tokens", cells(f, number("{:,.0f}"), "planned_tokens")),
-        ("training tokens/s (train stage)", cells(f, number("{:,.0f}"), "train_tokens_per_second")),
+        ("planned tokens", cells(f, whole, "planned_tokens")),
+        ("training tokens/s (train stage)", cells(f, whole, "train_tokens_per_second")),
         ("training time (train stage)", cells(f, duration, "train_elapsed_seconds")),
         (
             "final validation loss, nats/token (train stage)",
@@ -166,7 +163,6 @@ def results_rows(c: Comparison) -> list:
             time_to_target_cells(c),
         ),
     ]
-    return rows
 
 
 def time_to_target_cells(c: Comparison) -> list:
@@ -182,9 +178,8 @@ def time_to_target_cells(c: Comparison) -> list:
 def interval_note(c: Comparison) -> str:
     """How the speed-ups' intervals were formed, in words a reader can check."""
     if c.paired is not None:
-        p = c.paired
         return (
-            f"Speed-ups (paired): each experiment's benchmark was rerun {len(p.rounds)} times on this machine, "
+            f"Speed-ups (paired): each experiment's benchmark was rerun {len(c.paired.rounds)} times on this machine, "
             "interleaved (the order alternating each round), each run in a fresh `python -m buildllm benchmark` "
             "process with its warm-up excluded; each round's tokens/s ratio to "
             f"{c.reference} is one pair; the speed-up is the median ratio and its interval the distribution-free "
@@ -219,19 +214,16 @@ def controls_shown(c: Comparison) -> tuple[pd.DataFrame, list]:
 
 
 def status(row: pd.Series, experiments: int) -> str:
-    if row["kind"] in ("variable", "varied") and not row["same"]:
-        return "variable" if row["kind"] == "variable" else "varied (--vary)"
     if not row["same"]:
-        return "DIFFERENT"
+        return {"variable": "variable", "varied": "varied (--vary)"}.get(row["kind"], "DIFFERENT")
     if row["checked"] < 2:
         return "not checked (not recorded)"
     return "same where recorded" if row["checked"] < experiments else "same"
 
 
 def rerun_block(c: Comparison, out: Path) -> str:
-    baselines = list(dict.fromkeys(e.baseline for e in c.experiments if e.baseline))
     lines = []
-    for base in baselines:
+    for base in dict.fromkeys(e.baseline for e in c.experiments if e.baseline):
         lines.append(f"git checkout {base}        # the code and params.yaml these runs started from")
         lines.append("dvc pull corpus tokenize  # the same corpus and token files, if the project has a DVC remote")
         lines += [e.command for e in c.experiments if e.baseline == base]
@@ -247,62 +239,47 @@ def rerun_block(c: Comparison, out: Path) -> str:
     return "\n".join(lines)
 
 
-def _sources(c: Comparison) -> str:
-    kinds = {e.source for e in c.experiments}
-    return " and ".join(s for k, s in (("dvc", "`dvc exp show`"), ("folder", "metrics folders")) if k in kinds)
-
-
 def sections(c: Comparison, out: Path, png: bytes, curves_png: bytes = b"") -> list:
     """The report, once: verdict, controls, results, chart, paired rounds, how to reproduce."""
     names = [e.name for e in c.experiments]
     shown, others = controls_shown(c)
+    kinds = {e.source for e in c.experiments}
+    sources = " and ".join(s for k, s in (("dvc", "`dvc exp show`"), ("folder", "metrics folders")) if k in kinds)
+    statuses = [status(r, len(names)) for _, r in shown.iterrows()]
+    also = Details(f"Also the same in every experiment: {len(others)} other params", ", ".join(others))
     blocks = [
         Heading(1, f"Device comparison: {' vs '.join(names)}"),
-        Paragraph(f"Generated {c.created} by `buildllm compare` from {_sources(c)}.", muted=True),
+        Paragraph(f"Generated {c.created} by `buildllm compare` from {sources}.", muted=True),
         Verdict(c.verdict, c.tone),
         Bullets([f"Excluded **{name}**: {why}." for name, why in c.excluded], "excluded"),
         Heading(2, "Controls"),
-    ]
-    statuses = [status(r, len(names)) for _, r in shown.iterrows()]
-    blocks.append(
         Table(
             ["control", "source", *names, "status"],
             [[r["control"], r["source"], *[r[n] for n in names], st] for (_, r), st in zip(shown.iterrows(), statuses)],
             "controls",
             [st.split()[0] for st in statuses],
-        )
-    )
-    if others:
-        blocks.append(Details(f"Also the same in every experiment: {len(others)} other params", ", ".join(others)))
-    blocks += [
+        ),
+        *([also] if others else []),
         Heading(2, "Results"),
         Table(["figure", *names], [[label, *values] for label, values in results_rows(c)], "results"),
-    ]
-    if c.speedups_shown and c.speedups:
-        blocks.append(Paragraph(interval_note(c)))
-    blocks += [
+        *([Paragraph(interval_note(c))] if c.speedups_shown and c.speedups else []),
         *([Paragraph(TARGET_NOTE)] if c.target_loss is not None else []),
         Bullets(list(c.notes), "notes"),
         Image("Device comparison chart", f"{out.name}.png", png),
         Image("Training curves", f"{out.name}_curves.png", curves_png, "curves"),
+        *([Heading(2, "Paired re-measurements"), paired_table(c)] if c.paired is not None else []),
+        Heading(2, "Reproduce"),
     ]
-    if c.paired is not None:
-        blocks += [Heading(2, "Paired re-measurements"), paired_table(c)]
-    blocks.append(Heading(2, "Reproduce"))
     for exp in c.experiments:
         if exp.source == "folder":
-            origin = [f"source: metrics folder `{exp.rev}`, measured on another machine"]
+            origin = f"source: metrics folder `{exp.rev}`, measured on another machine"
             date = "not recorded in the folder"
         else:
             branch = f" ({exp.baseline_name})" if exp.baseline_name else ""
-            origin = [f"git revision: `{exp.rev}` (baseline `{exp.baseline}`{branch})"]
+            origin = f"git revision: `{exp.rev}` (baseline `{exp.baseline}`{branch})"
             date = exp.timestamp or "uncommitted workspace, reported " + c.created
-        blocks += [
-            Heading(3, exp.name),
-            Bullets(
-                origin + [f"date: {date}", f"command: `{exp.command}`", f"environment: {machine_line(exp.metric)}"]
-            ),
-        ]
+        environment = f"environment: {machine_line(exp.metric)}"
+        blocks += [Heading(3, exp.name), Bullets([origin, f"date: {date}", f"command: `{exp.command}`", environment])]
     blocks += [Heading(3, "How to rerun"), Code(rerun_block(c, out), "bash")]
     dvc_runs = [e.name for e in c.experiments if e.source == "dvc" and e.rev != "workspace"]
     if dvc_runs:
@@ -323,8 +300,7 @@ def write_report(c: Comparison, out: Path) -> list:
     md_path, csv_path, html_path = (out.with_name(out.name + s) for s in (".md", ".csv", ".html"))
     blocks = sections(c, out, png_path.read_bytes(), curves_path.read_bytes())
     atomic_write_text(md_path, to_markdown(blocks))
-    with atomic_path(csv_path) as tmp:
-        c.frame.to_csv(tmp, index=False)
+    atomic_write(csv_path, lambda tmp: c.frame.to_csv(tmp, index=False))
     atomic_write_text(html_path, to_html(blocks, "Device comparison: " + " vs ".join(e.name for e in c.experiments)))
     return [md_path, csv_path, png_path, html_path, curves_path]
 
@@ -333,18 +309,13 @@ def run_compare(names: list, out: str, allow_different: bool, vary: list | None,
     if rounds is not None and not paired:
         raise UserError(f"--rounds {rounds} applies to --paired only; add --paired to re-measure the benchmarks here")
     rounds = (6 if rounds is None else rounds) if paired else None
-    print(
-        json.dumps(
-            {
-                "action": "compare",
-                "experiments": names or "workspace and the current baseline's experiments",
-                "out": out,
-                "vary": vary or [],
-                "allow_different": allow_different,
-                "paired_rounds": rounds,
-            }
-        ),
-        flush=True,
+    json_line(
+        action="compare",
+        experiments=names or "workspace and the current baseline's experiments",
+        out=out,
+        vary=vary or [],
+        allow_different=allow_different,
+        paired_rounds=rounds,
     )
     comparison = compare(names, allow_different, vary, rounds=rounds)
     for name, why in comparison.excluded:
