@@ -105,7 +105,9 @@ def precision_decision(precision: str, device: Device, origin: str) -> Precision
     extra = notes.get((device.kind, precision))
     reason = f"{precision}: {origin}" + (f"; {extra}" if extra else "")
     grad_scaler = precision == "fp16" and device.kind != "cpu"
-    return PrecisionDecision(precision, grad_scaler, tf32, tensor_cores, reason)
+    return PrecisionDecision(
+        precision, grad_scaler, tf32_enabled=tf32, tensor_cores_enabled=tensor_cores, reason=reason
+    )
 
 
 def apply_matmul_settings(decision: PrecisionDecision) -> None:

@@ -1,6 +1,9 @@
 """The Trainer, which owns everything one optimizer step touches (the run around it: train/loop.py).
 
-The benchmark times the same Trainer.step(); Trainer.state() is everything a bitwise-exact resume needs.
+Trainer.step() is one optimizer step: grad_accum micro-batches drawn from a resumable data cursor,
+each under autocast, gradients scaled for fp16, averaged across processes only on the last
+micro-batch, clipped, then AdamW at the schedule's learning rate. The benchmark times this same
+method. Trainer.state() is everything a bitwise-exact resume needs.
 """
 
 from __future__ import annotations
