@@ -79,9 +79,12 @@ class Windows:
                     f"all {self.available:,} are used")
         return ""
 
+    def example(self, index: int) -> torch.Tensor:
+        start = index * self.sequence_length
+        return self.tokens[start:start + self.sequence_length + 1]
+
     def batch(self, indices: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = [int(i) * self.sequence_length for i in indices]
-        rows = torch.stack([self.tokens[start:start + self.sequence_length + 1] for start in starts]).long()
+        rows = torch.stack([self.example(int(i)) for i in indices]).long()
         return rows[:, :-1], rows[:, 1:]
 
 
