@@ -309,8 +309,14 @@ def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict, cu
             line += f"{got['reserved'] / 2**20:>14.1f}{estimate.total / got['reserved']:>7.3f}"
             record[f"{name}_{shape.key}_reserved_bytes"] = got["reserved"]
         print(line + ("" if ok else "  MISSES the stated range"), flush=True)
-        figures = {"estimate_bytes": estimate.total, "low_bytes": estimate.low, "high_bytes": estimate.high}
-        figures.update(measured_bytes=peak, ratio=ratio, inside=ok)
+        figures = {
+            "estimate_bytes": estimate.total,
+            "low_bytes": estimate.low,
+            "high_bytes": estimate.high,
+            "measured_bytes": peak,
+            "ratio": ratio,
+            "inside": ok,
+        }
         record.update({f"{name}_{shape.key}_{key}": value for key, value in figures.items()})
     print(
         f"{name}: {inside} of {measured} shapes inside the stated range; {close} of {measured} ratios within "
