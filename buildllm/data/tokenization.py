@@ -6,13 +6,12 @@ the train split teaches the tokenizer, so the validation text stays unseen by ev
 
 from __future__ import annotations
 
-import json
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from itertools import islice
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import torch
@@ -21,7 +20,8 @@ from tqdm import tqdm
 
 from buildllm.atomic import atomic_open, atomic_path
 from buildllm.config import Config, profile_for
-from buildllm.data.corpus import END_OF_TEXT, SPLITS, count_documents, read_texts, split_files
+from buildllm.data.corpus import SPLITS, count_documents, read_texts, split_files
+from buildllm.data.sources import END_OF_TEXT
 from buildllm.errors import UserError
 from buildllm.metrics import json_line, write_metrics
 from buildllm.paths import corpus_dir, metrics_path, token_paths, token_set_name, tokenizer_path
@@ -50,52 +50,67 @@ def output_paths(config: Config, vocab_size: int) -> tuple[Path, Path, Path]:
     return (tokenizer_path(plain, vocab_size), *token_paths(plain, vocab_size))
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2,
-                    length: int | None = None) -> Tokenizer:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int, min_frequency: int = 2, length: int | None = None
+) -> Tokenizer:
     """A byte-level BPE of exactly vocab_size tokens, the end-of-text token first (id 0)."""
     tokenizer = Tokenizer(models.BPE())
     # No prefix space: the text is encoded exactly as written, so decode(encode(x)) == x.
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[END_OF_TEXT],
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[END_OF_TEXT],
         # All 256 byte symbols from the start, so text unlike the corpus still encodes.
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=sys.stderr.isatty())
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=sys.stderr.isatty(),
+    )
     tokenizer.train_from_iterator(texts, trainer, length=length)
     learned = tokenizer.get_vocab_size()
     if learned != vocab_size:
-        raise UserError(f"the corpus yields only {learned} tokens occurring at least {min_frequency} times, fewer "
-                        f"than the vocabulary of {vocab_size}; use a larger corpus, lower tokenize.min_frequency, "
-                        "or a profile with a smaller vocabulary")
+        raise UserError(
+            f"the corpus yields only {learned} tokens occurring at least {min_frequency} times, fewer "
+            f"than the vocabulary of {vocab_size}; use a larger corpus, lower tokenize.min_frequency, "
+            "or a profile with a smaller vocabulary"
+        )
     return tokenizer
 
 
 def load_tokenizer(path: str | Path, expected_vocab: int | None = None) -> Tokenizer:
     path = Path(path)
     if not path.exists():
-        raise UserError(f"tokenizer {path} does not exist; run `dvc repro tokenize` (or `buildllm tokenize`) "
-                        "first, or pass an existing file to --tokenizer")
+        raise UserError(
+            f"tokenizer {path} does not exist; run `dvc repro tokenize` (or `buildllm tokenize`) "
+            "first, or pass an existing file to --tokenizer"
+        )
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises a bare Exception for any malformed file
         reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise UserError(f"tokenizer {path} is not a Hugging Face tokenizers JSON file ({reason}); "
-                        "re-create it with `buildllm tokenize`") from None
+        raise UserError(
+            f"tokenizer {path} is not a Hugging Face tokenizers JSON file ({reason}); "
+            "re-create it with `buildllm tokenize`"
+        ) from None
     size = tokenizer.get_vocab_size()
     if expected_vocab is not None and size != expected_vocab:
-        raise UserError(f"tokenizer {path} has {size} tokens but the model's vocabulary has {expected_vocab}; "
-                        f"use the tokenizer made for this profile (`buildllm tokenize` writes "
-                        f"tokenizer/<corpus>_{expected_vocab}_tokenizer.json)")
+        raise UserError(
+            f"tokenizer {path} has {size} tokens but the model's vocabulary has {expected_vocab}; "
+            f"use the tokenizer made for this profile (`buildllm tokenize` writes "
+            f"tokenizer/<corpus>_{expected_vocab}_tokenizer.json)"
+        )
     return tokenizer
 
 
-def encode_texts(tokenizer: Tokenizer, texts: Iterable[str], dtype: torch.dtype, chunk: int,
-                 progress: tqdm) -> tuple[torch.Tensor, dict]:
+def encode_texts(
+    tokenizer: Tokenizer, texts: Iterable[str], dtype: torch.dtype, chunk: int, progress: tqdm
+) -> tuple[torch.Tensor, dict]:
     """One 1-D tensor: each text's ids followed by the end-of-text id; plus counts for the metrics."""
     end = tokenizer.token_to_id(END_OF_TEXT)
     if end is None:
-        raise UserError(f"the tokenizer has no {END_OF_TEXT} token to separate documents; train it with "
-                        "`buildllm tokenize`")
+        raise UserError(
+            f"the tokenizer has no {END_OF_TEXT} token to separate documents; train it with `buildllm tokenize`"
+        )
     # The fast variant skips character offsets, which nothing here uses (tokenizers >= 0.20).
     encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
     pieces, counts = [], {"documents": 0, "characters": 0, "bytes": 0}
@@ -124,29 +139,43 @@ def tokenize_corpus(config: Config) -> dict:
     documents = {}
     for split, path in sources.items():
         if not path.exists():
-            raise UserError(f"corpus file {path} does not exist; run `dvc repro corpus` (or `buildllm corpus`) "
-                            "first")
+            raise UserError(f"corpus file {path} does not exist; run `dvc repro corpus` (or `buildllm corpus`) first")
         documents[split] = count_documents(path)
         if documents[split] == 0:
-            raise UserError(f"corpus file {path} holds no documents; re-create the corpus with "
-                            "`buildllm corpus` from a source that has text")
+            raise UserError(
+                f"corpus file {path} holds no documents; re-create the corpus with "
+                "`buildllm corpus` from a source that has text"
+            )
     tokenizer_file, *token_files = output_paths(config, vocab_size)
     dtype = token_dtype(vocab_size)
-    json_line(action="tokenize", corpus=str(corpus_dir(config)), vocab_size=vocab_size,
-              min_frequency=config.tokenize.min_frequency, token_dtype=str(dtype).removeprefix("torch."),
-              **{f"{split}_documents": n for split, n in documents.items()},
-              tokenizer=str(tokenizer_file), tokens=str(token_files[0].parent))
+    json_line(
+        action="tokenize",
+        corpus=str(corpus_dir(config)),
+        vocab_size=vocab_size,
+        min_frequency=config.tokenize.min_frequency,
+        token_dtype=str(dtype).removeprefix("torch."),
+        **{f"{split}_documents": n for split, n in documents.items()},
+        tokenizer=str(tokenizer_file),
+        tokens=str(token_files[0].parent),
+    )
 
-    texts = tqdm(read_texts(sources["train"]), total=documents["train"], desc="learning BPE merges",
-                 unit=" documents", mininterval=1.0, file=sys.stderr)
+    texts = tqdm(
+        read_texts(sources["train"]),
+        total=documents["train"],
+        desc="learning BPE merges",
+        unit=" documents",
+        mininterval=1.0,
+        file=sys.stderr,
+    )
     tokenizer = train_tokenizer(texts, vocab_size, config.tokenize.min_frequency, length=documents["train"])
     trained = time.perf_counter()
 
     tensors, metrics = {}, {}
     with tqdm(desc="encoding", unit=" chars", unit_scale=True, mininterval=1.0, file=sys.stderr) as progress:
         for split in SPLITS:
-            tensors[split], counts = encode_texts(tokenizer, read_texts(sources[split]), dtype,
-                                                  config.tokenize.encode_chunk, progress)
+            tensors[split], counts = encode_texts(
+                tokenizer, read_texts(sources[split]), dtype, config.tokenize.encode_chunk, progress
+            )
             metrics.update({f"{split}_{key}": value for key, value in counts.items()})
             metrics[f"{split}_tokens"] = tensors[split].numel()
             metrics[f"{split}_bytes_per_token"] = round(counts["bytes"] / max(counts["text_tokens"], 1), 4)
@@ -176,7 +205,9 @@ def tokenize_corpus(config: Config) -> dict:
         "characters_per_second": round(characters / max(encoded - trained, 1e-9), 1),
     }
     write_metrics(metrics_path("tokenize"), metrics)
-    print(f"tokenized {token_set_name(config, vocab_size)}: {metrics['train_tokens']:,} train and "
-          f"{metrics['validation_tokens']:,} validation tokens, {metrics['bytes_per_token']:.2f} bytes per token, "
-          f"{metrics['characters_per_second']:,.0f} characters/s; tokenizer {tokenizer_file}")
+    print(
+        f"tokenized {token_set_name(config, vocab_size)}: {metrics['train_tokens']:,} train and "
+        f"{metrics['validation_tokens']:,} validation tokens, {metrics['bytes_per_token']:.2f} bytes per token, "
+        f"{metrics['characters_per_second']:,.0f} characters/s; tokenizer {tokenizer_file}"
+    )
     return metrics

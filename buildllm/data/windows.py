@@ -20,35 +20,41 @@ from buildllm.errors import UserError
 from buildllm.paths import token_paths
 from buildllm.shape import GPTConfig
 
-
 INTEGER_DTYPES = (torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64)
 
 
 def max_token(tokens: torch.Tensor, chunk: int = 1 << 24) -> int:
     """Largest id, in chunks: torch has no max() for uint16 and a widened copy of a large file is costly."""
-    return max(int(tokens[i:i + chunk].to(torch.int64).max()) for i in range(0, tokens.numel(), chunk))
+    return max(int(tokens[i : i + chunk].to(torch.int64).max()) for i in range(0, tokens.numel(), chunk))
 
 
 def load_tokens(path: str | Path, vocab_size: int | None = None, what: str = "token file") -> torch.Tensor:
     path = Path(path)
     if not path.exists():
-        raise UserError(f"{what} {path} does not exist; run `dvc repro tokenize` (or `buildllm tokenize`) first, "
-                        "or pass an existing file")
+        raise UserError(
+            f"{what} {path} does not exist; run `dvc repro tokenize` (or `buildllm tokenize`) first, "
+            "or pass an existing file"
+        )
     try:
         tokens = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for a file that is not a tensor
-        raise UserError(f"{what} {path} is not a saved torch tensor ({type(exc).__name__}); "
-                        "re-create it with `buildllm tokenize`") from None
+        raise UserError(
+            f"{what} {path} is not a saved torch tensor ({type(exc).__name__}); re-create it with `buildllm tokenize`"
+        ) from None
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.dtype not in INTEGER_DTYPES:
         shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
         dtype = tokens.dtype if isinstance(tokens, torch.Tensor) else "-"
-        raise UserError(f"{what} {path} must be a 1-D integer tensor, got shape {shape} dtype {dtype}; "
-                        "re-create it with `buildllm tokenize`")
+        raise UserError(
+            f"{what} {path} must be a 1-D integer tensor, got shape {shape} dtype {dtype}; "
+            "re-create it with `buildllm tokenize`"
+        )
     if tokens.numel() == 0:
         raise UserError(f"{what} {path} is empty; tokenize a corpus that has text")
     if vocab_size is not None and (largest := max_token(tokens)) >= vocab_size:
-        raise UserError(f"{what} {path} holds token id {largest} but the model's vocabulary has {vocab_size} "
-                        "ids; use the tokenizer and tokens made for this profile's vocab_size")
+        raise UserError(
+            f"{what} {path} holds token id {largest} but the model's vocabulary has {vocab_size} "
+            "ids; use the tokenizer and tokens made for this profile's vocab_size"
+        )
     return tokens
 
 
@@ -60,8 +66,10 @@ class Windows:
 
     def __post_init__(self):
         if self.available < 1:
-            raise UserError(f"{self.tokens.numel()} tokens are fewer than one example of "
-                            f"{self.sequence_length + 1} tokens; use a larger corpus or a shorter sequence_length")
+            raise UserError(
+                f"{self.tokens.numel()} tokens are fewer than one example of "
+                f"{self.sequence_length + 1} tokens; use a larger corpus or a shorter sequence_length"
+            )
 
     @property
     def available(self) -> int:
@@ -75,13 +83,15 @@ class Windows:
         if self.limit is not None and self.limit < self.available:
             return f"{knob} = {self.limit:,} uses {self.limit:,} of the {self.available:,} windows the token file holds"
         if self.limit is not None and self.limit > self.available:
-            return (f"{knob} = {self.limit:,} asks for more windows than the token file's {self.available:,}; "
-                    f"all {self.available:,} are used")
+            return (
+                f"{knob} = {self.limit:,} asks for more windows than the token file's {self.available:,}; "
+                f"all {self.available:,} are used"
+            )
         return ""
 
     def example(self, index: int) -> torch.Tensor:
         start = index * self.sequence_length
-        return self.tokens[start:start + self.sequence_length + 1]
+        return self.tokens[start : start + self.sequence_length + 1]
 
     def batch(self, indices: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = torch.stack([self.example(int(i)) for i in indices]).long()
@@ -134,9 +144,11 @@ def optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int
     that makes none is refused with what to change."""
     steps = planned_steps(batches_per_epoch(examples, batch_size), epochs, grad_accum)
     if steps < 1:
-        raise UserError(f"{examples} examples in batches of {batch_size} x {grad_accum} accumulation steps over "
-                        f"{epochs} epoch(s) make no optimizer step; raise --training-examples or --epochs, "
-                        "or lower --batch-size or --grad-accum")
+        raise UserError(
+            f"{examples} examples in batches of {batch_size} x {grad_accum} accumulation steps over "
+            f"{epochs} epoch(s) make no optimizer step; raise --training-examples or --epochs, "
+            "or lower --batch-size or --grad-accum"
+        )
     return steps
 
 
@@ -150,8 +162,16 @@ class RunBatches(torch.utils.data.Dataset):
 
     EPOCHS = 1_000_000  # "without end": the trainer stops taking batches long before
 
-    def __init__(self, windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        windows: Windows,
+        batch_size: int,
+        seed: int,
+        epoch: int,
+        start_batch: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         self.windows, self.batch_size, self.seed, self.rank = windows, batch_size, seed, rank
         self.global_batch = batch_size * world_size
         self.per_epoch = batches_per_epoch(len(windows), self.global_batch)
@@ -168,12 +188,25 @@ class RunBatches(torch.utils.data.Dataset):
         epoch, index = divmod(self.first + position, self.per_epoch)
         if self._order is None or self._order[0] != epoch:
             self._order = (epoch, epoch_order(len(self.windows), self.seed, epoch))
-        chunk = self._order[1][index * self.global_batch:(index + 1) * self.global_batch]
-        return (epoch, index, *self.windows.batch(chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]))
+        chunk = self._order[1][index * self.global_batch : (index + 1) * self.global_batch]
+        return (
+            epoch,
+            index,
+            *self.windows.batch(chunk[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]),
+        )
 
 
-def loader(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch: int = 0, rank: int = 0,
-           world_size: int = 1, workers: int = 0, pin_memory: bool = False):
+def loader(
+    windows: Windows,
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    start_batch: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    workers: int = 0,
+    pin_memory: bool = False,
+):
     """RunBatches' items, built by `workers` background processes when workers > 0 (with pin_memory in
     page-locked memory, ready for Device.put's non-blocking copy). workers=0 builds each batch in the
     training process: slicing windows out of one tensor is cheap, and workers cost a start-up and a
@@ -183,8 +216,13 @@ def loader(windows: Windows, batch_size: int, seed: int, epoch: int, start_batch
         yield from batches  # a dataset iterates through its items until IndexError
         return
     # batch_size=None: the dataset's items already are batches, passed through unchanged.
-    data_loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False, num_workers=workers,
-                                              pin_memory=pin_memory and torch.cuda.is_available())
+    data_loader = torch.utils.data.DataLoader(
+        batches,
+        batch_size=None,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=pin_memory and torch.cuda.is_available(),
+    )
     for epoch_number, index, inputs, targets in data_loader:
         yield int(epoch_number), int(index), inputs, targets
 
@@ -193,4 +231,3 @@ def sequential_batches(windows: Windows, batch_size: int):
     """Validation batches in file order; the last one may be smaller so no example is skipped."""
     for start in range(0, len(windows), batch_size):
         yield windows.batch(range(start, min(start + batch_size, len(windows))))
-

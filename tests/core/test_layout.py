@@ -82,6 +82,21 @@ def test_modules_stay_under_400_lines():
     assert not long, long
 
 
+def test_ruff_reads_every_module_of_the_package_and_the_tests():
+    """CI's `ruff check` and `ruff format --check` hold only for the files ruff reads; an exclude
+    pattern such as "data" also matches buildllm/data/ and tests/data/, which went unchecked."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--show-files", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    read = {Path(line.strip()).resolve() for line in listed.splitlines() if line.strip().endswith(".py")}
+    ours = {p.resolve() for folder in (PACKAGE, ROOT / "tests") for p in folder.rglob("*.py")}
+    assert sorted(map(str, ours - read)) == []
+
+
 def test_the_corpus_command_does_not_import_torch_or_pandas():
     code = (
         "import sys, buildllm.cli, buildllm.data.corpus; buildllm.cli.build_parser(); "

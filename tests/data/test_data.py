@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from buildllm.data.tokenization import token_dtype
-from buildllm.data.windows import (RunBatches, Windows, epoch_order, load_tokens, loader,
-                                   sequential_batches)
+from buildllm.data.windows import RunBatches, Windows, epoch_order, load_tokens, loader, sequential_batches
 from buildllm.errors import UserError
 from buildllm.train.distributed import World
 from buildllm.train.trainer import DataCursor
@@ -32,12 +31,15 @@ def test_load_tokens_accepts_a_small_dtype_and_checks_the_vocabulary(tmp_path):
         load_tokens(path, vocab_size=4000)
 
 
-@pytest.mark.parametrize("value, fragment", [
-    (torch.zeros(4, 4, dtype=torch.int64), "must be a 1-D integer tensor, got shape (4, 4)"),
-    (torch.zeros(8), "must be a 1-D integer tensor, got shape (8,) dtype torch.float32"),
-    ({"tokens": [1, 2]}, "must be a 1-D integer tensor, got shape dict"),
-    (torch.zeros(0, dtype=torch.int64), "is empty"),
-])
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        (torch.zeros(4, 4, dtype=torch.int64), "must be a 1-D integer tensor, got shape (4, 4)"),
+        (torch.zeros(8), "must be a 1-D integer tensor, got shape (8,) dtype torch.float32"),
+        ({"tokens": [1, 2]}, "must be a 1-D integer tensor, got shape dict"),
+        (torch.zeros(0, dtype=torch.int64), "is empty"),
+    ],
+)
 def test_load_tokens_refuses_what_is_not_a_token_file(tmp_path, value, fragment):
     with pytest.raises(UserError) as excinfo:
         load_tokens(save(tmp_path, value))
@@ -88,8 +90,10 @@ def test_a_resumed_epoch_continues_with_the_same_batches():
 def test_ranks_together_see_what_one_process_sees_with_the_larger_batch():
     windows = Windows(torch.arange(400), sequence_length=7)
     single = list(itertools.islice(RunBatches(windows, batch_size=6, seed=0, epoch=0), 20))  # two epochs and more
-    ranks = [list(itertools.islice(RunBatches(windows, batch_size=3, seed=0, epoch=0, rank=r, world_size=2), 20))
-             for r in (0, 1)]
+    ranks = [
+        list(itertools.islice(RunBatches(windows, batch_size=3, seed=0, epoch=0, rank=r, world_size=2), 20))
+        for r in (0, 1)
+    ]
     for one, (left, right) in zip(single, zip(*ranks)):
         assert one[:2] == left[:2] == right[:2] and torch.equal(one[2], torch.cat([left[2], right[2]]))
 
@@ -99,11 +103,17 @@ def test_loader_with_workers_gives_the_same_batches_in_the_same_order_across_epo
     per_epoch = 150 // 8
     count = 2 * per_epoch + 4  # the rest of epoch 1 from batch 3, all of epoch 2, the start of epoch 3
     plain = list(itertools.islice(loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3), count))
-    workers = list(itertools.islice(
-        loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3, workers=2, pin_memory=True), count))
+    workers = list(
+        itertools.islice(
+            loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3, workers=2, pin_memory=True), count
+        )
+    )
     # The reference, from the epochs' orders alone: 8 examples of each epoch's permutation per batch.
-    expected = [(e, i, *windows.batch(epoch_order(len(windows), 5, e)[i * 8:(i + 1) * 8]))
-                for e in (1, 2, 3) for i in range(3 if e == 1 else 0, per_epoch)]
+    expected = [
+        (e, i, *windows.batch(epoch_order(len(windows), 5, e)[i * 8 : (i + 1) * 8]))
+        for e in (1, 2, 3)
+        for i in range(3 if e == 1 else 0, per_epoch)
+    ]
     for (e, i, x, y), (f, j, u, v), (g, k, s, t) in zip(plain, workers, expected[:count], strict=True):
         assert e == f == g and i == j == k and isinstance(j, int) and isinstance(f, int)
         assert torch.equal(x, u) and torch.equal(x, s) and torch.equal(y, v) and torch.equal(y, t)

@@ -4,26 +4,34 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import pytest
 import torch
-from pydoc_data.topics import topics
 
 from buildllm.cli import main
 from buildllm.config import load_config
-from buildllm.data.corpus import END_OF_TEXT, build_corpus, read_texts
+from buildllm.data.corpus import build_corpus, read_texts
+from buildllm.data.sources import END_OF_TEXT
+from buildllm.data.tokenization import load_tokenizer, output_paths, tokenize_corpus, train_tokenizer, vocab_size_for
 from buildllm.data.windows import load_tokens
 from buildllm.errors import UserError
-from buildllm.data.tokenization import (load_tokenizer, output_paths, tokenize_corpus, train_tokenizer,
-                                   vocab_size_for)
 
 VOCAB = 512
 TEXTS = [text for _, text in sorted(topics.items()) if text.strip()]
 
 
 def corpus_config(**overrides):
-    return load_config(None, {"corpus.source": "files", "corpus.files": ["texts/*.txt"],
-                              "corpus.validation_percent": 20.0, "tokenize.vocab_size": VOCAB, **overrides})
+    return load_config(
+        None,
+        {
+            "corpus.source": "files",
+            "corpus.files": ["texts/*.txt"],
+            "corpus.validation_percent": 20.0,
+            "tokenize.vocab_size": VOCAB,
+            **overrides,
+        },
+    )
 
 
 @pytest.fixture
@@ -81,7 +89,7 @@ def test_tokenize_writes_tokenizer_tensors_and_flat_metrics(workspace):
         assert int((tokens == end).sum()) == metrics[f"{split}_documents"] and int(tokens[-1]) == end
         documents = list(read_texts(workspace / "data" / "corpus" / "files" / f"{split}.jsonl"))
         cut = (tokens == end).nonzero().flatten().tolist()
-        first = tokenizer.decode(tokens[:cut[0]].tolist())
+        first = tokenizer.decode(tokens[: cut[0]].tolist())
         assert first == documents[0]
     assert metrics["documents"] == metrics["train_documents"] + metrics["validation_documents"]
     assert metrics["vocab_size"] == VOCAB and metrics["token_bytes"] == 2
@@ -107,19 +115,26 @@ def test_a_missing_corpus_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["tokenize"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: corpus file data/corpus/wiki_vital/train.jsonl does not exist; "
-                          "run `dvc repro corpus`")
+    assert err.startswith(
+        "error: corpus file data/corpus/wiki_vital/train.jsonl does not exist; run `dvc repro corpus`"
+    )
     assert err.count("\n") == 1 and not (tmp_path / "tokenizer").exists()
 
 
-@pytest.mark.parametrize("damage, fragment", [
-    ("bad_line", "line 3 is not a corpus document"),
-    ("too_small", "fewer than the vocabulary"),
-])
+@pytest.mark.parametrize(
+    "damage, fragment",
+    [
+        ("bad_line", "line 3 is not a corpus document"),
+        ("too_small", "fewer than the vocabulary"),
+    ],
+)
 def test_a_failed_run_leaves_the_previous_outputs(workspace, capsys, damage, fragment):
     tokenize_corpus(corpus_config())
-    outputs = [*workspace.glob("tokenizer/*"), *workspace.glob("data/tokens/*/*"),
-               workspace / "metrics" / "tokenize.json"]
+    outputs = [
+        *workspace.glob("tokenizer/*"),
+        *workspace.glob("data/tokens/*/*"),
+        workspace / "metrics" / "tokenize.json",
+    ]
     before = {p: p.read_bytes() for p in outputs}
     train = workspace / "data" / "corpus" / "files" / "train.jsonl"
     lines = train.read_text().splitlines(keepends=True)
@@ -128,20 +143,28 @@ def test_a_failed_run_leaves_the_previous_outputs(workspace, capsys, damage, fra
         train.write_text("".join(lines))
     else:
         train.write_text(json.dumps({"title": "tiny", "text": "Too little text for 512 tokens."}) + "\n")
-    (workspace / "params.yaml").write_text(json.dumps({
-        "corpus": {"source": "files", "files": ["texts/*.txt"], "validation_percent": 20.0},
-        "tokenize": {"vocab_size": VOCAB}}))
+    (workspace / "params.yaml").write_text(
+        json.dumps(
+            {
+                "corpus": {"source": "files", "files": ["texts/*.txt"], "validation_percent": 20.0},
+                "tokenize": {"vocab_size": VOCAB},
+            }
+        )
+    )
     capsys.readouterr()
     assert main(["tokenize"]) == 2
     last = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
     assert last.startswith("error: ") and fragment in last
     assert {p: p.read_bytes() for p in outputs} == before
-    assert sorted(p.name for p in (workspace / "data" / "tokens" / f"files_{VOCAB}").iterdir()) == \
-        ["train_tokens.pt", "validation_tokens.pt"]  # no temp file left behind
+    assert sorted(p.name for p in (workspace / "data" / "tokens" / f"files_{VOCAB}").iterdir()) == [
+        "train_tokens.pt",
+        "validation_tokens.pt",
+    ]  # no temp file left behind
 
 
 def test_rebuilding_the_tokens_gives_the_same_bytes(workspace):
     """Equal inputs, equal files: else DVC sees new data and a comparison calls the budgets unequal."""
+
     def outputs() -> dict[str, bytes]:
         files = [*workspace.glob("tokenizer/*"), *workspace.glob("data/tokens/*/*")]
         return {str(p.relative_to(workspace)): p.read_bytes() for p in sorted(files)}
@@ -150,9 +173,14 @@ def test_rebuilding_the_tokens_gives_the_same_bytes(workspace):
     first = outputs()
     # The second build in a fresh process: per-process hash seeds (Python's and the Rust side's)
     # must not reach the files either.
-    (workspace / "params.yaml").write_text(json.dumps({
-        "corpus": {"source": "files", "files": ["texts/*.txt"], "validation_percent": 20.0},
-        "tokenize": {"vocab_size": VOCAB}}))
+    (workspace / "params.yaml").write_text(
+        json.dumps(
+            {
+                "corpus": {"source": "files", "files": ["texts/*.txt"], "validation_percent": 20.0},
+                "tokenize": {"vocab_size": VOCAB},
+            }
+        )
+    )
     for path in workspace.glob("data/tokens/*/*"):
         path.unlink()
     subprocess.run([sys.executable, "-m", "buildllm", "tokenize"], cwd=workspace, check=True, capture_output=True)

@@ -4,10 +4,10 @@ import json
 import re
 
 import pytest
-
-from buildllm.data.windows import Windows, load_tokens
-from buildllm.data.tokenization import load_tokenizer
 from conftest import run, use_docs_corpus
+
+from buildllm.data.tokenization import load_tokenizer
+from buildllm.data.windows import Windows, load_tokens
 
 COMMON_WORDS = {"the", "of", "and", "in", "is", "a", "to", "was"}
 
