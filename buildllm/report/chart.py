@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # the Agg backend: card_charts selects it
 import pandas as pd
 
 from buildllm.atomic import atomic_write
-from buildllm.report.card_charts import COLORS, NOT_RECORDED, STEP_COLORS, STEP_PARTS, png, say, seconds_unit
+from buildllm.report.card_charts import COLORS, NOT_RECORDED, STEP_COLORS, STEP_PARTS, png, say, seconds_unit, short
 from buildllm.report.compare import Comparison
 
 
@@ -48,7 +48,7 @@ def panels(frame: pd.DataFrame) -> list:
             (_col(frame, "estimated_seconds_low") / unit, _col(frame, "estimated_seconds_high") / unit),
         ),
         (
-            f"Speed-up vs {frame['experiment'].iloc[0]}"
+            f"Speed-up vs {short(frame['experiment'].iloc[0])}"
             + (", paired: median, interval" if paired else ", 95% interval"),
             frame["speedup_vs_first"],
             "{:.2f}×",
@@ -61,7 +61,7 @@ def _label(ax, x: float, y: float, text: str, recorded: bool) -> None:
     ax.text(x, y, text, ha="center", va="bottom", fontsize=9, color="#111" if recorded else "#555")
 
 
-def step_panel(ax, frame: pd.DataFrame, names: list) -> None:
+def step_panel(ax, frame: pd.DataFrame, labels: list) -> None:
     """One stacked bar per experiment: a step's milliseconds by part, so the limit shows (data
     waiting: add workers; transfer: pin memory; optimizer at a small batch: raise the batch size)."""
     ax.set_title("Where a step's time goes (ms)", fontsize=11)
@@ -72,20 +72,21 @@ def step_panel(ax, frame: pd.DataFrame, names: list) -> None:
     ms.loc[~recorded] = 0.0
     bottoms, totals = ms.cumsum(axis=1).shift(axis=1, fill_value=0.0), ms.sum(axis=1)
     for (phase, _), column, color in zip(STEP_PARTS, ms, STEP_COLORS):
-        ax.bar(range(len(names)), ms[column], bottom=bottoms[column], color=color, label=phase)
+        ax.bar(range(len(labels)), ms[column], bottom=bottoms[column], color=color, label=phase)
     for i, (ok, total) in enumerate(zip(recorded, totals)):
         _label(ax, i, total, f"{total:,.1f}" if ok else NOT_RECORDED, ok)
     ax.set_ylim(0, (totals.max() or 1.0) * 1.18)
-    ax.set_xticks(range(len(names)), names, rotation=15 if len(names) > 3 else 0, fontsize=9)
+    ax.set_xticks(range(len(labels)), labels, rotation=15 if len(labels) > 3 else 0, fontsize=9)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
 
 
 def write_chart(c: Comparison, path: Path) -> Path:
     frame = c.frame
     names = list(frame["experiment"])
+    labels = [short(name) for name in names]
     colors = [COLORS[i % len(COLORS)] for i in range(len(names))]
     fig, axes = plt.subplots(2, 4, figsize=(17, 7.5), constrained_layout=True)
-    step_panel(axes.flat[6], frame, names)
+    step_panel(axes.flat[6], frame, labels)
     axes.flat[7].axis("off")  # room for the stacked bar's legend
     for ax, (title, values, fmt, spread) in zip(axes.flat, panels(frame)):
         ax.set_title(title, fontsize=11)
@@ -117,7 +118,7 @@ def write_chart(c: Comparison, path: Path) -> Path:
         if speedup:
             ax.axhline(1.0, color="#888", linewidth=0.8, linestyle="--")
         ax.set_ylim(0, top * 1.25)
-        ax.set_xticks(range(len(names)), names, rotation=15 if len(names) > 3 else 0, fontsize=9)
-    fig.suptitle("Device comparison: " + " vs ".join(names), fontsize=13)
+        ax.set_xticks(range(len(names)), labels, rotation=15 if len(names) > 3 else 0, fontsize=9)
+    fig.suptitle("Device comparison: " + " vs ".join(labels), fontsize=13)
     atomic_write(path, lambda tmp: tmp.write_bytes(png(fig, dpi=110)))
     return path

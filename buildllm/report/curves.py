@@ -15,7 +15,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt  # the Agg backend: card_charts selects it
 
 from buildllm.atomic import atomic_write
-from buildllm.report.card_charts import COLORS, png, say
+from buildllm.report.card_charts import COLORS, png, say, short
 from buildllm.report.card_data import log_rows
 from buildllm.report.experiments import Files
 
@@ -80,7 +80,9 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
         ax.spines[["top", "right"]].set_visible(False)
         ax.grid(alpha=0.25)
     for i, (name, rows) in enumerate(curves.items()):
-        color = COLORS[i % len(COLORS)]
+        if not rows:  # an empty line would still earn a legend entry, and hide "not recorded"
+            continue
+        color = COLORS[i % len(COLORS)]  # by position, as in the bar chart
         for ax, x in zip(axes[:2], ("step", "elapsed_seconds")):
             if key == NATS:
                 ax.plot(*_series(rows, x, "train_loss"), color=color, alpha=0.45, linewidth=1)
@@ -89,9 +91,9 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
                 color=color,
                 marker="o",
                 markersize=4,
-                label=f"{name}: validation" + (" (line: train)" if key == NATS else ""),
+                label=f"{short(name)}: validation" + (" (line: train)" if key == NATS else ""),
             )
-        axes[2].plot(*_series(rows, "step", "tokens_per_second"), color=color, label=name)
+        axes[2].plot(*_series(rows, "step", "tokens_per_second"), color=color, label=short(name))
         reached = time_to(rows, target, key)
         if reached is not None:
             axes[1].axvline(reached[0], color=color, linestyle=":", linewidth=1)
@@ -102,6 +104,6 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
             ax.legend(fontsize=8)
         else:
             say(ax, "not recorded (no training log)")
-    fig.suptitle("Training curves: " + " vs ".join(curves), fontsize=13)
+    fig.suptitle("Training curves: " + " vs ".join(map(short, curves)), fontsize=13)
     atomic_write(path, lambda tmp: tmp.write_bytes(png(fig)))
     return path

@@ -14,6 +14,7 @@ import math
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from buildllm.cli import main
 from buildllm.config import defaults_dict
 from buildllm.errors import UserError
 from buildllm.measure.stats import from_intervals, interval_metrics, interval_rates, noise_warning, sign_interval, t975
+from buildllm.report.card_charts import LABEL_CHARS, short
 from buildllm.report.chart import panels
 from buildllm.report.compare import compare
 from buildllm.report.document import Heading, Table, to_html, to_markdown
@@ -553,6 +555,21 @@ def test_a_metrics_folder_from_another_machine_is_compared_with_the_same_checks(
     assert "batch_size 32 vs 8" in c.differences and "data file data/tokens abc123.dir vs fedcba987654" in c.differences
 
 
+def test_a_metrics_folder_deep_in_the_file_system_leaves_the_chart_readable(tmp_path):
+    deep = write_folder(
+        tmp_path / ("runs_from_the_gpu_machine_" * 3) / "benchmarks" / "h200",
+        benchmark("cuda", "bf16", 400000.0, gpu_name="NVIDIA H200"),
+        estimate(60.0, "cuda", "bf16"),
+    )
+    c = compare(["cpu-fp32", deep], rows=rows(FP32))
+    with warnings.catch_warnings():
+        # matplotlib warns when tick labels as long as the path squeeze the panels to nothing.
+        warnings.simplefilter("error")
+        md = Path(write_report(c, tmp_path / "r")[0]).read_text()
+    assert short(deep) == "…" + deep[1 - LABEL_CHARS :] and short("cpu-fp32") == "cpu-fp32"
+    assert f"`{deep}`" in md  # the report's text keeps the whole path
+
+
 def test_metrics_folders_alone_need_no_dvc(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # not a DVC project: `dvc exp show` would fail here
     write_folder(tmp_path / "cpu", benchmark(), params_data=params(device="cpu", precision="fp32"))
@@ -725,3 +742,24 @@ def test_time_to_target_is_in_bits_per_byte_when_every_log_has_it():
     assert time_to(a, target, BITS) == (10.0, 20) and time_to(b, target, BITS) == (8.0, 20)
     old = [{k: v for k, v in r.items() if k != BITS} for r in b]
     assert loss_key({"a": a, "b": old}) == NATS
+
+
+def test_the_curves_chart_draws_the_logs_there_are_and_says_where_there_are_none(tmp_path, monkeypatch):
+    from buildllm.report import curves
+
+    drawn = {}
+
+    def keep(fig, dpi=100):
+        drawn["legends"] = [
+            [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else [] for ax in fig.axes
+        ]
+        drawn["texts"] = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+        return b""
+
+    monkeypatch.setattr(curves, "png", keep)
+    logged = [{"step": 10, "train_loss": 4.1, "validation_loss": 4.0, "elapsed_seconds": 5.0, "tokens_per_second": 9.0}]
+    curves.write_curves({"benchmark-only": [], "trained": logged}, None, tmp_path / "c.png")
+    assert drawn["legends"][2] == ["trained"] and drawn["legends"][0] == ["trained: validation (line: train)"]
+    curves.write_curves({"a": [], "b": []}, None, tmp_path / "c.png")
+    assert drawn["legends"] == [[], [], []]
+    assert drawn["texts"] == [["not recorded (no training log)"]] * 3
