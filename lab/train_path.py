@@ -9,8 +9,8 @@ command line, the config) and from `train()` on. A module counts once a function
 run while the command line and the config are built counts too (the parsers of every command, a
 knob's declaration): the run executes it. Importing alone (a module's or a class's body) does not.
 
-The run is real and short (64 training examples unless the flags say otherwise, which train
-anyway). It runs in a temporary folder, so this project's metrics and checkpoints are left alone:
+The run is real and short: 64 training examples, unless the flags give another number. It runs in
+a temporary folder, so this project's metrics and checkpoints are left alone:
 params.yaml and metrics/ are copied there, data/ and tokenizer/ linked. `--package` traces another
 checkout's package (for a before and after); the process imports it in place of the installed one.
 """
