@@ -563,8 +563,8 @@ def test_a_metrics_folder_deep_in_the_file_system_leaves_the_chart_readable(tmp_
     )
     c = compare(["cpu-fp32", deep], rows=rows(FP32))
     with warnings.catch_warnings():
-        # matplotlib warns when tick labels as long as the path squeeze the panels to nothing.
-        warnings.simplefilter("error")
+        # matplotlib's word for panels squeezed to nothing by labels as long as the path.
+        warnings.filterwarnings("error", message="constrained_layout not applied")
         md = Path(write_report(c, tmp_path / "r")[0]).read_text()
     assert short(deep) == "…" + deep[1 - LABEL_CHARS :] and short("cpu-fp32") == "cpu-fp32"
     assert f"`{deep}`" in md  # the report's text keeps the whole path
