@@ -86,14 +86,6 @@ STEP_PARTS = [
 STEP_COLORS = ["#C44E52", "#DD8452", "#4C72B0", "#55A868", "#8172B3", "#937860"]
 # One colour per experiment in the comparison's charts (buildllm/report/chart.py, curves.py).
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
-# A metrics folder's name is its path, which can run long; a tick label, title or legend that long
-# squeezes a chart's panels to nothing. Charts keep a name's end (the folder's own name); the
-# report's text keeps the whole name.
-LABEL_CHARS = 24
-
-
-def short(name: str) -> str:
-    return name if len(name) <= LABEL_CHARS else "…" + name[1 - LABEL_CHARS :]
 
 
 def png(fig, dpi: int = 100) -> bytes:

@@ -14,7 +14,8 @@ import matplotlib.pyplot as plt  # the Agg backend: card_charts selects it
 import pandas as pd
 
 from buildllm.atomic import atomic_write
-from buildllm.report.card_charts import COLORS, NOT_RECORDED, STEP_COLORS, STEP_PARTS, png, say, seconds_unit, short
+from buildllm.metrics import short_label
+from buildllm.report.card_charts import COLORS, NOT_RECORDED, STEP_COLORS, STEP_PARTS, png, say, seconds_unit
 from buildllm.report.compare import Comparison
 
 
@@ -48,7 +49,7 @@ def panels(frame: pd.DataFrame) -> list:
             (_col(frame, "estimated_seconds_low") / unit, _col(frame, "estimated_seconds_high") / unit),
         ),
         (
-            f"Speed-up vs {short(frame['experiment'].iloc[0])}"
+            f"Speed-up vs {short_label(frame['experiment'].iloc[0])}"
             + (", paired: median, interval" if paired else ", 95% interval"),
             frame["speedup_vs_first"],
             "{:.2f}×",
@@ -59,6 +60,14 @@ def panels(frame: pd.DataFrame) -> list:
 
 def _label(ax, x: float, y: float, text: str, recorded: bool) -> None:
     ax.text(x, y, text, ha="center", va="bottom", fontsize=9, color="#111" if recorded else "#555")
+
+
+def _ticks(ax, labels: list) -> None:
+    # Side by side, labels longer than a bar is wide run into each other: slanted, each ends under its bar.
+    slanted = len(labels) > 3 or max(map(len, labels)) > 12
+    ax.set_xticks(
+        range(len(labels)), labels, rotation=20 if slanted else 0, ha="right" if slanted else "center", fontsize=9
+    )
 
 
 def step_panel(ax, frame: pd.DataFrame, labels: list) -> None:
@@ -76,14 +85,15 @@ def step_panel(ax, frame: pd.DataFrame, labels: list) -> None:
     for i, (ok, total) in enumerate(zip(recorded, totals)):
         _label(ax, i, total, f"{total:,.1f}" if ok else NOT_RECORDED, ok)
     ax.set_ylim(0, (totals.max() or 1.0) * 1.18)
-    ax.set_xticks(range(len(labels)), labels, rotation=15 if len(labels) > 3 else 0, fontsize=9)
+    _ticks(ax, labels)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
 
 
 def write_chart(c: Comparison, path: Path) -> Path:
     frame = c.frame
     names = list(frame["experiment"])
-    labels = [short(name) for name in names]
+    # A metrics folder's name is its path: as long a tick label or title squeezes the panels to nothing.
+    labels = [short_label(name) for name in names]
     colors = [COLORS[i % len(COLORS)] for i in range(len(names))]
     fig, axes = plt.subplots(2, 4, figsize=(17, 7.5), constrained_layout=True)
     step_panel(axes.flat[6], frame, labels)
@@ -118,7 +128,7 @@ def write_chart(c: Comparison, path: Path) -> Path:
         if speedup:
             ax.axhline(1.0, color="#888", linewidth=0.8, linestyle="--")
         ax.set_ylim(0, top * 1.25)
-        ax.set_xticks(range(len(names)), labels, rotation=15 if len(names) > 3 else 0, fontsize=9)
+        _ticks(ax, labels)
     fig.suptitle("Device comparison: " + " vs ".join(labels), fontsize=13)
     atomic_write(path, lambda tmp: tmp.write_bytes(png(fig, dpi=110)))
     return path

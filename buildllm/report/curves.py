@@ -15,7 +15,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt  # the Agg backend: card_charts selects it
 
 from buildllm.atomic import atomic_write
-from buildllm.report.card_charts import COLORS, png, say, short
+from buildllm.metrics import short_label
+from buildllm.report.card_charts import COLORS, png, say
 from buildllm.report.card_data import log_rows
 from buildllm.report.experiments import Files
 
@@ -91,9 +92,9 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
                 color=color,
                 marker="o",
                 markersize=4,
-                label=f"{short(name)}: validation" + (" (line: train)" if key == NATS else ""),
+                label=f"{short_label(name)}: validation" + (" (line: train)" if key == NATS else ""),
             )
-        axes[2].plot(*_series(rows, "step", "tokens_per_second"), color=color, label=short(name))
+        axes[2].plot(*_series(rows, "step", "tokens_per_second"), color=color, label=short_label(name))
         reached = time_to(rows, target, key)
         if reached is not None:
             axes[1].axvline(reached[0], color=color, linestyle=":", linewidth=1)
@@ -104,6 +105,6 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
             ax.legend(fontsize=8)
         else:
             say(ax, "not recorded (no training log)")
-    fig.suptitle("Training curves: " + " vs ".join(map(short, curves)), fontsize=13)
+    fig.suptitle("Training curves: " + " vs ".join(map(short_label, curves)), fontsize=13)
     atomic_write(path, lambda tmp: tmp.write_bytes(png(fig)))
     return path

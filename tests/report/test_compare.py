@@ -24,7 +24,7 @@ from buildllm.cli import main
 from buildllm.config import defaults_dict
 from buildllm.errors import UserError
 from buildllm.measure.stats import from_intervals, interval_metrics, interval_rates, noise_warning, sign_interval, t975
-from buildllm.report.card_charts import LABEL_CHARS, short
+from buildllm.metrics import short_label
 from buildllm.report.chart import panels
 from buildllm.report.compare import compare
 from buildllm.report.document import Heading, Table, to_html, to_markdown
@@ -555,18 +555,23 @@ def test_a_metrics_folder_from_another_machine_is_compared_with_the_same_checks(
     assert "batch_size 32 vs 8" in c.differences and "data file data/tokens abc123.dir vs fedcba987654" in c.differences
 
 
-def test_a_metrics_folder_deep_in_the_file_system_leaves_the_chart_readable(tmp_path):
+def test_a_metrics_folder_deep_in_the_file_system_leaves_the_chart_readable(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     deep = write_folder(
         tmp_path / ("runs_from_the_gpu_machine_" * 3) / "benchmarks" / "h200",
         benchmark("cuda", "bf16", 400000.0, gpu_name="NVIDIA H200"),
         estimate(60.0, "cuda", "bf16"),
     )
-    c = compare(["cpu-fp32", deep], rows=rows(FP32))
+    relative = write_folder(
+        Path("runs_kept_from_the_gpu_week_" * 3) / "h100", benchmark("cuda", "bf16", 300000.0), estimate(80.0)
+    )
+    c = compare(["cpu-fp32", deep, relative], rows=rows(FP32))
     with warnings.catch_warnings():
         # matplotlib's word for panels squeezed to nothing by labels as long as the path.
         warnings.filterwarnings("error", message="constrained_layout not applied")
         md = Path(write_report(c, tmp_path / "r")[0]).read_text()
-    assert short(deep) == "…" + deep[1 - LABEL_CHARS :] and short("cpu-fp32") == "cpu-fp32"
+    assert short_label(deep) == "…/h200" and short_label("cpu-fp32") == "cpu-fp32"
+    assert len(short_label(relative)) == 30 and short_label(relative).endswith("…")
     assert f"`{deep}`" in md  # the report's text keeps the whole path
 
 
