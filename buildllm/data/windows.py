@@ -196,22 +196,11 @@ class RunBatches(torch.utils.data.Dataset):
         )
 
 
-def loader(
-    windows: Windows,
-    batch_size: int,
-    seed: int,
-    epoch: int,
-    start_batch: int = 0,
-    rank: int = 0,
-    world_size: int = 1,
-    workers: int = 0,
-    pin_memory: bool = False,
-):
-    """RunBatches' items, built by `workers` background processes when workers > 0 (with pin_memory in
+def loader(batches: RunBatches, workers: int = 0, pin_memory: bool = False):
+    """The batches' items, built by `workers` background processes when workers > 0 (with pin_memory in
     page-locked memory, ready for Device.put's non-blocking copy). workers=0 builds each batch in the
     training process: slicing windows out of one tensor is cheap, and workers cost a start-up and a
     copy between processes for every batch."""
-    batches = RunBatches(windows, batch_size, seed, epoch, start_batch, rank, world_size)
     if workers <= 0:
         yield from batches  # a dataset iterates through its items until IndexError
         return

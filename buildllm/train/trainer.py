@@ -17,7 +17,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from buildllm.config import config_to_dict, knobs, value_at
-from buildllm.data.windows import Windows, batches_per_epoch, loader, optimizer_steps, sequential_batches
+from buildllm.data.windows import RunBatches, Windows, batches_per_epoch, loader, optimizer_steps, sequential_batches
 from buildllm.device.precision import autocast, grad_scaler
 from buildllm.device.rng import rng_state, set_rng_state
 from buildllm.errors import TrainingFailed, UserError
@@ -53,7 +53,7 @@ class DataCursor:
             )
         # The batches from any position, such as the one a checkpoint restores.
         self._loader = lambda epoch, batch: loader(
-            windows, batch_size, seed, epoch, batch, world.rank, world.size, workers, pin_memory
+            RunBatches(windows, batch_size, seed, epoch, batch, world.rank, world.size), workers, pin_memory
         )
         self.epoch, self.batch, self._batches = 0, 0, None
 

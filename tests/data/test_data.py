@@ -102,10 +102,10 @@ def test_loader_with_workers_gives_the_same_batches_in_the_same_order_across_epo
     windows = Windows(torch.arange(3000).to(torch.uint16), sequence_length=16, limit=150)
     per_epoch = 150 // 8
     count = 2 * per_epoch + 4  # the rest of epoch 1 from batch 3, all of epoch 2, the start of epoch 3
-    plain = list(itertools.islice(loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3), count))
+    plain = list(itertools.islice(loader(RunBatches(windows, batch_size=8, seed=5, epoch=1, start_batch=3)), count))
     workers = list(
         itertools.islice(
-            loader(windows, batch_size=8, seed=5, epoch=1, start_batch=3, workers=2, pin_memory=True), count
+            loader(RunBatches(windows, batch_size=8, seed=5, epoch=1, start_batch=3), workers=2, pin_memory=True), count
         )
     )
     # The reference, from the epochs' orders alone: 8 examples of each epoch's permutation per batch.
