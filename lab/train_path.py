@@ -41,6 +41,7 @@ class Tracer:
         self.package = package
         self.phases: dict[str, list[str]] = {"before train()": [], "train() to the first optimizer step": []}
         self.phase = "before train()"
+        self.seen: set[str] = set()
         self.stepped = False
 
     def from_trainer(self, frame) -> bool:
@@ -51,19 +52,21 @@ class Tracer:
         return False
 
     def __call__(self, frame, event, arg) -> None:
-        if event != "call" or self.stepped:
+        if event != "call":
             return
         code = frame.f_code
         module = module_of(code.co_filename, self.package)
         if module is None:
             # An optimizer's step from the trainer (fused AdamW's support probe runs one outside it).
             self.stepped = code.co_name == "step" and "optim" in code.co_filename and self.from_trainer(frame)
+            if self.stepped:
+                sys.setprofile(None)  # the rest of the run goes untraced, at full speed
             return
         if module == "buildllm/train/loop.py" and code.co_name == "train":
             self.phase = "train() to the first optimizer step"
-        seen = [name for names in self.phases.values() for name in names]
         # A function's frame, not a module's or a class body's run on import.
-        if code.co_flags & inspect.CO_OPTIMIZED and module not in seen:
+        if code.co_flags & inspect.CO_OPTIMIZED and module not in self.seen:
+            self.seen.add(module)
             self.phases[self.phase].append(module)
 
 
