@@ -33,10 +33,15 @@ STRETCH_BYTES = 20 * PASSAGE_CHARS
 MAX_STRETCHES = 20
 
 
+def stable_fraction(text: str) -> float:
+    """A number in [0, 1) fixed by `text`, the same on every machine and run: a stable hash, not
+    Python's salted hash() or a run-time shuffle."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
 def is_validation(title: str, percent: float) -> bool:
-    """Deterministic by title: a stable hash, not Python's salted hash() or a run-time shuffle."""
-    digest = hashlib.blake2b(title.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64 * 100.0 < percent
+    return stable_fraction(title) * 100.0 < percent
 
 
 def held_out_windows(total: int, percent: float) -> list[tuple[float, float]]:
@@ -49,9 +54,7 @@ def held_out_windows(total: int, percent: float) -> list[tuple[float, float]]:
     segment, width = total / count, held / count
     found = []
     for index in range(count):
-        digest = hashlib.blake2b(f"stretch {index}".encode(), digest_size=8).digest()
-        place = int.from_bytes(digest, "big") / 2**64  # the same on every machine
-        begin = index * segment + place * (segment - width)
+        begin = index * segment + stable_fraction(f"stretch {index}") * (segment - width)
         found.append((begin, begin + width))
     return found
 
