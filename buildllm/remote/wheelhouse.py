@@ -66,7 +66,6 @@ def command(args) -> None:
     skip = {canonicalize_name(n) for n in has} - {"dvc"}
     # What the target has, and all but the newest version of a name (two stop `pip install --no-index`).
     dropped = [wheel for name, found in by_name.items() for _, wheel in (found if name in skip else sorted(found)[:-1])]
-    left_out = [wheel.name for wheel in dropped]
     for wheel in dropped:
         wheel.unlink()
     for other in building.iterdir():
@@ -77,7 +76,7 @@ def command(args) -> None:
     kept = list(out_path.glob("*.whl"))
     count, size = len(kept), sum(w.stat().st_size for w in kept)
     print(
-        f"wheelhouse {out_path}: {count} wheels, {size / 2**20:.1f} MiB ({len(left_out)} left out: the target has "
+        f"wheelhouse {out_path}: {count} wheels, {size / 2**20:.1f} MiB ({len(dropped)} left out: the target has "
         f"them, or an older version of a name kept once)"
     )
 
