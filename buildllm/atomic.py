@@ -55,7 +55,6 @@ def atomic_path(path: str | Path, needed: int | None = None, advice: str = "") -
 def atomic_open(path: str | Path, needed: int | None = None, advice: str = "") -> Iterator[BinaryIO]:
     with atomic_path(path, needed, advice) as tmp, open(tmp, "wb") as handle:
         yield handle
-        handle.flush()
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None], needed: int | None = None, advice: str = "") -> None:

@@ -17,15 +17,7 @@ import yaml
 
 from buildllm import profiles
 from buildllm.errors import ConfigError
-from buildllm.knob import (
-    MODEL_COMMANDS,
-    PLANNING_COMMANDS,
-    TRAIN_COMMANDS,
-    build,
-    knob,
-    leaf_knobs,
-    set_dotted,
-)
+from buildllm.knob import MODEL_COMMANDS, build, knob, leaf_knobs, set_dotted
 
 ARCHITECTURES = ("classic", "modern")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -33,6 +25,10 @@ COMPILE_CHOICES = ("false", "true", "auto")
 CORPUS_SOURCES = ("wiki_vital", "shakespeare", "files")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps|xla)$")
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps, xla"
+# A knob that only matters to a training run (its checkpoints, logging, resume) offers its flag where
+# a run is planned.
+PLANNING_COMMANDS = ("dry-run", "train", "estimate", "preflight")
+TRAIN_COMMANDS = ("train", "preflight")
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,8 @@ from typing import Any
 from buildllm.errors import ConfigError
 
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-# Which commands offer a knob's flag: those that run or plan a model by default; a knob that only
-# matters to a training run (its checkpoints, logging, resume) is offered where a run is planned.
+# Which commands offer a knob's flag by default: those that run or plan a model.
 MODEL_COMMANDS = ("dry-run", "train", "benchmark", "estimate", "preflight", "fits", "tune")
-PLANNING_COMMANDS = ("dry-run", "train", "estimate", "preflight")
-TRAIN_COMMANDS = ("train", "preflight")
 
 
 def knob(
