@@ -24,13 +24,6 @@ def chunk_bytes_per_row(vocab_size: int, precision_bytes: int) -> int:
     return vocab_size * (2 * 4 + (2 * precision_bytes if precision_bytes != 4 else 0))
 
 
-def compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """As the plain Linear would compute: autocast's where it is on, else the input's."""
-    if torch.is_autocast_enabled(x.device.type):
-        return torch.get_autocast_dtype(x.device.type)
-    return x.dtype
-
-
 def target_log_probs(logits, out, target, via_softmax: bool, want_softmax: bool):
     """Each row's log-probability of its target and, when wanted, the rows' softmax (written in `out`)."""
     if via_softmax:  # the gradient needs the softmax, the loss only its log at each row's target
@@ -120,9 +113,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_rows: int) -> torch.Tensor:
     """mean cross_entropy(x @ weight.T, targets) for x (rows, d), weight (vocab, d), targets (rows,),
     `chunk_rows` rows at a time (the plan's decision, buildllm/plan/loss_chunk.py)."""
-    grad = torch.is_grad_enabled()
+    # The dtype the plain Linear would compute in: autocast's where it is on, else the input's.
+    kind, grad = x.device.type, torch.is_grad_enabled()
+    dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
     return _LinearCrossEntropy.apply(
-        x, weight, targets, chunk_rows, compute_dtype(x), grad and x.requires_grad, grad and weight.requires_grad
+        x, weight, targets, chunk_rows, dtype, grad and x.requires_grad, grad and weight.requires_grad
     )
 
 

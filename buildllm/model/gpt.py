@@ -194,8 +194,7 @@ class GPT(nn.Module):
                 x.reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), self.loss_chunk_rows or B * T
             )
         logits = self.lm_head(x)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
-        return logits, loss
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
 def build_model(config: GPTConfig, device: str | torch.device = "cpu", seed: int | None = None) -> GPT:

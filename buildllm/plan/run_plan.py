@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -42,15 +42,15 @@ class RunPlan:
     learning_rate: float
     threads: int
     parameters: int
-    processes: int = 1
-    training_examples: int | None = None  # None: unknown before the token file exists
-    planned_steps: int | None = None
-    compile: CompileDecision = CompileDecision(False, "not planned")
-    fused_adamw: bool = False  # its reason: decisions["fused_adamw"]
-    decisions: dict = field(default_factory=dict)
-    tuned_here: bool = False  # a tune record of this machine, profile, shape and batch decided the auto knobs
-    loss: loss_chunk.LossDecision = loss_chunk.LossDecision(1, 1, "not planned")
-    memory: MemoryFit = NOT_DECIDED
+    processes: int
+    training_examples: int | None  # None: unknown before the token file exists
+    planned_steps: int | None
+    compile: CompileDecision
+    fused_adamw: bool  # its reason: decisions["fused_adamw"]
+    decisions: dict
+    tuned_here: bool  # a tune record of this machine, profile, shape and batch decided the auto knobs
+    loss: loss_chunk.LossDecision
+    memory: MemoryFit = NOT_DECIDED  # decided from the rest of the plan
 
     @property
     def tokens_per_step(self) -> int:

@@ -124,8 +124,7 @@ def load(path: str | Path) -> dict:
 def load_latest(directory: str | Path) -> tuple[Path, dict] | None:
     """The newest checkpoint that reads; a damaged newest one falls back to the one before it."""
     found = list_checkpoints(directory)
-    for index in range(len(found) - 1, -1, -1):
-        path = found[index]
+    for index, path in reversed(list(enumerate(found))):
         try:
             return path, load(path)
         except DamagedCheckpoint as exc:

@@ -92,15 +92,14 @@ def generate_ids(
         logits, _ = model(torch.tensor([tokens], device=device), cache=cache)
         return logits[0, -1]
 
-    cache = KVCache(model.config.n_layer) if kv_cache else None
-    logits = run(ids[-window:], cache)
+    cache = None
     for _ in range(max_new_tokens):
-        ids.append(next_token(logits, greedy, temperature, top_k, generator))
         if cache is not None and cache.length < window:
             logits = run(ids[-1:], cache)
         else:
             cache = KVCache(model.config.n_layer) if kv_cache else None
             logits = run(ids[-window:], cache)
+        ids.append(next_token(logits, greedy, temperature, top_k, generator))
     return ids
 
 

@@ -234,7 +234,7 @@ class StopRequest:
     a whole step's state."""
 
     def __init__(self):
-        self.requested, self._previous, self.signals = False, {}, []
+        self.requested, self.interrupted, self._previous = False, False, {}
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
@@ -244,12 +244,12 @@ class StopRequest:
 
     def _handle(self, signum, frame) -> None:
         # Only a second Ctrl-C stops at once: torchrun follows a terminal's Ctrl-C with its own SIGTERM.
-        if self.requested and signum == signal.SIGINT and self.signals.count(signal.SIGINT):
+        if self.interrupted and signum == signal.SIGINT:
             raise KeyboardInterrupt
         if not self.requested:
             print("\nstopping after this step to save a checkpoint (Ctrl-C again stops at once)", file=sys.stderr)
         self.requested = True
-        self.signals.append(signum)
+        self.interrupted |= signum == signal.SIGINT
 
     def __exit__(self, *exc) -> None:
         for signum, handler in self._previous.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import asdict
+from itertools import islice
 from pathlib import Path
 
 import torch
@@ -119,7 +120,7 @@ class Trainer:
         self.world = world or World()
         self.directory = Path(directory or cfg.checkpoint_directory)
         self.tokenizer = str(tokenizer or "")
-        self.train_windows, self.validation_windows = train_windows, validation_windows
+        self.validation_windows = validation_windows
         self.cursor = DataCursor(
             train_windows,
             plan.batch_size,
@@ -211,9 +212,8 @@ class Trainer:
         self.model.eval()
         total, count = 0.0, 0
         try:
-            for index, batch in enumerate(sequential_batches(self.validation_windows, self.plan.batch_size)):
-                if index % self.world.size != self.world.rank:
-                    continue
+            batches = sequential_batches(self.validation_windows, self.plan.batch_size)
+            for batch in islice(batches, self.world.rank, None, self.world.size):
                 inputs, targets = self.device.put(*batch)
                 with autocast(self.plan.precision, self.device):
                     _, loss = self.model(inputs, targets)
