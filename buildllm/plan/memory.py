@@ -23,10 +23,6 @@ FITS, TIGHT, DOES_NOT_FIT, UNKNOWN = "fits", "tight", "does_not_fit", "unknown"
 LARGEST = 1 << 16  # the largest batch size the bisection tries
 
 
-class WontFit(UserError):
-    pass
-
-
 @dataclass(frozen=True)
 class MemoryFit:
     verdict: str  # fits | tight | does_not_fit | unknown
@@ -102,7 +98,7 @@ def refuse_unless_fits(plan) -> None:
             if largest
             else "not even batch size 1 fits: use a smaller profile or --gradient-checkpointing"
         )
-        raise WontFit(f"this plan {fit.reason}; {suggestion}, or --force-memory to try anyway")
+        raise UserError(f"this plan {fit.reason}; {suggestion}, or --force-memory to try anyway")
     print(f"warning: this plan {fit.reason}; trying anyway (--force-memory)", file=sys.stderr, flush=True)
 
 

@@ -61,7 +61,7 @@ class RunLog:
         self._new_session()
         self.load = LoadSampler(self.cores_used)  # sampled at each row: whether others took our cores
         if self.world.is_main:
-            self.write_csv()
+            self.write_log()
 
     def restore(self, rows: list[dict], step: int, elapsed: float) -> None:
         """The rows a checkpoint of step `step` carried (later ones belong to steps a resume redoes),
@@ -96,19 +96,19 @@ class RunLog:
         self.rows.append(row)
         self._losses, self._seconds = [], []
         if self.world.is_main:
-            self.write_csv()
+            self.write_log()
         return row
 
     def bits_per_byte(self, loss: float | None) -> float | None:
         return bits_per_byte(loss, self.facts.get("validation_bytes_per_token"))
 
-    def write_csv(self) -> None:
-        # JSON: a list of objects with every key in each, as DVC needs.
+    def write_log(self) -> None:
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows({key: _cell(row.get(key)) for key in COLUMNS} for row in self.rows)
         atomic_write_text(TRAIN_LOG_CSV, buffer.getvalue())
+        # JSON: a list of objects with every key in each, as DVC needs.
         records = [{key: _number(row.get(key)) for key in COLUMNS} for row in self.rows]
         atomic_write_text(TRAIN_LOG_JSON, json.dumps(records, indent=1) + "\n")
 
@@ -160,7 +160,7 @@ class RunLog:
     def finish(self, status: str, progress: dict, extra: dict) -> dict:
         metrics = self.metrics(status, progress, extra)
         if self.world.is_main:
-            self.write_csv()
+            self.write_log()
             write_png(
                 self.rows,
                 f"{metrics['profile']} on {metrics['device']} ({metrics['precision']}), "
