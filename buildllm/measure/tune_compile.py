@@ -17,9 +17,13 @@ from pathlib import Path
 
 import yaml
 
-from buildllm.config import Config, config_to_dict
+from buildllm.config import Config, config_to_dict, load_config, with_overrides
+from buildllm.data.windows import windows_or_random
+from buildllm.measure.stats import compare, interleave
 from buildllm.measure.workfolder import last_line, run_command
 from buildllm.metrics import json_line
+from buildllm.plan.run_plan import apply_plan, make_plan
+from buildllm.train.trainer import Trainer
 
 WARMUP_STEPS = 2
 ROUNDS = 12  # pairs of turns at most: enough for a 95% interval of the median ratio
@@ -48,16 +52,10 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
 
 
 def child(params: str, settings: dict, deadline: float) -> dict:
-    from buildllm.config import load_config, with_overrides
-    from buildllm.data.windows import windows_or_random
-    from buildllm.measure.stats import compare, interleave
-    from buildllm.plan.run_plan import apply_plan, make_plan
-    from buildllm.train.trainer import Trainer
-
     config = load_config(params)
     plans = {
-        name: make_plan(with_overrides(config, {**settings, "train.compile": name == "compiled" and "true" or "false"}))
-        for name in ("plain", "compiled")
+        name: make_plan(with_overrides(config, {**settings, "train.compile": compile_knob}))
+        for name, compile_knob in (("plain", "false"), ("compiled", "true"))
     }
     apply_plan(plans["plain"])
     device = plans["plain"].device

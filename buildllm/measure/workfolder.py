@@ -34,7 +34,6 @@ def prepare(folder: Path, params: dict | Config) -> Path:
     """Make `folder` with `params` (flat dotted keys, nested, or a validated Config) as its params.yaml,
     linking every entry of the working directory (the project) but its metrics and params: the command
     reads the same token files and writes nothing into the project (a Config's checkpoints too)."""
-    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if isinstance(params, Config):
         params = {**config_to_dict(params), "train.checkpoint_directory": str(folder.resolve() / "checkpoints")}
@@ -87,7 +86,7 @@ def run_step(folder: Path, command: str, who: str, timeout: float | None = None)
 
 def run_benchmark(folder: Path, who: str, timeout: float) -> dict:
     """A fresh `buildllm benchmark` in `folder`: the metrics it wrote (an earlier round's go first)."""
-    result = Path(folder) / "metrics" / "benchmark.json"
+    result = folder / "metrics" / "benchmark.json"
     result.unlink(missing_ok=True)
     run_step(folder, "benchmark", who, timeout)
     return json.loads(result.read_text())

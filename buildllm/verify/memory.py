@@ -55,7 +55,7 @@ class Shape:
 
     @property
     def key(self) -> str:
-        return "_".join(part for part in self.label.split(" ") if part)
+        return "_".join(self.label.split())
 
 
 # Gradient checkpointing's range (memory/estimate.py, remade_after_backward) was chosen on these,
@@ -247,8 +247,9 @@ def chosen_shapes(args) -> dict[str, list[Shape]]:
     }
 
 
-def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
-    """(the line's start or a skip note, the figures or None)."""
+def measure_shape(shape: Shape, args, limit: float) -> tuple[str, object, list]:
+    """(the line's start or a skip note, the estimate, each fresh process's try by its peak: none when
+    skipped or out of memory)."""
     from buildllm.measure.batch_finder import try_in_child
     from buildllm.memory.estimate import plan_memory
     from buildllm.paths import token_paths
@@ -258,26 +259,19 @@ def measure_shape(shape: Shape, args, limit: float) -> tuple[str, dict | None]:
         config = load_config(args.params, shape_settings(shape, args.device))
         plan = make_plan(config)
     except UserError as exc:
-        return f"{shape.label:<48}  skipped: {exc}", None
+        return f"{shape.label:<48}  skipped: {exc}", None, []
     estimate = plan_memory(plan)
     train_path, _ = token_paths(config, plan.model.vocab_size)
     span = f"{estimate.low / 2**20:.0f}-{estimate.high / 2**20:.0f}"
     label = f"{shape.label:<48}{estimate.total / 2**20:>13.1f}{span:>16}"
     if not train_path.exists():
-        return f"{label}  skipped: no {train_path} (make it with `buildllm tokenize`)", None
+        return f"{label}  skipped: no {train_path} (make it with `buildllm tokenize`)", estimate, []
     if estimate.high > limit:
-        return f"{label}  skipped: over {args.max_fraction:.0%} of the memory available", None
+        return f"{label}  skipped: over {args.max_fraction:.0%} of the memory available", estimate, []
     tries = [try_in_child(config) for _ in range(args.repeats)]
     if any(t["oom"] for t in tries):
-        return f"{label}  did not fit (out of memory)", None
-    tries.sort(key=lambda t: t["peak_memory_bytes"])
-    peaks = [t["peak_memory_bytes"] for t in tries]
-    return label, {
-        "estimate": estimate,
-        "peaks": peaks,
-        "peak": statistics.median(peaks),
-        "reserved": tries[len(tries) // 2].get("peak_memory_reserved_bytes"),
-    }
+        return f"{label}  did not fit (out of memory)", estimate, []
+    return label, estimate, sorted(tries, key=lambda t: t["peak_memory_bytes"])
 
 
 def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict, cuda: bool) -> tuple[int, int]:
@@ -294,20 +288,22 @@ def run_set(name: str, shapes: list[Shape], args, limit: float, record: dict, cu
     )
     inside = measured = close = single_misses = singles = 0
     for shape in shapes:
-        label, got = measure_shape(shape, args, limit)
-        if got is None:
+        label, estimate, tries = measure_shape(shape, args, limit)
+        if not tries:
             print(label, flush=True)
             continue
-        estimate, peaks, peak = got["estimate"], got["peaks"], got["peak"]
+        peaks = [t["peak_memory_bytes"] for t in tries]
+        peak = statistics.median(peaks)
+        reserved = tries[len(tries) // 2].get("peak_memory_reserved_bytes")
         ok = estimate.low <= peak <= estimate.high
         ratio = estimate.total / peak
         measured, inside, close = measured + 1, inside + ok, close + (abs(ratio - 1) <= TARGET)
         single_misses += sum(not estimate.low <= p <= estimate.high for p in peaks)
         singles += len(peaks)
         line = f"{label}{peak / 2**20:>14.1f}{ratio:>7.3f}{f'{peaks[0] / 2**20:.0f}-{peaks[-1] / 2**20:.0f}':>14}"
-        if cuda and got["reserved"]:
-            line += f"{got['reserved'] / 2**20:>14.1f}{estimate.total / got['reserved']:>7.3f}"
-            record[f"{name}_{shape.key}_reserved_bytes"] = got["reserved"]
+        if cuda and reserved:
+            line += f"{reserved / 2**20:>14.1f}{estimate.total / reserved:>7.3f}"
+            record[f"{name}_{shape.key}_reserved_bytes"] = reserved
         print(line + ("" if ok else "  MISSES the stated range"), flush=True)
         figures = {
             "estimate_bytes": estimate.total,
