@@ -147,14 +147,9 @@ def memory_chart(dry_run: dict, benchmark: dict, train: dict) -> bytes:
                 ax.bar(0, value / scale, bottom=bottom, color=color, width=0.55, label=label)
                 bottom += value / scale
         if low is not None and high is not None:
+            yerr = [[total / scale - low / scale], [high / scale - total / scale]]
             ax.errorbar(
-                0,
-                total / scale,
-                yerr=[[total / scale - low / scale], [high / scale - total / scale]],
-                color="#222",
-                capsize=6,
-                linewidth=1.2,
-                label="estimate's low–high range",
+                0, total / scale, yerr=yerr, color="#222", capsize=6, linewidth=1.2, label="estimate's low–high range"
             )
         top = max(bottom, (high or 0) / scale)
         ax.text(0, top, f"{total / scale:,.1f} {unit}", ha="center", va="bottom", fontsize=9)
@@ -195,7 +190,8 @@ def step_chart(benchmark: dict) -> bytes:
 
 def estimate_chart(estimate: dict, measured: float | None, measured_label: str) -> bytes:
     point, low, high = (_number(estimate.get(f"estimated_seconds{end}")) for end in ("", "_low", "_high"))
-    scale, unit = seconds_unit(max(v for v in (point, high, measured, 1.0) if v is not None))
+    largest = max(v for v in (point, high, measured, 1.0) if v is not None)
+    scale, unit = seconds_unit(largest)
     fig, ax = _chart("Time: the estimate (before training) against the measured run", 2.9)
     ax.set_yticks([0, 1], ["measured", "estimate"])
     ax.set_xlabel(f"run time ({unit})")
@@ -211,7 +207,7 @@ def estimate_chart(estimate: dict, measured: float | None, measured_label: str) 
     else:
         ax.plot([measured / scale], [0], "D", color="#C44E52", label=measured_label)
         ax.text(measured / scale, 0.25, f"{measured / scale:,.1f} {unit}", ha="center", fontsize=9)
-    ax.set_xlim(0, max(v for v in (point, high, measured, 1.0) if v is not None) / scale * 1.1)
+    ax.set_xlim(0, largest / scale * 1.1)
     ax.set_ylim(-0.5, 1.6)
     _legend(ax)
     return png(fig)

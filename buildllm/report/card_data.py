@@ -10,7 +10,7 @@ import io
 from dataclasses import dataclass, field
 
 from buildllm.paths import TRAIN_LOG_CSV, TRAIN_LOG_JSON, metrics_path
-from buildllm.report.experiments import Files, exp_show, select
+from buildllm.report.experiments import Files, select
 from buildllm.report.sample import SAMPLE_PATH
 
 CARD_STAGES = ("dry_run", "benchmark", "estimate", "train", "machine")
@@ -56,7 +56,7 @@ def log_rows(files: Files) -> list:
 
 def read_card(name: str | None = None) -> CardData:
     """The workspace's card data, or `name`'s: an experiment, commit, branch or metrics folder, as compare finds it."""
-    exp = select([name], exp_show, lambda: exp_show(all_commits=True))[0][0] if name else None
+    exp = select([name])[0][0] if name else None
     files, carried = (Files(exp.rev, exp.source), exp.carried) if exp else (Files("workspace"), [])
     records, notes, absent = {}, {}, {}
     for stage in CARD_STAGES:
@@ -70,10 +70,10 @@ def read_card(name: str | None = None) -> CardData:
             notes[stage] = found if isinstance(found, dict) else {}
         else:
             absent[metrics_path(stage).as_posix()] = "absent"
-    trained = "train" not in carried
-    rows = log_rows(files) if trained else []
-    sample = files.json(SAMPLE_PATH) if trained else None
-    if not trained:
+    rows, sample = [], None
+    if "train" in carried:
         absent[TRAIN_LOG_JSON.as_posix()] = absent[SAMPLE_PATH.as_posix()] = "its baseline's, with train"
+    else:
+        rows, sample = log_rows(files), files.json(SAMPLE_PATH)
     sample = sample if isinstance(sample, dict) else None
     return CardData(exp.name if exp else "workspace", files.rev, records, notes, rows, sample, absent)

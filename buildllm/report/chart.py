@@ -109,7 +109,7 @@ def write_chart(c: Comparison, path: Path) -> Path:
             continue
         heights = [0.0 if pd.isna(v) else float(v) for v in values]
         hatches = ["//" if speedup and n in c.speedups and c.inconclusive(n) else "" for n in names]
-        bars = ax.bar(range(len(names)), heights, color=colors, hatch=hatches, edgecolor="white")
+        ax.bar(range(len(names)), heights, color=colors, hatch=hatches, edgecolor="white")
         tops = list(heights)
         if spread is not None:
             low, high = (pd.Series(s).reset_index(drop=True) for s in spread)
@@ -120,11 +120,11 @@ def write_chart(c: Comparison, path: Path) -> Path:
                     )
                     tops[i] = max(v, float(high[i]))
         top = max(tops) if any(tops) else 1.0
-        for i, (bar, v) in enumerate(zip(bars, values)):
+        for i, v in enumerate(values):
             label = NOT_RECORDED if pd.isna(v) or not math.isfinite(v) else fmt.format(v)
             if hatches[i]:
                 label += "\ninconclusive"
-            _label(ax, bar.get_x() + bar.get_width() / 2, tops[i] + top * 0.02, label, not pd.isna(v))
+            _label(ax, i, tops[i] + top * 0.02, label, not pd.isna(v))
         if speedup:
             ax.axhline(1.0, color="#888", linewidth=0.8, linestyle="--")
         ax.set_ylim(0, top * 1.25)

@@ -26,7 +26,7 @@ from buildllm.measure.workfolder import remeasure
 from buildllm.paths import metrics_path
 from buildllm.report.controls import VARIABLES, check_runs, controls_table, display
 from buildllm.report.curves import loss_key, read_curves, target_loss
-from buildllm.report.experiments import Experiment, exp_show, select
+from buildllm.report.experiments import Experiment, select
 
 # (column, stage, metric): the figures the report shows, in the CSV's first columns.
 SUMMARY = [
@@ -119,7 +119,7 @@ class Comparison:
         if s.coverage < 0.95:
             return f"{s.pairs} rounds give only a {s.level} interval; use --rounds 6 or more for 95%"
         if self.paired is None:
-            loud = [(n, self.noise(n)) for n in dict.fromkeys((self.reference, name)) if is_noisy(self.noise(n))]
+            loud = [(n, cv) for n, cv in self.noisy if n in (self.reference, name)]
             if loud:
                 return (
                     "; ".join(f"{n}'s throughput varied {cv:.0%} between intervals" for n, cv in loud)
@@ -301,8 +301,7 @@ def compare(
 ) -> Comparison:
     """The comparison of the named experiments (or metrics folders); `rounds` re-measures them paired."""
     vary = list(vary or [])
-    default_rows = rows if rows is not None else exp_show
-    chosen, notes = select(names, default_rows, rows if rows is not None else (lambda: exp_show(all_commits=True)))
+    chosen, notes = select(names) if rows is None else select(names, rows, rows)
     kept, excluded = check_runs(chosen)
     if len(kept) < 2:
         why = "; ".join(f"{n}: {w}" for n, w in excluded) or "fewer than two experiments were found"

@@ -84,16 +84,11 @@ def write_curves(curves: dict, target: float | None, path: Path, key: str = NATS
         if not rows:  # an empty line would still earn a legend entry, and hide "not recorded"
             continue
         color = COLORS[i % len(COLORS)]  # by position, as in the bar chart
+        label = f"{short_label(name)}: validation" + (" (line: train)" if key == NATS else "")
         for ax, x in zip(axes[:2], ("step", "elapsed_seconds")):
             if key == NATS:
                 ax.plot(*_series(rows, x, "train_loss"), color=color, alpha=0.45, linewidth=1)
-            ax.plot(
-                *_series(rows, x, key),
-                color=color,
-                marker="o",
-                markersize=4,
-                label=f"{short_label(name)}: validation" + (" (line: train)" if key == NATS else ""),
-            )
+            ax.plot(*_series(rows, x, key), color=color, marker="o", markersize=4, label=label)
         axes[2].plot(*_series(rows, "step", "tokens_per_second"), color=color, label=short_label(name))
         reached = time_to(rows, target, key)
         if reached is not None:

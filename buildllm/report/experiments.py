@@ -196,24 +196,24 @@ def read_experiments(rows: list) -> tuple[list, list]:
     return baselines, experiments
 
 
-def select(names: list, rows_default, rows_all=None) -> tuple[list, list]:
+def select(names: list, rows_default=exp_show, rows_all=None) -> tuple[list, list]:
     """The experiments to compare: the named ones (experiment names, commits, branches, `workspace`,
     metrics folders) in the order given, or the workspace and every experiment of the current
-    baseline. The rows may be a callable: `dvc exp show` then runs only if a name needs it."""
+    baseline. The rows may be a callable: `dvc exp show` then runs only if a name needs it, and
+    `rows_all` (by default every commit's) only if a name is not among the first rows."""
     if names and all(is_metrics_folder(n) for n in names):
         return [read_folder(n) for n in names], []
     baselines, experiments = read_experiments(rows_default() if callable(rows_default) else rows_default)
-    notes = []
     if not names:
         workspace = next((e for e in experiments if e.rev == "workspace"), None)
         applied = [e for e in experiments if workspace and e is not workspace and _applied(e, workspace)]
-        if applied:
-            experiments.remove(workspace)
-            notes.append(
-                f"workspace: identical to experiment {applied[0].name} (its results are applied there); shown once"
-            )
-        return experiments, notes
-    pool, more = baselines + experiments, rows_all
+        if not applied:
+            return experiments, []
+        experiments.remove(workspace)
+        return experiments, [
+            f"workspace: identical to experiment {applied[0].name} (its results are applied there); shown once"
+        ]
+    pool, more = baselines + experiments, rows_all if rows_all is not None else lambda: exp_show(all_commits=True)
     chosen = []
     for name in names:
         if is_metrics_folder(name):
@@ -231,7 +231,7 @@ def select(names: list, rows_default, rows_all=None) -> tuple[list, list]:
                 "folder holds benchmark.json, estimate.json, ..."
             )
         chosen.append(found)
-    return chosen, notes
+    return chosen, []
 
 
 def _applied(exp: Experiment, workspace: Experiment) -> bool:
@@ -285,14 +285,9 @@ def read_folder(name: str) -> Experiment:
     if lone:  # a lone file: that stage's metrics (benchmark's unless named after a stage)
         stage = path.stem if path.stem in STAGES else "benchmark"
         files, path = {stage: path}, path.parent
-    else:
+    else:  # select() reads only what is_metrics_folder() found: a lone file or a folder with one
         folder = _metrics_dir(path)
-        files = {s: folder / f"{s}.json" for s in STAGES} if folder else {}
-    if not files:
-        raise UserError(
-            f"{name} holds no metrics file ({', '.join(s + '.json' for s in STAGES)}); "
-            "point buildllm compare at the folder a run's metrics were copied to"
-        )
+        files = {s: folder / f"{s}.json" for s in STAGES}
     again = "copy it again from the machine that ran it"
     metrics = {stage: read_metrics(file, advice=again) for stage, file in files.items() if file.is_file()}
     # A lone file's params are its own (x.params.yaml beside x.json); a folder's are its params.yaml.
