@@ -14,8 +14,7 @@ def why_no_cuda() -> str:
 
 
 def mps_available() -> bool:
-    backend = getattr(torch.backends, "mps", None)
-    return bool(backend and backend.is_available())
+    return torch.backends.mps.is_available()
 
 
 def xla_available() -> bool:

@@ -28,7 +28,7 @@ class PrecisionDecision:
 
     @property
     def activation_bytes(self) -> int:
-        return torch.finfo(DTYPES[self.precision]).bits // 8
+        return DTYPES[self.precision].itemsize
 
 
 def cuda_capability(device: Device) -> tuple[int, int]:
@@ -42,11 +42,8 @@ def cuda_has_bf16(device: Device) -> bool:
 
 def tunable_precisions(device: Device) -> list[str]:
     """fp32 first (the reference `buildllm tune` measures against), then the low precisions this device trains in."""
-    if device.kind == "cuda":
-        return ["fp32", *(["bf16"] if cuda_has_bf16(device) else []), "fp16"]
-    if device.kind == "cpu":
-        return ["fp32", "bf16"] if cpu_bf16.native_bf16() else ["fp32"]
-    return {"mps": ["fp32", "fp16"], "xla": ["fp32", "bf16"]}.get(device.kind, ["fp32"])
+    candidates = {"mps": ["fp32", "fp16"], "xla": ["fp32", "bf16"]}.get(device.kind, ["fp32", "bf16", "fp16"])
+    return [precision for precision in candidates if trains_in(precision, device)]
 
 
 def fp32_only_reason(device: Device) -> str:
@@ -104,9 +101,8 @@ def precision_decision(precision: str, device: Device, origin: str) -> Precision
     }
     extra = notes.get((device.kind, precision))
     reason = f"{precision}: {origin}" + (f"; {extra}" if extra else "")
-    grad_scaler = precision == "fp16" and device.kind != "cpu"
     return PrecisionDecision(
-        precision, grad_scaler, tf32_enabled=tf32, tensor_cores_enabled=tensor_cores, reason=reason
+        precision, grad_scaler=precision == "fp16", tf32_enabled=tf32, tensor_cores_enabled=tensor_cores, reason=reason
     )
 
 
