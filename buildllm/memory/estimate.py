@@ -81,6 +81,8 @@ class MemoryEstimate:
     # What the step's kernels hold beside the tensors: CUDA's cuBLAS workspaces; on the CPU, what a
     # torch.compile'd step keeps that an eager one does not (its generated code and runtime).
     workspace: int = 0
+    # The stated range: the measured peak lies within total x (1 - spread[0], 1 + spread[1]).
+    spread: tuple[float, float] = (0.0, 0.0)
 
     @property
     def parts(self) -> dict[str, int]:
@@ -89,9 +91,6 @@ class MemoryEstimate:
     @property
     def total(self) -> int:
         return sum(self.parts.values())
-
-    # The stated range: the measured peak lies within total x (1 - spread[0], 1 + spread[1]).
-    spread: tuple[float, float] = (0.0, 0.0)
 
     @property
     def low(self) -> int:
@@ -106,8 +105,8 @@ class MemoryEstimate:
         return "optimizer step" if self.activations == 0 else "start of backward"
 
     def as_metrics(self) -> dict:
-        named = {**self.parts, "total": self.total, "low": self.low, "high": self.high}
-        return {f"memory_estimate_{name}_bytes": value for name, value in named.items()}
+        named = {**self.parts, "total": self.total}
+        return {f"memory_estimate_{name}_bytes": value for name, value in named.items()} | self.range_metrics()
 
     def range_metrics(self) -> dict:
         return {"memory_estimate_low_bytes": self.low, "memory_estimate_high_bytes": self.high}
@@ -207,17 +206,16 @@ def estimate_training_memory(
     weights, optimizer, gradients = parameters * FP32, 2 * parameters * FP32, parameters * FP32
     # With accumulation, micro-batches after the first run beside the gradients summed so far.
     early_gradients = gradients if grad_accum > 1 else 0
-    backward_start = early_gradients + autocast_weights + activations + logits + scores
-    if backward_start >= gradients:
-        parts = dict(
-            gradients=early_gradients,
-            autocast_weights=autocast_weights,
-            activations=activations,
-            logits=logits,
-            attention_scores=scores,
-        )
-    else:  # the optimizer step: the model returns no logits with a loss, so none are held to it
-        parts = dict(gradients=gradients, autocast_weights=0, activations=0, logits=0, attention_scores=0)
+    backward_start = dict(
+        gradients=early_gradients,
+        autocast_weights=autocast_weights,
+        activations=activations,
+        logits=logits,
+        attention_scores=scores,
+    )
+    # The optimizer step: the model returns no logits with a loss, so none are held to it.
+    optimizer_step = dict.fromkeys(backward_start, 0) | {"gradients": gradients}
+    parts = max(backward_start, optimizer_step, key=lambda moment: sum(moment.values()))
     live = weights + optimizer + sum(parts.values())
     allocator = 0
     if device.host_memory:
