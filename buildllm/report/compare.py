@@ -109,7 +109,7 @@ class Comparison:
 
     @property
     def noisy(self) -> list:
-        return [(e.name, self.noise(e.name)) for e in self.experiments if is_noisy(self.noise(e.name))]
+        return [(e.name, cv) for e in self.experiments if is_noisy(cv := self.noise(e.name))]
 
     def inconclusive(self, name: str) -> str | None:
         """Why the speed-up of `name` is not a result, or None when it is one."""

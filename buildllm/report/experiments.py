@@ -106,6 +106,10 @@ def exp_show(all_commits: bool = False) -> list:
         ) from None
 
 
+def exp_show_every_commit() -> list:
+    return exp_show(all_commits=True)
+
+
 def flatten(tree: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in tree.items():
@@ -196,11 +200,11 @@ def read_experiments(rows: list) -> tuple[list, list]:
     return baselines, experiments
 
 
-def select(names: list, rows_default=exp_show, rows_all=None) -> tuple[list, list]:
+def select(names: list, rows_default=exp_show, rows_all=exp_show_every_commit) -> tuple[list, list]:
     """The experiments to compare: the named ones (experiment names, commits, branches, `workspace`,
     metrics folders) in the order given, or the workspace and every experiment of the current
     baseline. The rows may be a callable: `dvc exp show` then runs only if a name needs it, and
-    `rows_all` (by default every commit's) only if a name is not among the first rows."""
+    `rows_all` (None: none) only if a name is not among the first rows."""
     if names and all(is_metrics_folder(n) for n in names):
         return [read_folder(n) for n in names], []
     baselines, experiments = read_experiments(rows_default() if callable(rows_default) else rows_default)
@@ -213,7 +217,7 @@ def select(names: list, rows_default=exp_show, rows_all=None) -> tuple[list, lis
         return experiments, [
             f"workspace: identical to experiment {applied[0].name} (its results are applied there); shown once"
         ]
-    pool, more = baselines + experiments, rows_all if rows_all is not None else lambda: exp_show(all_commits=True)
+    pool, more = baselines + experiments, rows_all
     chosen = []
     for name in names:
         if is_metrics_folder(name):

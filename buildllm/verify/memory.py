@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from buildllm import profiles
 from buildllm.config import load_config
 from buildllm.errors import UserError
 from buildllm.verify.harness import finish, machine
+
+if TYPE_CHECKING:  # imported when a shape is measured: this module stays torch-free
+    from buildllm.memory.estimate import MemoryEstimate
 
 TARGET = 0.15  # the point estimate's aim, printed beside the stated range
 
@@ -247,7 +251,7 @@ def chosen_shapes(args) -> dict[str, list[Shape]]:
     }
 
 
-def measure_shape(shape: Shape, args, limit: float) -> tuple[str, object, list]:
+def measure_shape(shape: Shape, args, limit: float) -> tuple[str, MemoryEstimate | None, list[dict]]:
     """(the line's start or a skip note, the estimate, each fresh process's try by its peak: none when
     skipped or out of memory)."""
     from buildllm.measure.batch_finder import try_in_child
