@@ -255,6 +255,10 @@ def add_verify(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from buildllm.remote.import_journal import recover  # a killed import-runs, rolled back first
+
+    if code := guarded(recover):
+        return code
     args = build_parser().parse_args(argv)
     return guarded(lambda: args.handler(args))
 

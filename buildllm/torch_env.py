@@ -8,6 +8,7 @@ import os
 import sys
 
 from buildllm.config import Config, load_config
+from buildllm.errors import guarded
 
 MPS_FALLBACK = "PYTORCH_ENABLE_MPS_FALLBACK"
 
@@ -26,5 +27,7 @@ def before_torch(config: Config) -> Config:
 
 
 def stage_settings(params: str = "params.yaml") -> None:
-    """For a stage script that imports torch: call it before importing the stage's function."""
-    before_torch(load_config(params))
+    """For a stage script that imports torch: call it before importing the stage's function. It runs
+    at import, outside run_stage: a bad params.yaml ends here in the same one line and exit code."""
+    if code := guarded(lambda: before_torch(load_config(params)) and None):
+        sys.exit(code)

@@ -1,5 +1,6 @@
 """`buildllm import-runs FILE`: each run of a runs archive (buildllm pack-run) becomes a DVC
-experiment of this project, recorded by DVC itself (`dvc exp save`; the steps: docs/gpu.md).
+experiment of this project, recorded by DVC itself (`dvc exp save`; the steps: docs/gpu.md). All or
+nothing, also under kill -9: buildllm/remote/import_journal.py.
 
 `machine` is the one stage `dvc exp save` re-hashes, from the run's own machine record; every other
 stage's lock entry, with the content hashes of the token files the run read, stays the run's.
@@ -11,9 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from buildllm.atomic import atomic_write
 from buildllm.errors import UserError
 from buildllm.metrics import json_line
-from buildllm.remote import archive
+from buildllm.remote import archive, import_journal
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:
@@ -38,31 +40,38 @@ def check_project() -> None:
         )
 
 
-def save(run: archive.Run, force: bool) -> None:
-    """One run as an experiment; the workspace's files come back as they were, whatever happens."""
+def dvc_message(done: subprocess.CompletedProcess) -> str:
+    """DVC's own reason, on one line: its ERROR line, else its last line of output."""
+    lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR")]
+    return "; ".join(errors) or (lines[-1] if lines else f"it exited {done.returncode} without a message")
+
+
+def save(run: archive.Run, force: bool, record: dict) -> None:
+    """One run as an experiment; the workspace's files are put back afterwards (the journal has them)."""
     paths = sorted(run.files)
     tracked = set(_git("ls-files", "-z", "--", *paths).stdout.split("\0"))
-    backup = {p: Path(p).read_bytes() if Path(p).is_file() else None for p in paths}
-    made = [p for p in {Path(p).parent for p in paths} if not p.exists()]
+    for path, data in run.files.items():
+        atomic_write(path, lambda tmp, data=data: tmp.write_bytes(data))
+    import_journal.stop_at("written")
+    untracked = [flag for p in paths if p not in tracked for flag in ("-I", p)]
+    command = [sys.executable, "-m", "dvc", "exp", "save", "-n", run.name, *untracked, *(["-f"] if force else [])]
+    child = subprocess.Popen([*command, "machine"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    import_journal.add_process(record, child.pid)
     try:
-        for path, data in run.files.items():
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_bytes(data)
-        untracked = [flag for p in paths if p not in tracked for flag in ("-I", p)]
-        command = [sys.executable, "-m", "dvc", "exp", "save", "-q", "-n", run.name, *untracked]
-        done = subprocess.run([*command, *(["-f"] if force else []), "machine"], capture_output=True, text=True)
-        if done.returncode != 0:
-            why = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["no message"])[-1]
-            raise UserError(f"`dvc exp save` refused run {run.name} ({why}); the workspace is as it was")
-    finally:
-        for path, data in backup.items():
-            if data is None:
-                Path(path).unlink(missing_ok=True)
-            else:
-                Path(path).write_bytes(data)
-        for folder in sorted(made, key=lambda p: len(p.parts), reverse=True):
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
+        out, err = child.communicate()
+    except BaseException:  # Ctrl-C: the rollback waits for DVC to be gone
+        child.kill()
+        child.wait()
+        raise
+    import_journal.stop_at("saved")
+    if child.returncode != 0:
+        why = dvc_message(subprocess.CompletedProcess(command, child.returncode, out, err))
+        raise UserError(
+            f"`dvc exp save` refused run {run.name}: {why}; nothing was imported, the workspace is as it was"
+        )
+    import_journal.restore_files(record)
+    import_journal.stop_at("restored")
 
 
 def command(args) -> None:
@@ -78,8 +87,17 @@ def command(args) -> None:
             "or pass --force to replace"
         )
     json_line(import_runs=str(path), runs=[r.name for r in runs])
+    # All or nothing: every run becomes an experiment, or none does and the workspace is as it was.
+    record = import_journal.begin(str(path), [r.name for r in runs], sorted({p for r in runs for p in r.files}))
+    try:
+        import_journal.stop_at("journal")
+        for run in runs:
+            save(run, force, record)
+    except BaseException:
+        import_journal.rollback(record)
+        raise
+    import_journal.JOURNAL.unlink()
     for run in runs:
-        save(run, force)
         took = f" in {run.seconds:.0f} s" if run.seconds is not None else ""
         print(f"experiment {run.name}: stages {', '.join(run.stages)}{took}, with {' '.join(run.overrides) or 'no -S'}")
     print(f"`dvc exp show` lists them; compare one with a run here: buildllm compare <here> {runs[-1].name}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import socket
 import sys
 import time
@@ -181,6 +182,19 @@ def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool)
         print(f"warning: --force: continuing {path} with a different schedule: {'; '.join(changed)}", file=sys.stderr)
     print(f"resuming from {path} (step {state['step']})", file=sys.stderr)
     return state
+
+
+def start_over(directory: Path, resume: bool) -> None:
+    """The DVC train stage's new run: DVC keeps its outputs (persist), so a stage that fails its checks
+    leaves the trained model; this clears the directory (not the lock) once they have passed."""
+    if resume:
+        raise UserError(
+            "train.resume is true, but `dvc repro train` starts a new run; to continue the run in "
+            f"{directory}, run `buildllm train` with the same params.yaml, then `dvc commit train`"
+        )
+    for path in entries(directory):
+        if path.name != LOCK:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 class DirectoryLock:

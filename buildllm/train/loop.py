@@ -27,7 +27,7 @@ from buildllm.plan.run_plan import announce, apply_plan, make_plan
 from buildllm.train import checkpoint, distributed, storage
 from buildllm.train.trainer import NonFiniteLoss, Trainer, TrainingInterrupted
 
-# DVC deletes a stage's outputs before it runs: `dvc repro train` would start over.
+# The train stage starts over under DVC (its outputs are persist: the stage clears them itself).
 RESUME_UNDER_DVC = (
     "`dvc repro train` would start over; to continue this run, run `buildllm train` with the same "
     "params.yaml, then `dvc commit train` to record its outputs"
@@ -68,10 +68,15 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         if world.is_main:
             try:
                 lock.acquire()
-                resumed = checkpoint.state_to_resume(
-                    trainer.directory, trainer.signature, config.train.resume, config.train.force
-                )
-                storage.before_training(trainer, resumed)  # refuses a run its disk cannot hold
+                if under_dvc:  # a new run, as before; what the directory holds goes only once every check passed
+                    resumed = None
+                    storage.before_training(trainer, resumed)
+                    checkpoint.start_over(trainer.directory, config.train.resume)
+                else:
+                    resumed = checkpoint.state_to_resume(
+                        trainer.directory, trainer.signature, config.train.resume, config.train.force
+                    )
+                    storage.before_training(trainer, resumed)  # refuses a run its disk cannot hold
                 decision = ("state", resumed)
             except UserError as exc:
                 decision = ("error", str(exc))
