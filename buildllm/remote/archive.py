@@ -59,28 +59,77 @@ def refuse(path: Path, why: str) -> UserError:
     )
 
 
+def not_runs(path: Path, why: str) -> UserError:
+    return UserError(
+        f"{path} is not a runs archive ({why}); nothing was changed: pass the file that `buildllm pack-run "
+        "--into FILE` wrote"
+    )
+
+
+def malformed(path: Path, why: str) -> UserError:
+    return UserError(
+        f"{path} has a malformed manifest.json ({why}): it was not written by `buildllm pack-run` or was "
+        "edited; nothing was changed: make the archive again with `buildllm pack-run --into FILE`"
+    )
+
+
+def _entry_problem(index: int, entry) -> str:
+    """What is wrong with the manifest's runs[index], "" when nothing is: `buildllm pack-run` writes a
+    name, lists of strings for stages and overrides, seconds, and the files by their sha256."""
+    where = f"runs[{index}]"
+    if not isinstance(entry, dict):
+        return f"{where} is {json.dumps(entry)[:40]}, not an object"
+    if not isinstance(entry.get("name"), str) or not NAME.match(entry["name"]):
+        return f"{where} has no allowed name: {json.dumps(entry.get('name'))[:40]}"
+    files = entry.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return f"{where} ({entry['name']}) has no files object of path: sha256"
+    for key in ("stages", "overrides"):
+        if not isinstance(entry.get(key, []), list) or not all(isinstance(v, str) for v in entry.get(key, [])):
+            return f"{where} ({entry['name']}): {key} is not a list of strings"
+    seconds = entry.get("seconds")
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
+        return f"{where} ({entry['name']}): seconds is {json.dumps(seconds)[:40]}, not a number"
+    return ""
+
+
+def _manifest(path: Path, data: bytes) -> dict:
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise malformed(path, f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise malformed(path, f"not JSON: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise malformed(path, f"format {json.dumps(found)[:20]}, where this version reads format {FORMAT}")
+    if not isinstance(manifest.get("runs"), list):
+        raise malformed(path, "no runs list")
+    for index, entry in enumerate(manifest["runs"]):
+        if problem := _entry_problem(index, entry):
+            raise malformed(path, problem)
+    return manifest
+
+
 def read(path: str | Path) -> list[Run]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no runs archive at {path}; pass the file `buildllm pack-run --into` wrote")
+    with open(path, "rb") as handle:
+        if handle.read(2) != b"\x1f\x8b":  # every .tar.gz starts so; a cut one too
+            raise not_runs(path, "not a gzip file")
     try:
         with tarfile.open(path, "r:gz") as archive:
             members = {member.name: archive.extractfile(member).read() for member in archive if member.isfile()}
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise refuse(path, f"{type(exc).__name__}: {str(exc) or 'unreadable'}") from None
-    try:
-        manifest = json.loads(members.pop(f"{TOP}/manifest.json"))
-    except KeyError:
-        raise refuse(path, "no manifest.json") from None
-    except json.JSONDecodeError as exc:
-        raise refuse(path, f"manifest.json is not JSON: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("runs"), list):
-        raise refuse(path, f"manifest.json is not a format-{FORMAT} manifest")
+    if f"{TOP}/manifest.json" not in members:
+        shown = ", ".join(sorted(members)[:2]) or "no files"
+        raise not_runs(path, f"no {TOP}/manifest.json among its {len(members)} file(s): {shown}")
+    manifest = _manifest(path, members.pop(f"{TOP}/manifest.json"))
     runs, expected = [], set()
     for entry in manifest["runs"]:
-        name = str(entry.get("name", ""))
-        if not NAME.match(name) or not isinstance(entry.get("files"), dict):
-            raise refuse(path, f"a run named {name!r} in manifest.json")
+        name = entry["name"]
         files = {}
         for relative, digest in entry["files"].items():
             member = f"{TOP}/{name}/{relative}"
@@ -95,9 +144,7 @@ def read(path: str | Path) -> list[Run]:
             files[relative] = data
         if "params.yaml" not in files or "dvc.lock" not in files:
             raise refuse(path, f"run {name} lacks its params.yaml or dvc.lock")
-        runs.append(
-            Run(name, list(entry.get("stages") or []), list(entry.get("overrides") or []), files, entry.get("seconds"))
-        )
+        runs.append(Run(name, entry.get("stages", []), entry.get("overrides", []), files, entry.get("seconds")))
     if extra := sorted(set(members) - expected):
         raise refuse(path, f"{extra[0]} is not in manifest.json")
     if len({r.name for r in runs}) != len(runs):

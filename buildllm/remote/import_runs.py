@@ -8,6 +8,7 @@ stage's lock entry, with the content hashes of the token files the run read, sta
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,10 +42,12 @@ def check_project() -> None:
 
 
 def dvc_message(done: subprocess.CompletedProcess) -> str:
-    """DVC's own reason, on one line: its ERROR line, else its last line of output."""
-    lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR")]
-    return "; ".join(errors) or (lines[-1] if lines else f"it exited {done.returncode} without a message")
+    """DVC's own reason on one line: its error's lines, without warnings or the numbered lines of a
+    file it quotes."""
+    lines = [line.strip() for line in (done.stderr + "\n" + done.stdout).splitlines()]
+    quoted = re.compile(r"(WARNING|\d+(\s|$))")
+    said = [line.removeprefix("ERROR:").strip() for line in lines if line and not quoted.match(line)]
+    return " ".join(said[:3]) or f"it exited {done.returncode} and said nothing"
 
 
 def save(run: archive.Run, force: bool, record: dict) -> None:
@@ -68,7 +71,8 @@ def save(run: archive.Run, force: bool, record: dict) -> None:
     if child.returncode != 0:
         why = dvc_message(subprocess.CompletedProcess(command, child.returncode, out, err))
         raise UserError(
-            f"`dvc exp save` refused run {run.name}: {why}; nothing was imported, the workspace is as it was"
+            f"`dvc exp save` refused run {run.name} ({why}); nothing was imported and the workspace is as it "
+            "was; fix what DVC names (a run's own file: remake the run with `buildllm pack-run`) and rerun"
         )
     import_journal.restore_files(record)
     import_journal.stop_at("restored")
