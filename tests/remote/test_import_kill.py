@@ -53,6 +53,7 @@ def state(project: Path) -> dict:
         "status": git("status", "--porcelain"),
         "head": git("symbolic-ref", "-q", "HEAD"),
         "refs": git("for-each-ref", "refs/exps", "refs/stash"),
+        "stashes": git("stash", "list"),  # the user's own stash, below any the import pushed
         "params": (project / "params.yaml").read_bytes(),
     }
 
@@ -82,6 +83,8 @@ def test_a_killed_import_is_rolled_back_at_the_next_start_and_then_imports_whole
     (base / ".dvc" / ".gitignore").write_text("/config.local\n/tmp\n/cache\n")  # as `dvc init` commits it
     run(["git", "add", "-A"], base)
     run(["git", "commit", "-qm", "DVC's own .gitignore"], base)
+    (base / "README.txt").write_text("draft\n")
+    run(["git", "stash", "push", "-q", "--include-untracked", "-m", "the user's own"], base)
     (base / "notes.txt").write_text("a user's untracked file\n")
     path = runs_archive(base, tmp_path / "runs.tar.gz")
     for phase in PHASES:
@@ -98,3 +101,11 @@ def test_a_killed_import_is_rolled_back_at_the_next_start_and_then_imports_whole
     done = run([sys.executable, "-m", "buildllm", "import-runs", str(path)], project)
     assert "experiment two" in done.stdout
     assert experiments(project) == {"one", "two"} and state(project)["status"] == before["status"]
+
+    # --force replaces experiments: killed after it replaced `one`, the old `one` comes back.
+    before = state(project)
+    env = {**run_env(), "BUILDLLM_TEST_KILL_AT": "saved"}
+    killed = subprocess.run([*done.args, "--force"], cwd=project, env=env, capture_output=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL and state(project)["refs"] != before["refs"]
+    run([sys.executable, "-m", "buildllm", "--help"], project)
+    assert state(project) == before
