@@ -181,7 +181,7 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
     foreign = checkpoint.foreign_files(directory)
     if not found and not foreign:
         return row("pass", f"{directory}: new" if not directory.exists() else f"{directory}: empty"), 0
-    if dvc:  # DVC deletes a stage's outs before running it: the train stage starts this directory afresh
+    if dvc:  # under DVC the train stage clears this directory itself (persist), once its checks pass
         return row("pass", f"{directory}: DVC restarts it"), 0
     if not found:
         return row(
