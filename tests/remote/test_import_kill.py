@@ -98,6 +98,8 @@ def test_a_killed_import_is_rolled_back_at_the_next_start_and_then_imports_whole
         assert "nothing of it was imported" in started.stderr and started.stderr.count("\n") == 1
         assert state(project) == before, phase
         assert experiments(project) == set(), phase
+    project = tmp_path / "inside-dvc"  # the import again where DVC itself was killed (its locks, its temp files)
+    before = state(project)
     done = run([sys.executable, "-m", "buildllm", "import-runs", str(path)], project)
     assert "experiment two" in done.stdout
     assert experiments(project) == {"one", "two"} and state(project)["status"] == before["status"]
