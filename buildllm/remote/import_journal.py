@@ -126,7 +126,7 @@ def _running(processes: list) -> list[int]:
 
 def recover() -> None:
     """At the start of every command: roll back an import that was killed, once none of it runs."""
-    if not JOURNAL.is_file():
+    if not JOURNAL.is_file() or os.environ.get("RANK", "0") != "0":  # under torchrun, one rank recovers
         return
     try:
         record = json.loads(JOURNAL.read_text())
