@@ -153,6 +153,10 @@ def _ratio(s) -> str:
     return f"{s.estimate:.2f}× ({s.low:.2f}–{s.high:.2f}×)" if s.has_interval else f"{s.estimate:.2f}× (no interval)"
 
 
+def _busy(records: dict) -> str:
+    return " (reference busy)" if records.get("benchmark", {}).get("busy_machine") else ""
+
+
 def _loss(records: dict) -> str:
     return _number(records.get("train", {}).get("final_validation_loss"), "{:.3f}")
 
@@ -161,7 +165,6 @@ def _speedup_rows(found: list) -> list:
     rows = []
     for key, machine, ref, ref_machine, records, ref_records, s in found:
         b, rb = records.get("benchmark", {}), ref_records.get("benchmark", {})
-        busy = " (reference busy)" if rb.get("busy_machine") else ""
         rows.append(
             [
                 key.split("/", 1)[1],
@@ -170,7 +173,7 @@ def _speedup_rows(found: list) -> list:
                 _device_name(ref_machine),
                 _number(b.get("tokens_per_second"), "{:,.0f}"),
                 _number(rb.get("tokens_per_second"), "{:,.0f}"),
-                _ratio(s) + busy,
+                _ratio(s) + _busy(ref_records),
                 f"{_loss(records)} / {_loss(ref_records)}",
             ]
         )
@@ -248,6 +251,7 @@ def headline(root: Path = BENCHMARKS) -> str:
             f"- `{key.split('/', 1)[1]}` on {_device_name(machine)}: "
             f"{_number(b.get('tokens_per_second'), '{:,.0f}')} tokens/s, MFU {_number(b.get('mfu'), '{:.1%}')}"
             f"{_peak_source(b)}; {_ratio(s)} `{ref.split('/', 1)[1]}` on {_device_name(ref_machine)}"
+            + _busy(ref_records)
             + (f"; final validation loss {loss} against {_loss(ref_records)}" if loss != NOT_RECORDED else "")
         )
     return "\n".join([*lines, HEADLINE_END])

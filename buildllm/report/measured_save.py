@@ -37,8 +37,11 @@ def _texts(metrics: Path, experiment: str | None) -> dict:
     """The files to keep, by name: the machine's and the stages' records (and, from an experiment, the
     params.yaml and dvc.lock that let `buildllm compare` check the run's controls and data)."""
     if experiment:
-        files = Files(_experiment_rev(experiment))
+        rev = _experiment_rev(experiment)
+        files, baseline = Files(rev), Files(f"{rev}^")
         texts = {f"{s}.json": files.text(metrics_path(s)) for s in ("machine", *STAGES)}
+        # A stage that did not run in the experiment left the baseline's record in its commit: not its own.
+        texts |= {f"{s}.json": None for s in STAGES if texts[f"{s}.json"] == baseline.text(metrics_path(s))}
         texts |= {name: files.text(Path(name)) for name in RUN_FILES}
     elif metrics.is_file():  # one record on its own, as `buildllm benchmark` writes it
         texts = {"benchmark.json": metrics.read_text()}
