@@ -28,7 +28,7 @@ from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
 from buildllm.errors import UserError, guarded
-from buildllm.measure.stats import from_intervals
+from buildllm.measure.stats import NOISY_CV, from_intervals, is_noisy
 from buildllm.metrics import read_metrics
 from buildllm.report.document import Bullets, Heading, Paragraph, Table, to_markdown
 from buildllm.report.measured_save import BENCHMARKS, STAGES, save
@@ -153,8 +153,15 @@ def _ratio(s) -> str:
     return f"{s.estimate:.2f}× ({s.low:.2f}–{s.high:.2f}×)" if s.has_interval else f"{s.estimate:.2f}× (no interval)"
 
 
-def _busy(records: dict) -> str:
-    return " (reference busy)" if records.get("benchmark", {}).get("busy_machine") else ""
+def _doubt(records: dict, ref_records: dict) -> str:
+    """Why a speed-up is not a result (compare's rule, buildllm/report/compare.py), or ""."""
+    why = []
+    for who, r in (("run", records.get("benchmark", {})), ("reference", ref_records.get("benchmark", {}))):
+        if r.get("busy_machine"):
+            why.append(f"{who} busy")
+        elif is_noisy(r.get("throughput_cv")):
+            why.append(f"{who}'s intervals varied over {NOISY_CV:.0%}")
+    return ", ".join(why)
 
 
 def _loss(records: dict) -> str:
@@ -173,7 +180,7 @@ def _speedup_rows(found: list) -> list:
                 _device_name(ref_machine),
                 _number(b.get("tokens_per_second"), "{:,.0f}"),
                 _number(rb.get("tokens_per_second"), "{:,.0f}"),
-                _ratio(s) + _busy(ref_records),
+                _ratio(s) + (f", inconclusive ({doubt})" if (doubt := _doubt(records, ref_records)) else ""),
                 f"{_loss(records)} / {_loss(ref_records)}",
             ]
         )
@@ -211,8 +218,9 @@ def render(root: Path = BENCHMARKS) -> str:
                 "Each run saved with a reference (`run.json`), against that run: the ratio of tokens/s, its "
                 "95% interval from the spread of both runs' measured intervals (Welch's t on log rates, "
                 "`buildllm/measure/stats.py`). The interval sees noise within each run, not a reference "
-                "machine that was slower for a whole run: a reference measured on a busy machine makes the "
-                "ratio larger than the machines' (the runs' tables below give each run's load)."
+                "machine that was slower for a whole run: a run measured on a busy machine, or whose "
+                "intervals varied over the noise threshold, makes its ratio inconclusive, shown but not a "
+                "result (as `buildllm compare` says; the runs' tables below give each run's load)."
             ),
             Table(SPEEDUP_HEADER, _speedup_rows(found), "speedups"),
         ]
@@ -250,8 +258,11 @@ def headline(root: Path = BENCHMARKS) -> str:
         lines.append(
             f"- `{key.split('/', 1)[1]}` on {_device_name(machine)}: "
             f"{_number(b.get('tokens_per_second'), '{:,.0f}')} tokens/s, MFU {_number(b.get('mfu'), '{:.1%}')}"
-            f"{_peak_source(b)}; {_ratio(s)} `{ref.split('/', 1)[1]}` on {_device_name(ref_machine)}"
-            + _busy(ref_records)
+            f"{_peak_source(b)}; "
+            # A ratio that is no result stays on the page, with why; the headline does not quote it.
+            + ("the speed-up against" if (doubt := _doubt(records, ref_records)) else _ratio(s))
+            + f" `{ref.split('/', 1)[1]}` on {_device_name(ref_machine)}"
+            + (f" is inconclusive ({doubt})" if doubt else "")
             + (f"; final validation loss {loss} against {_loss(ref_records)}" if loss != NOT_RECORDED else "")
         )
     return "\n".join([*lines, HEADLINE_END])

@@ -138,7 +138,7 @@ def test_a_run_saved_with_a_reference_shows_its_speedup_on_the_page_and_in_the_r
     metrics, root = tmp_path / "metrics", tmp_path / "benchmarks"
     machine_and_benchmark(metrics, "test-cpu-0123abcd")
     base = json.loads((metrics / "benchmark.json").read_text())
-    write_metrics(metrics / "benchmark.json", intervals(base, [10.0, 10.2, 9.8, 10.0]))
+    write_metrics(metrics / "benchmark.json", intervals({**base, "busy_machine": False}, [10.0, 10.2, 9.8, 10.0]))
     write_metrics(metrics / "train.json", {"final_validation_loss": 6.704})
     measured.save("cpu-twin", "", "dvc exp run", metrics=metrics, root=root, today="2026-12-04")
     gpu = {**machine_and_benchmark(tmp_path / "gpu", "test-gpu-89abcdef"), "machine_id": "test-gpu-89abcdef"}
@@ -160,7 +160,7 @@ def test_a_run_saved_with_a_reference_shows_its_speedup_on_the_page_and_in_the_r
     row = next(line for line in text.splitlines() if line.startswith("| gpu-run | Test GPU | cpu-twin |"))
     ratio, low, high = (float(x) for x in re.search(r"\| ([\d.]+)× \(([\d.]+)–([\d.]+)×\)", row).groups())
     assert ratio == pytest.approx(8.0, abs=0.005) and low < ratio < high and high / low < 1.1
-    assert row.endswith("| — / 6.704 |") and "reference busy" in row  # the CPU record was taken busy
+    assert row.endswith("| — / 6.704 |") and "inconclusive" not in row
     assert "driver not recorded" in text and "driver for" not in text
     head = measured.headline(root)
     assert f"- `gpu-run` on Test GPU: 80,000 tokens/s, MFU 12.3%; {ratio:.2f}× ({low:.2f}–{high:.2f}×)" in head
@@ -174,6 +174,14 @@ def test_a_run_saved_with_a_reference_shows_its_speedup_on_the_page_and_in_the_r
     readme.write_text(readme.read_text().replace("80,000", "90,000"))
     with pytest.raises(UserError, match="README.md does not match the files under"):
         measured.check(root, document, readme)
+
+    # A reference measured on a busy machine: the page shows the ratio and why it is no result; the
+    # headline does not quote it.
+    twin = root / "test-cpu-0123abcd" / "cpu-twin" / "benchmark.json"
+    write_metrics(twin, {**json.loads(twin.read_text()), "busy_machine": True})
+    assert f"{ratio:.2f}× ({low:.2f}–{high:.2f}×), inconclusive (reference busy)" in measured.render(root)
+    assert "; the speed-up against `cpu-twin` on Test CPU is inconclusive (reference busy)" in measured.headline(root)
+    assert f"{ratio:.2f}×" not in measured.headline(root)
 
 
 def test_a_lone_record_of_an_unknown_machine_is_refused(tmp_path):
