@@ -306,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.name, args.note, args.command, args.metrics, experiment=args.experiment, reference=args.reference
             )
             print(f"saved {folder}; now run `python -m buildllm.report.measured`")
+        elif not (README.is_file() and DOCUMENT.parent.is_dir()):
+            raise UserError(f"no {README} and {DOCUMENT.parent}/ here: run it from the project's root")
         elif args.check:
             check()
             print(f"{DOCUMENT} matches {BENCHMARKS}/")
