@@ -17,7 +17,9 @@ from buildllm.report.experiments import Files
 
 BENCHMARKS = Path("benchmarks")
 STAGES = ("dry_run", "benchmark", "estimate", "train")  # the records a run folder may hold
-RUN_FILES = ("params.yaml", "dvc.lock")  # an experiment's params and data hashes, kept beside them
+# An experiment's params, kept beside its records (`buildllm compare` checks controls from them); not its
+# dvc.lock, a few thousand lines a run: the comparison made at home checked the data hashes.
+RUN_FILES = ("params.yaml",)
 
 
 def _experiment_rev(name: str) -> str:
@@ -34,8 +36,8 @@ def _experiment_rev(name: str) -> str:
 
 
 def _texts(metrics: Path, experiment: str | None) -> dict:
-    """The files to keep, by name: the machine's and the stages' records (and, from an experiment, the
-    params.yaml and dvc.lock that let `buildllm compare` check the run's controls and data)."""
+    """The files to keep, by name: the machine's and the stages' records (and, from an experiment, its
+    params.yaml)."""
     if experiment:
         rev = _experiment_rev(experiment)
         files, baseline = Files(rev), Files(f"{rev}^")

@@ -329,7 +329,7 @@ def test_gpu_home_record_keeps_each_run_with_its_twin_and_regenerates_the_page(t
     assert json.loads((imported / "run.json").read_text())["reference"] == f"{machine}/cpu-it1-fp32"
     assert "load average" in json.loads((twin / "run.json").read_text())["note"]
     # Only the records the runs' stages wrote: the baseline's train.json and dry_run.json stay behind.
-    kept = {"benchmark.json", "estimate.json", "params.yaml", "dvc.lock", "run.json"}
+    kept = {"benchmark.json", "estimate.json", "params.yaml", "run.json"}
     assert {p.name for p in imported.iterdir()} == kept and {p.name for p in twin.iterdir()} == kept
     assert "| cuda-it1-fp32 | " in (home / "docs" / "measured.md").read_text()
     assert "`cuda-it1-fp32` on " in (home / "README.md").read_text()

@@ -193,8 +193,8 @@ def test_a_lone_record_of_an_unknown_machine_is_refused(tmp_path):
 
 
 def test_a_dvc_experiment_is_saved_with_its_params_and_lock(tmp_path, monkeypatch):
-    """A real DVC experiment (`dvc exp save`, as import-runs records a GPU run): its records, params.yaml
-    and dvc.lock come from the experiment's commit, not from the workspace, and a record its stages
+    """A real DVC experiment (`dvc exp save`, as import-runs records a GPU run): its records and
+    params.yaml come from the experiment's commit, not from the workspace, and a record its stages
     did not write (the baseline's, carried in that commit) is not kept as its own."""
     monkeypatch.chdir(tmp_path)
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
@@ -213,7 +213,7 @@ def test_a_dvc_experiment_is_saved_with_its_params_and_lock(tmp_path, monkeypatc
     # train.json is in the experiment's commit, unchanged from the baseline (train did not run): not kept.
     folder = measured_save.save("cpu-twin", "", "dvc exp run", experiment="cpu-twin", today="2026-12-04")
     assert folder == Path("benchmarks/test-cpu-0123abcd/cpu-twin")
-    assert {p.name for p in folder.iterdir()} == {"benchmark.json", "params.yaml", "dvc.lock", "run.json"}
+    assert {p.name for p in folder.iterdir()} == {"benchmark.json", "params.yaml", "run.json"}
     assert (folder / "params.yaml").read_text() == "seed: 7\n"
     assert json.loads((folder / "benchmark.json").read_text())["tokens_per_second"] == 12345.6
     with pytest.raises(UserError, match="no DVC experiment named other here"):
