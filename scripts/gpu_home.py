@@ -10,11 +10,15 @@ report. Run it from the project's root, where the CPU runs are made:
    <the same stages>`, unless an experiment of that name exists (iterations 2 and 3 would take
    hours on a CPU: they are imported, and `dvc exp show` lists them).
 3. `buildllm compare <twin> <runs>` per group: REPORT_<group>.md, .csv, .png, .html.
+4. With --record: every run and twin saved under benchmarks/<machine-id>/ (`python -m
+   buildllm.report.measured save NAME --experiment NAME`, each run with its twin as reference), then
+   docs/measured.md and the README's headline regenerated from them; commit them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from buildllm.errors import UserError, guarded  # noqa: E402
 from buildllm.remote import archive  # noqa: E402
 from buildllm.remote.import_runs import existing_experiments  # noqa: E402
+from buildllm.report import measured, measured_save  # noqa: E402
 
 VARIABLE = ("device=", "precision=")
 
@@ -55,41 +60,56 @@ def call(command: list[str]) -> None:
         raise UserError(f"`{' '.join(command[:5])} ...` failed (exit code {done.returncode}; its output is above)")
 
 
-def home(folder: str, report: str) -> None:
+def record(run: archive.Run, reference: str | None) -> None:
+    sets = " ".join(f"-S {o}" for o in run.overrides)
+    command = f"buildllm pack-run {run.name} {sets} --stages {' '.join(run.stages)}"
+    note = "measured on the GPU machine and brought home in a runs archive (`buildllm import-runs`)"
+    print(f"saved {measured_save.save(run.name, note, command, experiment=run.name, reference=reference)}")
+
+
+def home(folder: str, report: str, keep: bool = False) -> None:
     path = Path(folder) / "runs.tar.gz" if Path(folder).is_dir() else Path(folder)
     runs = archive.read(path)
     call([sys.executable, "-m", "buildllm", "import-runs", str(path), "--force"])
     for label, members in groups(runs).items():
         made = twin(members)
         if made is None:
+            for run in members if keep else []:
+                record(run, None)
             continue
         name, values = made
+        stages = [s for s in members[0].stages if s != "machine"]
+        command = [sys.executable, "-m", "dvc", "exp", "run", "--temp", "-n", name]
+        command += [*(f for v in values for f in ("-S", v)), *stages]
+        # The twin's speed is this machine's at this moment: its load goes into the record's note.
+        note = f"the CPU twin of {', '.join(r.name for r in members)}, made here with their controls"
+        note += "; load average {:.2f} / {:.2f} / {:.2f} (1 / 5 / 15 min) on {} cores as it started".format(
+            *os.getloadavg(), os.cpu_count()
+        )
         if name not in existing_experiments():
-            stages = [s for s in members[0].stages if s != "machine"]
-            call(
-                [
-                    sys.executable,
-                    "-m",
-                    "dvc",
-                    "exp",
-                    "run",
-                    "--temp",
-                    "-n",
-                    name,
-                    *(f for v in values for f in ("-S", v)),
-                    *stages,
-                ]
-            )
+            call(command)
+        else:
+            note = f"the CPU twin of {', '.join(r.name for r in members)}, an experiment made here before"
         out = f"{report}_{label.removeprefix('cuda-')}"
         call([sys.executable, "-m", "buildllm", "compare", name, *(r.name for r in members), "--out", out])
+        if keep:
+            saved = measured_save.save(name, note, " ".join(command[2:]), experiment=name)
+            print(f"saved {saved}")
+            for run in members:
+                record(run, f"{saved.parent.name}/{name}")
+    if keep:
+        measured.main([])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="the folder the GPU check's files came back in, or a runs archive")
     parser.add_argument("--report", default="reports/cpu_vs_cuda", help="report path prefix (default %(default)s)")
+    parser.add_argument(
+        "--record", action="store_true", help="save the runs and twins under benchmarks/, regenerate docs/measured.md"
+    )
     args = parser.parse_args()
-    return guarded(lambda: home(args.folder, args.report))
+    return guarded(lambda: home(args.folder, args.report, args.record))
 
 
 if __name__ == "__main__":

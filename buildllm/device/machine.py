@@ -53,10 +53,17 @@ def _quota_cores() -> float:
     return 0.0
 
 
+def kernel_module_version(text: str) -> str | None:
+    """The version in /proc/driver/nvidia/version: "... Kernel Module  535.104.05 ..." or, on the open
+    modules, "... Open Kernel Module for x86_64  580.159.04 ..." (where the next word is "for")."""
+    found = re.search(r"Kernel Module\b[^\n]*?\s(\d+(?:\.\d+)+)\s", text)
+    return found.group(1) if found else None
+
+
 def _driver_version() -> str:
     with contextlib.suppress(OSError), open("/proc/driver/nvidia/version") as handle:
-        if found := re.search(r"Kernel Module\s+(\S+)", handle.read()):
-            return found.group(1)
+        if found := kernel_module_version(handle.read()):
+            return found
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         command = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
         out = subprocess.run(command, capture_output=True, text=True, timeout=10).stdout.split()

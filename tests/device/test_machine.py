@@ -9,7 +9,14 @@ import pytest
 
 from buildllm.device.device import Device
 from buildllm.device.hardware import machine_name
-from buildllm.device.machine import OVERRIDE, fingerprint, machine_id, machine_label, machine_record
+from buildllm.device.machine import (
+    OVERRIDE,
+    fingerprint,
+    kernel_module_version,
+    machine_id,
+    machine_label,
+    machine_record,
+)
 from buildllm.errors import UserError
 from buildllm.measure.machine import MACHINE_FILE, write_machine
 
@@ -68,3 +75,16 @@ def test_the_stage_file_is_byte_identical_on_the_same_machine(workdir, monkeypat
     write_machine()
     assert (workdir / MACHINE_FILE).read_bytes() == first
     assert json.loads(first)["machine_id"] == record["machine_id"] == machine_id(fingerprint())
+
+
+@pytest.mark.parametrize(
+    "text, version",
+    [
+        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n", "535.104.05"),
+        # The H200 of 2026-12-04 (open kernel modules): the id it recorded read "for" as the driver.
+        ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs)\n", "580.159.04"),
+        ("GCC version:  gcc version 12.3.0\n", None),
+    ],
+)
+def test_the_driver_version_is_read_from_either_kernel_module_line(text, version):
+    assert kernel_module_version(text) == version

@@ -282,9 +282,24 @@ def test_links_lead_to_files_and_headings():
                 assert anchor in headings, f"{path.name}: no heading #{anchor} in {file}"
 
 
+# The README's headline of measured speed-ups is written by the generator (buildllm/report/measured.py)
+# between these markers; tests/report/test_measured.py checks it against the committed files.
+HEADLINE = re.compile(r"<!-- measured:.*?<!-- /measured -->", flags=re.S)
+
+
 def test_the_readme_is_short_and_the_docs_hold_no_hand_typed_figures():
     assert len(README.read_text().splitlines()) <= 200
     for path in documents():
-        text = path.read_text()
+        text = HEADLINE.sub("", path.read_text())
         assert not MACHINE_NAMES.search(text), f"{path.name}: a machine's name: {MACHINE_NAMES.search(text).group(0)}"
         assert not HAND_TYPED_SPEED.search(text), f"{path.name}: {HAND_TYPED_SPEED.search(text).group(0)}"
+
+
+def test_the_readme_headline_quotes_the_generated_page():
+    """Each figure of the README's headline (tokens/s, MFU, speed-up and interval, loss) is on
+    docs/measured.md, so the README quotes the committed record and nothing else."""
+    found = HEADLINE.findall(README.read_text())
+    assert len(found) == 1, "one generated headline block"
+    figures = re.findall(r"\d[\d,]*\.?\d*[×%]?", re.sub(r"\]\([^)]*\)|`[^`]*`", "", found[0]))
+    page = (ROOT / "docs" / "measured.md").read_text()
+    assert figures and all(f in page for f in figures), [f for f in figures if f not in page]

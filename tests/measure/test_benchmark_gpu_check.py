@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 import standin
 import torch
-from conftest import ROOT, clone_project, once_per_run, run_env
+from conftest import ROOT, clone_project, once_per_run, run, run_env
 from packaging.utils import parse_wheel_filename
+
+from buildllm.report import measured
 
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 BUDGET_S = 400
@@ -305,3 +307,30 @@ def test_the_route_rehearsed_on_a_cpu_stand_in_comes_home_as_an_experiment(tmp_p
         f"\nrehearsal: far side {far_seconds:.0f} s, whole {time.monotonic() - began:.0f} s; "
         f"what travels {size / 2**20:.1f} MiB (tree + tokens + tokenizer + wheelhouse)"
     )
+
+
+@pytest.mark.slow
+def test_gpu_home_record_keeps_each_run_with_its_twin_and_regenerates_the_page(tmp_path, bounded_run):
+    """--record: the imported run and the CPU twin made here are saved under benchmarks/ from their
+    experiments, the run naming the twin as its reference, and the page and headline are regenerated."""
+    home = clone_project(bounded_run, tmp_path / "home")
+    out = tmp_path / "out"
+    sets = ["-S", "device=cpu", "-S", "iteration=1", "-S", "precision=fp32", "-S", "train.compile=false"]
+    pack = [sys.executable, "-m", "buildllm", "pack-run", "cuda-it1-fp32", *sets, "--stages", "machine", "benchmark"]
+    run([*pack, "estimate", "--into", str(out / "runs.tar.gz")], home)
+    (home / "docs").mkdir()
+    (home / "README.md").write_text(f"# Project\n\n{measured.HEADLINE_START}\n{measured.HEADLINE_END}\n")
+    run(["git", "add", "README.md"], home)
+    run(["git", "commit", "-qm", "a README with its headline block"], home)
+    gpu_home = [sys.executable, str(ROOT / "scripts" / "gpu_home.py"), str(out), "--record"]
+    run([*gpu_home, "--report", str(tmp_path / "report")], home, timeout=600)
+    machine = json.loads((home / "metrics" / "machine.json").read_text())["machine_id"]
+    twin, imported = home / "benchmarks" / machine / "cpu-it1-fp32", home / "benchmarks" / machine / "cuda-it1-fp32"
+    assert json.loads((imported / "run.json").read_text())["reference"] == f"{machine}/cpu-it1-fp32"
+    assert "load average" in json.loads((twin / "run.json").read_text())["note"]
+    # Only the records the runs' stages wrote: the baseline's train.json and dry_run.json stay behind.
+    kept = {"benchmark.json", "estimate.json", "params.yaml", "run.json"}
+    assert {p.name for p in imported.iterdir()} == kept and {p.name for p in twin.iterdir()} == kept
+    assert "| cuda-it1-fp32 | " in (home / "docs" / "measured.md").read_text()
+    assert "`cuda-it1-fp32` on " in (home / "README.md").read_text()
+    assert run([sys.executable, "-m", "buildllm.report.measured", "--check"], home).returncode == 0
