@@ -5,6 +5,7 @@ is a file is refused in one line."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 
@@ -217,3 +218,21 @@ def test_a_checkpoint_directory_that_is_a_file_is_refused_in_one_line(tokens, wo
         "metrics",
         "notes.txt",
     ]
+
+
+def test_the_run_cards_sample_comes_from_the_newest_intact_checkpoint(tokens, finished, workdir, capsys):
+    from buildllm.config import load_config
+    from buildllm.report.sample import SAMPLE_PATH, write_sample
+
+    run = copy_of(finished, workdir)
+    damage(run / checkpoint.checkpoint_name(20), random.Random(11))
+    config = load_config(None, {"train.checkpoint_directory": str(run), "train.tokenizer": str(tokens["tokenizer"])})
+    write_sample(config)
+    sample = json.loads((workdir / SAMPLE_PATH).read_text())
+    assert sample["checkpoint"] == checkpoint.checkpoint_name(18) and sample["checkpoint_step"] == 18
+    assert f"checkpoint_00000020.pt in {run} is damaged" in capsys.readouterr().err
+    for step, seed in ((16, 12), (18, 13)):
+        damage(run / checkpoint.checkpoint_name(step), random.Random(seed))
+    write_sample(config)
+    sample = json.loads((workdir / SAMPLE_PATH).read_text())
+    assert "text" not in sample and sample["missing_reason"].startswith(f"none of the 3 checkpoint(s) in {run}")
