@@ -201,7 +201,7 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
     except checkpoint.DamagedCheckpoint as exc:
         return row(
             "fail",
-            f"{found[-1].name} is damaged ({exc.why.split(':')[0]})",
+            f"{found[-1].name} is {exc.condition} ({exc.why.split(':')[0]})",
             "use a fresh --checkpoint-directory (train falls back to an older checkpoint if one reads)",
         ), 0
     signature = run_signature(plan, int(os.environ.get("WORLD_SIZE", "1")), planned_examples(plan))

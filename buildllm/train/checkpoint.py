@@ -11,6 +11,7 @@ the last good one.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import socket
@@ -162,8 +163,12 @@ def non_finite(state: dict) -> str:
         if isinstance(values, dict):
             tensors += [(f"optimizer state {key} of parameter {index}", value) for key, value in values.items()]
     for name, value in tensors:
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            return name
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
+            # The least and greatest values are NaN if any value is, infinite if any is: one pass and no
+            # mask the tensor's size (isfinite().all() took 20x longer on a 2-core CPU).
+            low, high = value.aminmax()
+            if not (math.isfinite(low.item()) and math.isfinite(high.item())):
+                return name
     return ""
 
 

@@ -215,7 +215,7 @@ def kept(trainer: Trainer, weights: bool) -> str:
     """The checkpoint a rerun continues from: the newest intact one (with `weights`, whose weights are
     finite too), not merely the newest file. Rank 0 alone says it, so only rank 0 reads checkpoints."""
     if not trainer.world.is_main:
-        return ""
+        return "rank 0 names the checkpoint kept"
     saved = checkpoint.list_checkpoints(trainer.directory)
     if not saved:
         return "no checkpoint had been saved yet"
