@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 import torch
+from train_fixtures import damage
 
 from buildllm.train import checkpoint, digest
 
@@ -21,20 +22,6 @@ def real_state(step: int) -> dict:
     model(torch.randn(8, 32)).sum().backward()
     optimizer.step()
     return {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "log": [{"loss": 1.0}]}
-
-
-def damage(path, rng: random.Random, region: str = "anywhere") -> tuple[int, int]:
-    """Overwrite 1 to 64 bytes at a random offset (anywhere, or in the first or last 512 bytes) with
-    random bytes, each one different from before (a write of the same value is no damage). Returns
-    (offset, length)."""
-    data = bytearray(path.read_bytes())
-    low, high = {"anywhere": (0, len(data)), "start": (0, 512), "end": (len(data) - 512, len(data))}[region]
-    offset = rng.randrange(low, high)
-    length = min(rng.randint(1, 64), len(data) - offset)
-    for i in range(offset, offset + length):
-        data[i] ^= rng.randint(1, 255)
-    path.write_bytes(bytes(data))
-    return offset, length
 
 
 def test_random_bytes_at_random_offsets_are_found_in_every_trial(tmp_path, capsys):

@@ -11,8 +11,7 @@ import shutil
 
 import pytest
 import torch
-from test_checkpoint_digest import damage
-from train_fixtures import same_tensors, train_args
+from train_fixtures import damage, same_tensors, train_args
 
 from buildllm.cli import main
 from buildllm.train import checkpoint
