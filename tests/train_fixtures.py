@@ -5,6 +5,7 @@ Real text, so the loss falls; small, so a tiny model trains on it in seconds."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import torch
@@ -105,3 +106,17 @@ def same_tensors(a: dict, b: dict) -> list[str]:
 def read(path: Path) -> dict:
     """A JSON file's content (a metrics record)."""
     return json.loads(Path(path).read_text())
+
+
+def damage(path, rng: random.Random, region: str = "anywhere") -> tuple[int, int]:
+    """Overwrite 1 to 64 bytes at a random offset (anywhere, or in the first or last 512 bytes) with
+    random bytes, each one different from before (a write of the same value is no damage). Returns
+    (offset, length)."""
+    data = bytearray(path.read_bytes())
+    low, high = {"anywhere": (0, len(data)), "start": (0, 512), "end": (len(data) - 512, len(data))}[region]
+    offset = rng.randrange(low, high)
+    length = min(rng.randint(1, 64), len(data) - offset)
+    for i in range(offset, offset + length):
+        data[i] ^= rng.randint(1, 255)
+    path.write_bytes(bytes(data))
+    return offset, length

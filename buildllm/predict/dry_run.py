@@ -12,6 +12,7 @@ from buildllm.metrics import write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan.memory import refuse_unless_fits
 from buildllm.plan.run_plan import announce, facts, make_plan
+from buildllm.train.checkpoint import refuse_a_file
 from buildllm.train.storage import checkpoint_bytes
 from buildllm.units import size
 
@@ -43,4 +44,5 @@ def dry_run(config: Config) -> dict:
     print(f"memory: {plan.memory.reason}")
     # Exit as train would: a plan train would refuse fails here too (its figures are written above).
     refuse_unless_fits(plan)
+    refuse_a_file(config.train.checkpoint_directory)
     return metrics

@@ -177,6 +177,13 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
             f"in use by {holder}",
             "wait for that run to finish or stop it, or use another --checkpoint-directory",
         ), 0
+    # Under DVC the stage's out is removed before train runs, a file there too.
+    if not dvc and (blocker := checkpoint.file_in_the_way(directory)) is not None:
+        return row(
+            "fail",
+            f"{blocker} is a file",
+            "pass a --checkpoint-directory that is a directory or does not exist yet, or move that file away",
+        ), 0
     found = checkpoint.list_checkpoints(directory)
     foreign = checkpoint.foreign_files(directory)
     if not found and not foreign:
@@ -194,7 +201,7 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
     except checkpoint.DamagedCheckpoint as exc:
         return row(
             "fail",
-            f"{found[-1].name} is damaged ({exc.why.split(':')[0]})",
+            f"{found[-1].name} is {exc.condition} ({exc.why.split(':')[0]})",
             "use a fresh --checkpoint-directory (train falls back to an older checkpoint if one reads)",
         ), 0
     signature = run_signature(plan, int(os.environ.get("WORLD_SIZE", "1")), planned_examples(plan))

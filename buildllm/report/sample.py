@@ -21,12 +21,12 @@ SETTINGS = {"prompt": "The", "new_tokens": 60, "temperature": 0.8, "top_k": 50}
 
 def write_sample(config: Config) -> None:
     """The sample and how it was drawn, or why there is none (no checkpoint yet), into SAMPLE_PATH."""
-    from buildllm.train.generate import checkpoint_file, checkpoint_tokenizer, generate_ids, load_model
+    from buildllm.train.generate import checkpoint_tokenizer, generate_ids, load_checkpoint, model_from
 
     sample = {**SETTINGS, "seed": config.seed, "device": "cpu"}
     try:
-        path = checkpoint_file(config.train.checkpoint_directory)
-        model, state = load_model(path, "cpu")
+        path, state = load_checkpoint(config.train.checkpoint_directory)
+        model = model_from(state, "cpu")
         encoder = checkpoint_tokenizer(
             state.get("tokenizer", ""), config.train.tokenizer, path, model.config.vocab_size
         )

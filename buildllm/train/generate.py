@@ -22,25 +22,35 @@ from buildllm.plan.device import resolve_device
 from buildllm.train import checkpoint
 
 
-def checkpoint_file(location: str | Path) -> Path:
-    """A checkpoint file, or the newest checkpoint in a training run's directory."""
+def load_checkpoint(location: str | Path) -> tuple[Path, dict]:
+    """A checkpoint file and its state, or the newest intact checkpoint in a training run's directory
+    (a damaged one is named and passed over, as a resume does)."""
     location = Path(location)
     if location.is_file():
-        return location
+        return location, checkpoint.load(location)
     found = checkpoint.list_checkpoints(location)
     if not found:
         raise UserError(
             f"no checkpoint in {location}; train first (`buildllm train`) or pass "
             "--checkpoint-directory of a finished or interrupted run"
         )
-    return found[-1]
+    if latest := checkpoint.load_latest(location):
+        return latest
+    raise UserError(
+        f"none of the {len(found)} checkpoint(s) in {location} is intact (each is named above); train again, "
+        "or pass --checkpoint-directory of another run"
+    )
+
+
+def model_from(state: dict, device: str) -> GPT:
+    model = build_model(GPTConfig(**state["model_config"]), device)
+    model.load_state_dict(state["model"])
+    return model.eval()
 
 
 def load_model(path: Path, device: str) -> tuple[GPT, dict]:
     state = checkpoint.load(path)
-    model = build_model(GPTConfig(**state["model_config"]), device)
-    model.load_state_dict(state["model"])
-    return model.eval(), state
+    return model_from(state, device), state
 
 
 def checkpoint_tokenizer(saved: str, override: str | None, path: Path, vocab_size: int):
@@ -58,6 +68,12 @@ def checkpoint_tokenizer(saved: str, override: str | None, path: Path, vocab_siz
 def next_token(
     logits: torch.Tensor, greedy: bool, temperature: float, top_k: int | None, generator: torch.Generator
 ) -> int:
+    if not bool(torch.isfinite(logits).all()):
+        # Finite weights can still overflow (a checkpoint saved before digests, its bytes damaged).
+        raise UserError(
+            "the model's output holds NaN or infinity, so no token can be drawn; its checkpoint's weights are "
+            "broken: use another checkpoint"
+        )
     if greedy or temperature == 0:
         return int(logits.argmax())
     logits = logits.float() / temperature
@@ -136,8 +152,8 @@ def command(args: argparse.Namespace, config: Config) -> None:
     if args.max_new_tokens < 0 or args.temperature < 0 or args.top_k < 0:
         raise UserError("--max-new-tokens, --temperature and --top-k must not be negative")
     decision = resolve_device(config.device)
-    path = checkpoint_file(config.train.checkpoint_directory)
-    model, state = load_model(path, decision.device)
+    path, state = load_checkpoint(config.train.checkpoint_directory)
+    model = model_from(state, decision.device)
     announce(model, state, path, decision.device, decision.reason, args.max_new_tokens)
     encoder = checkpoint_tokenizer(state.get("tokenizer", ""), args.tokenizer, path, model.config.vocab_size)
     prompt_ids = encoder.encode(args.prompt).ids

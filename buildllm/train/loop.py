@@ -39,6 +39,7 @@ def train(config: Config, under_dvc: bool = False) -> dict:
     metrics written to metrics/train.json."""
     plan = make_plan(config)
     refuse_unless_fits(plan)  # before a process group, a checkpoint folder or a tensor exists
+    checkpoint.refuse_a_file(config.train.checkpoint_directory)
     # Missing or unfit data files stop the run here, in one line, before any process group exists; a
     # tokenizer made for another vocabulary too (a run may go without one: its path is recorded).
     vocab = plan.model.vocab_size
@@ -159,7 +160,7 @@ def run(trainer: Trainer, advice_on_stop: str) -> dict:
         except NonFiniteLoss as exc:
             finish(trainer, "non_finite_loss", {"non_finite_step": exc.step})
             raise TrainingFailed(
-                f"{exc}; {kept(trainer)}; lower --learning-rate (or train in bf16 or fp32 instead "
+                f"{exc}; {kept(trainer, weights=True)}; lower --learning-rate (or train in bf16 or fp32 instead "
                 "of fp16) and rerun into a fresh --checkpoint-directory"
             ) from None
         except (RuntimeError, MemoryError) as exc:  # torch.cuda.OutOfMemoryError is one; the CPU's allocator too
@@ -177,7 +178,7 @@ def run(trainer: Trainer, advice_on_stop: str) -> dict:
         finish(trainer, "out_of_memory", {"oom": True, "oom_batch_size": batch, "oom_step": step, **figures})
         raise OutOfMemory(
             f"{device.device} ran out of memory at step {step} with batch size {batch} ({describe_memory(figures)}); "
-            f"{advice(batch)}; {kept(trainer)}"
+            f"{advice(batch)}; {kept(trainer, weights=False)}"
         )
     trainer.save_checkpoint()
     if trainer.step_count < trainer.planned_steps:
@@ -215,11 +216,18 @@ def finish(trainer: Trainer, status: str, extra: dict) -> dict:
     return trainer.log.finish(status, progress, {**trainer.memory.read(), **extra})
 
 
-def kept(trainer: Trainer) -> str:
+def kept(trainer: Trainer, weights: bool) -> str:
+    """The checkpoint a rerun continues from: the newest intact one (with `weights`, whose weights are
+    finite too), not merely the newest file. Rank 0 alone says it, so only rank 0 reads checkpoints."""
+    if not trainer.world.is_main:
+        return "rank 0 names the checkpoint kept"
     saved = checkpoint.list_checkpoints(trainer.directory)
     if not saved:
         return "no checkpoint had been saved yet"
-    return f"the last good checkpoint, {saved[-1].name}, is kept in {trainer.directory}"
+    good = checkpoint.last_good(trainer.directory, weights)
+    if good is None:
+        return f"none of the {len(saved)} checkpoint(s) in {trainer.directory} is intact (each is named above)"
+    return f"the last good checkpoint, {good.name}, is kept in {trainer.directory}"
 
 
 def unigram_loss(train: Windows, validation: Windows, vocab_size: int) -> float:

@@ -179,3 +179,15 @@ def test_a_directory_in_use_or_holding_another_run_fails(tokens, recorded, workd
         "holds another run: batch_size 16 -> 8"
     )
     preflight(config, dvc=True)  # DVC's train stage starts its folder afresh
+
+
+def test_a_checkpoint_directory_that_is_a_file_fails_its_row(tokens, recorded, workdir, capsys):
+    (workdir / "run").write_text("not a directory\n")
+    with pytest.raises(UserError, match="checkpoint directory unique"):
+        preflight(config_for(tokens, **{"train.checkpoint_directory": str(workdir / "run")}))
+    assert rows(capsys.readouterr().out)["checkpoint directory unique"] == [
+        "FAIL",
+        f"{workdir / 'run'} is a file",
+        "pass a --checkpoint-directory that is a directory or does not exist yet, or move that file away",
+    ]
+    assert (workdir / "run").read_text() == "not a directory\n"
