@@ -177,8 +177,8 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
             f"in use by {holder}",
             "wait for that run to finish or stop it, or use another --checkpoint-directory",
         ), 0
-    # Under DVC the stage's out is removed before train runs, a file there too.
-    if not dvc and (blocker := checkpoint.file_in_the_way(directory)) is not None:
+    # Under DVC too: the train stage's out persists, so a file there stays and train would refuse it.
+    if (blocker := checkpoint.file_in_the_way(directory)) is not None:
         return row(
             "fail",
             f"{blocker} is a file",
