@@ -72,7 +72,7 @@ def train_tokenizer(
         raise UserError(
             f"the corpus yields only {learned} tokens occurring at least {min_frequency} times, fewer "
             f"than the vocabulary of {vocab_size}; use a larger corpus, lower tokenize.min_frequency, "
-            "or a profile with a smaller vocabulary"
+            "or a smaller vocabulary (tokenize.vocabularies lists those the pipeline builds)"
         )
     return tokenizer
 
