@@ -45,12 +45,15 @@ if [[ "$DEVICE" == cuda ]] && ! has_cuda_torch "$PY"; then
   exit 1
 fi
 # The route (docs/gpu.md): with git here and carry/ carried (`buildllm carry`), one experiment by
-# `dvc exp run` first ($OUT/exps.bundle), then the pack-run checks below in the budget left.
+# `dvc exp run` first ($OUT/exps.bundle), then the pack-run checks below in the budget left. A rerun
+# of named steps (GPU_CHECK_STEPS) takes the archive route alone.
 OUT_DIR="${GPU_CHECK_OUT:-${OUT:-$ROOT/gpu_check_out}}"
-if command -v git >/dev/null && [[ -d "$ROOT/carry/project.git" ]]; then
+if command -v git >/dev/null && [[ -d "$ROOT/carry/project.git" && -z "${GPU_CHECK_STEPS:-}" ]]; then
   echo "route: git ($(git --version)): dvc exp run in a clone, then the archive route's checks"
   bash "$ROOT/scripts/gpu_git_route.sh" "$PY" "$OUT_DIR" || echo "git route: failed; see $OUT_DIR/git_route.log"
 else
-  echo "route: archive (pack-run): $(command -v git >/dev/null && echo 'no carry/ carried' || echo 'no git here')"
+  why="no carry/project.git carried"; command -v git >/dev/null || why="no git here"
+  [[ -n "${GPU_CHECK_STEPS:-}" ]] && why="a rerun of named steps"
+  echo "route: archive (pack-run): $why"
 fi
 exec "$PY" "$ROOT/scripts/gpu_check.py"
