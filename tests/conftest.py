@@ -315,9 +315,9 @@ def check_params(tokens, workdir) -> Path:
 def default_run(tmp_path_factory) -> tuple[Path, str]:
     """A project copy on the defaults (iteration 1, the real default corpus, its vocabulary 4096
     alone) with the train stage's own bound of 500 examples (the default trains 8000) and the
-    bounded pipeline's benchmark (9 steps, not 83), after `dvc repro train`, and that command's stdout. The train-pipeline test checks the
-    run; the dry-run test starts its stage from it, each on its own clone_project, so neither runs
-    corpus, tokenize and tune for the same params again."""
+    bounded pipeline's benchmark (9 steps, not 83), after `dvc repro train`, and that command's
+    stdout. The train-pipeline test checks the run; the dry-run test starts its stage from it, each
+    on its own clone_project, so neither runs corpus, tokenize and tune for the same params again."""
 
     def make(folder: Path) -> str:
         project = copy_project(folder)
