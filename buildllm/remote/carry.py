@@ -70,16 +70,20 @@ def command(args) -> None:
     dvc("push", "--quiet", "--remote", REMOTE, *STAGES)
     _run("`git clone --bare`", "git", "clone", "--quiet", "--bare", "--no-local", ".", str(repo))
     wheelhouse = Path(args.wheelhouse)
-    parts = {"project.git (the committed tree, with history)": folder_bytes(repo)}
-    parts["dvc-store (corpus, token files, tokenizers)"] = folder_bytes(store)
-    parts[f"{wheelhouse} (DVC for a machine without it)"] = folder_bytes(wheelhouse)
+    wheels = folder_bytes(wheelhouse)
+    parts = {
+        "project.git (the committed tree, with history)": folder_bytes(repo),
+        "dvc-store (corpus, token files, tokenizers)": folder_bytes(store),
+        f"{wheelhouse} (DVC for a machine without it)" + ("" if wheels else ": none; `buildllm wheelhouse`"): wheels,
+    }
     total, limit = sum(parts.values()), args.limit_mib * 2**20
     for name, n in parts.items():
-        print(f"  {size(n):>10}  {name}" + ("" if n or "wheelhouse" not in name else ": none; `buildllm wheelhouse`"))
+        print(f"  {size(n):>10}  {name}")
     print(f"  {size(total):>10}  in all, of the {args.limit_mib:g} MiB limit")
     if total > limit:
         raise UserError(
-            f"what travels is {size(total)}, over the {args.limit_mib:g} MiB limit; leave out what the target has "
+            f"what travels ({into.name}/ as written, and {wheelhouse}/) is {size(total)}, over the "
+            f"{args.limit_mib:g} MiB limit; leave out what the target has "
             "(`buildllm wheelhouse --has ...`), fewer tokenize.vocabularies, or raise --limit-mib"
         )
     print(
