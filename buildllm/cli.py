@@ -100,7 +100,7 @@ def run(args) -> None:
                 case "corpus":
                     from buildllm.data.corpus import build_corpus as command
                 case "tokenize":
-                    from buildllm.data.tokenization import tokenize_corpus as command
+                    from buildllm.data.tokenize_command import tokenize_command as command
                 case "estimate":
                     from buildllm.predict.estimate import estimate as command
                 case "preflight":
@@ -266,12 +266,13 @@ def main(argv: list[str] | None = None) -> int:
 def add_remote(sub) -> None:
     """Runs made on another machine and brought home (buildllm/remote/): torch-free modules, each
     bringing its own flags and its command."""
-    from buildllm.remote import import_runs, pack_run, wheelhouse
+    from buildllm.remote import carry, import_runs, pack_run, wheelhouse
 
     for name, module, help_text in (
         ("pack-run", pack_run, "on a machine without git: run stages with dvc repro, add the run to a runs archive"),
         ("import-runs", import_runs, "make each run of a runs archive (pack-run) a DVC experiment here"),
         ("wheelhouse", wheelhouse, "prepare the wheels that install DVC on a machine without network"),
+        ("carry", carry, "for a GPU machine with git: a bare clone and a folder DVC remote of the data"),
     ):
         p = sub.add_parser(name, help=help_text)
         module.add_arguments(p)

@@ -45,6 +45,8 @@ class TokenizeConfig:
     vocab_size: int | None = knob(None, minimum=257, control=True, help="BPE vocabulary size; default: the profile's")
     min_frequency: int = knob(2, minimum=1, help="a pair must occur this often to be merged")
     encode_chunk: int = knob(1000, minimum=1, help="documents per encode_batch call")
+    # The tokenize stage builds each (dvc.yaml foreach): every vocabulary an iteration or preset uses.
+    vocabularies: list[int] = knob([4096, 16384], minimum=257, help="the vocabularies the pipeline builds")
 
 
 @dataclass(frozen=True)

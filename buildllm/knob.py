@@ -93,6 +93,10 @@ def check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
         if type(None) in typing.get_args(hint):
             return None
         raise ConfigError(f"{key} must not be empty; give {TYPE_NAMES.get(base, base)}")
+    if typing.get_origin(base) is list:  # a list of numbers (tokenize.vocabularies): each item checked alone
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ConfigError(f"{key}={value!r} must be a non-empty list")
+        return [check(f"{key}[{i}]", item, typing.get_args(base)[0], meta) for i, item in enumerate(value)]
     choices = meta.get("choices")
     if base is str and choices and isinstance(value, bool) and str(value).lower() in choices:
         value = str(value).lower()  # YAML's true/false for a knob whose choices spell them

@@ -42,7 +42,7 @@ SHORTENED = (
 SUMMARY = {
     # Short names: `dvc metrics show` puts every stage's figures in one table that fits 160 columns.
     "corpus": {"chars": ("characters", 1)},
-    "tokenize": {"tokens": ("train_tokens", 1)},
+    "tokens": {"tokens": ("train_tokens", 1)},  # the tokenize stage's, one per vocabulary: tokens_4096.json
     "dry_run": {"parameters": ("parameters", 1), "estimate_mib": ("memory_estimate_total_bytes", 2**-20)},
     "benchmark": {
         "tokens_per_s": ("tokens_per_second", 1),
@@ -137,8 +137,9 @@ def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
     elif companion.exists():
         companion.unlink()
     atomic_write_text(path, json.dumps(values, indent=2) + "\n")
-    if path.stem in SUMMARY:  # atomic_write_text makes the summary folder
-        atomic_write_text(summary_path(path), json.dumps(summarize(path.stem, values), indent=2) + "\n")
+    stage = re.sub(r"_\d+$", "", path.stem)  # tokens_4096: one vocabulary's record
+    if stage in SUMMARY:  # atomic_write_text makes the summary folder
+        atomic_write_text(summary_path(path), json.dumps(summarize(stage, values), indent=2) + "\n")
     return path
 
 

@@ -11,5 +11,6 @@ from buildllm.config import load_config
 from buildllm.errors import guarded
 
 
-def run_stage(function) -> int:
-    return guarded(lambda: function(load_config("params.yaml")) and None)
+def run_stage(function, overrides: dict | None = None) -> int:
+    """overrides: what a foreach stage's item sets (tokenize@16384: tokenize.vocab_size 16384)."""
+    return guarded(lambda: function(load_config("params.yaml", overrides)) and None)

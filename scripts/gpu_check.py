@@ -165,7 +165,8 @@ def steps(device: str, out: Path) -> list[Step]:
     for iteration in (2, 3):
         finder = f"finder-it{iteration}"
         model = ["--preset", "tiny"] if cpu else ["--iteration", str(iteration)]
-        tokens = ROOT / "data" / "tokens" / f"wiki_vital_{4096 if cpu else VOCAB[iteration]}"
+        vocab = 4096 if cpu else VOCAB[iteration]
+        tokens = ROOT / "data" / "tokens" / str(vocab) / f"wiki_vital_{vocab}"  # buildllm/paths.py's layout
         out_steps.append(
             Step(
                 finder,

@@ -8,6 +8,8 @@
 #
 #   run(command="bash scripts/gpu_check.sh", carry=["data/tokens", "tokenizer", "wheelhouse"], timeout_s=480)
 #
+# Add "carry" (`buildllm carry`) to take the git route first where that machine has git.
+#
 # The CUDA tests, DVC from the wheelhouse, then the experiments as `buildllm pack-run` runs, each
 # added to $OUT/runs.tar.gz as it ends; 6 files under $OUT in all (scripts/gpu_check.py lists them).
 # Budget: GPU_CHECK_BUDGET_S (default 400 s) counted from this script's first line, before any
@@ -41,5 +43,17 @@ fi
 if [[ "$DEVICE" == cuda ]] && ! has_cuda_torch "$PY"; then
   echo "error: $PY has no CUDA-enabled torch, or sees no GPU; run this on the GPU machine, or set GPU_CHECK_DEVICE=cpu"
   exit 1
+fi
+# The route (docs/gpu.md): with git here and carry/ carried (`buildllm carry`), one experiment by
+# `dvc exp run` first ($OUT/exps.bundle), then the pack-run checks below in the budget left. A rerun
+# of named steps (GPU_CHECK_STEPS) takes the archive route alone.
+OUT_DIR="${GPU_CHECK_OUT:-${OUT:-$ROOT/gpu_check_out}}"
+if command -v git >/dev/null && [[ -d "$ROOT/carry/project.git" && -z "${GPU_CHECK_STEPS:-}" ]]; then
+  echo "route: git ($(git --version)): dvc exp run in a clone, then the archive route's checks"
+  bash "$ROOT/scripts/gpu_git_route.sh" "$PY" "$OUT_DIR" || echo "git route: failed; see $OUT_DIR/git_route.log"
+else
+  why="no carry/project.git carried"; command -v git >/dev/null || why="no git here"
+  [[ -n "${GPU_CHECK_STEPS:-}" ]] && why="a rerun of named steps"
+  echo "route: archive (pack-run): $why"
 fi
 exec "$PY" "$ROOT/scripts/gpu_check.py"

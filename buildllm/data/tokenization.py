@@ -24,7 +24,7 @@ from buildllm.data.corpus import SPLITS, count_documents, read_texts, split_file
 from buildllm.data.sources import END_OF_TEXT
 from buildllm.errors import UserError
 from buildllm.metrics import json_line, write_metrics
-from buildllm.paths import corpus_dir, metrics_path, token_paths, token_set_name, tokenizer_path
+from buildllm.paths import corpus_dir, token_paths, token_set_name, tokenize_metrics_path, tokenizer_path
 
 NUMPY_DTYPES = {torch.uint8: np.uint8, torch.uint16: np.uint16, torch.int32: np.int32}
 
@@ -72,7 +72,7 @@ def train_tokenizer(
         raise UserError(
             f"the corpus yields only {learned} tokens occurring at least {min_frequency} times, fewer "
             f"than the vocabulary of {vocab_size}; use a larger corpus, lower tokenize.min_frequency, "
-            "or a profile with a smaller vocabulary"
+            "or a smaller vocabulary (tokenize.vocabularies lists those the pipeline builds)"
         )
     return tokenizer
 
@@ -96,8 +96,8 @@ def load_tokenizer(path: str | Path, expected_vocab: int | None = None) -> Token
     if expected_vocab is not None and size != expected_vocab:
         raise UserError(
             f"tokenizer {path} has {size} tokens but the model's vocabulary has {expected_vocab}; "
-            f"use the tokenizer made for this profile (`buildllm tokenize` writes "
-            f"tokenizer/<corpus>_{expected_vocab}_tokenizer.json)"
+            f"use the tokenizer made for this profile (`dvc repro tokenize@{expected_vocab}` writes "
+            f"tokenizer/{expected_vocab}/<corpus>_{expected_vocab}_tokenizer.json)"
         )
     return tokenizer
 
@@ -204,7 +204,7 @@ def tokenize_corpus(config: Config) -> dict:
         # The encoding pass alone (reading, encoding, packing), comparable across corpus sizes.
         "characters_per_second": round(characters / max(encoded - trained, 1e-9), 1),
     }
-    write_metrics(metrics_path("tokenize"), metrics)
+    write_metrics(tokenize_metrics_path(vocab_size), metrics)
     print(
         f"tokenized {token_set_name(config, vocab_size)}: {metrics['train_tokens']:,} train and "
         f"{metrics['validation_tokens']:,} validation tokens, {metrics['bytes_per_token']:.2f} bytes per token, "

@@ -36,8 +36,8 @@ def check_project() -> None:
     if dirty := _git("status", "--porcelain", "--untracked-files=no").stdout.splitlines():
         raise UserError(
             f"the workspace has uncommitted changes ({', '.join(line[3:] for line in dirty[:3])}"
-            f"{', ...' if len(dirty) > 3 else ''}); commit or stash them first: `dvc exp save` would record "
-            "them in every imported experiment"
+            f"{', ...' if len(dirty) > 3 else ''}); record this machine's run first: commit it (`git add -A && git "
+            "commit`), or `dvc exp save -n NAME` it and `git stash`: `dvc exp save` would put it in every imported run"
         )
 
 

@@ -86,7 +86,7 @@ def test_the_committed_metrics_fit_a_terminal():
         if not p.stem.endswith("_notes") and f"metrics/{p.name}" not in plotted and p.name not in NESTED
     ]
     metrics += sorted((ROOT / "metrics" / "summary").glob("*.json"))
-    assert {p.stem for p in metrics} >= {"corpus", "tokenize", "dry_run", "benchmark", "estimate", "train"}
+    assert {p.stem for p in metrics} >= {"corpus", "tokens_4096", "dry_run", "benchmark", "estimate", "train"}
     for path in metrics:
         for key, value in json.loads(path.read_text()).items():
             shown = value if isinstance(value, str) else f"{value:.5f}" if isinstance(value, float) else str(value)
@@ -119,10 +119,17 @@ def test_dvc_metrics_show_of_the_default_pipeline_fits_160_columns(tmp_path):
     shutil.copytree(ROOT / "metrics" / "summary", project / "metrics" / "summary")
     result = run(["dvc", "metrics", "show"], project)
     rows = result.stdout.splitlines()
-    assert rows[0].split()[0] == "Path" and len(rows) == 1 + len(SUMMARY), result.stdout
-    assert {row.split()[0] for row in rows[1:]} == {f"metrics/summary/{stage}.json" for stage in SUMMARY}
+    # One row per stage, the tokenize stage's one per vocabulary (tokens_4096, ...).
+    vocabularies = yaml.safe_load((ROOT / "params.yaml").read_text())["tokenize"]["vocabularies"]
+    files = {
+        name: stage
+        for stage in SUMMARY
+        for name in ([f"tokens_{v}" for v in vocabularies] if stage == "tokens" else [stage])
+    }
+    assert rows[0].split()[0] == "Path" and len(rows) == 1 + len(files), result.stdout
+    assert {row.split()[0] for row in rows[1:]} == {f"metrics/summary/{name}.json" for name in files}
     assert max(len(row) for row in rows) <= 160, result.stdout
     # Each summary holds its stage's figures from the full record beside it.
-    for stage in SUMMARY:
-        full = json.loads((ROOT / "metrics" / f"{stage}.json").read_text())
-        assert json.loads((ROOT / "metrics" / "summary" / f"{stage}.json").read_text()) == summarize(stage, full)
+    for name, stage in files.items():
+        full = json.loads((ROOT / "metrics" / f"{name}.json").read_text())
+        assert json.loads((ROOT / "metrics" / "summary" / f"{name}.json").read_text()) == summarize(stage, full)

@@ -15,7 +15,7 @@ from buildllm.data.corpus import build_corpus, read_texts
 from buildllm.data.sources import END_OF_TEXT
 from buildllm.data.tokenization import load_tokenizer, output_paths, tokenize_corpus, train_tokenizer, vocab_size_for
 from buildllm.data.windows import load_tokens
-from buildllm.errors import UserError
+from buildllm.errors import ConfigError, UserError
 
 VOCAB = 512
 TEXTS = [text for _, text in sorted(topics.items()) if text.strip()]
@@ -70,15 +70,15 @@ def test_the_profile_names_the_vocabulary():
 def test_the_stage_never_writes_to_a_tokenizer_given_for_training():
     config = load_config(None, {"train.tokenizer": "mine.json", "train.train_tokens": "mine.pt"})
     tokenizer, train, validation = output_paths(config, 4096)
-    assert tokenizer == Path("tokenizer/wiki_vital_4096_tokenizer.json")
-    assert train == Path("data/tokens/wiki_vital_4096/train_tokens.pt")
-    assert validation == Path("data/tokens/wiki_vital_4096/validation_tokens.pt")
+    assert tokenizer == Path("tokenizer/4096/wiki_vital_4096_tokenizer.json")
+    assert train == Path("data/tokens/4096/wiki_vital_4096/train_tokens.pt")
+    assert validation == Path("data/tokens/4096/wiki_vital_4096/validation_tokens.pt")
 
 
 def test_tokenize_writes_tokenizer_tensors_and_flat_metrics(workspace):
     metrics = tokenize_corpus(corpus_config())
-    tokenizer_file = workspace / "tokenizer" / f"files_{VOCAB}_tokenizer.json"
-    folder = workspace / "data" / "tokens" / f"files_{VOCAB}"
+    tokenizer_file = workspace / "tokenizer" / str(VOCAB) / f"files_{VOCAB}_tokenizer.json"
+    folder = workspace / "data" / "tokens" / str(VOCAB) / f"files_{VOCAB}"
     tokenizer = load_tokenizer(tokenizer_file, expected_vocab=VOCAB)
     end = tokenizer.token_to_id(END_OF_TEXT)
     for split in ("train", "validation"):
@@ -95,13 +95,41 @@ def test_tokenize_writes_tokenizer_tensors_and_flat_metrics(workspace):
     assert metrics["vocab_size"] == VOCAB and metrics["token_bytes"] == 2
     assert 1.5 < metrics["bytes_per_token"] < 6 and 1.5 < metrics["validation_bytes_per_token"] < 6
     assert metrics["characters_per_second"] > 0 and metrics["seconds"] >= metrics["encode_seconds"]
-    saved = json.loads((workspace / "metrics" / "tokenize.json").read_text())
+    saved = json.loads((workspace / "metrics" / f"tokens_{VOCAB}.json").read_text())
     assert saved == metrics and all(isinstance(v, (int, float)) for v in saved.values())
+    summary = json.loads((workspace / "metrics" / "summary" / f"tokens_{VOCAB}.json").read_text())
+    assert summary == {"tokens": metrics["train_tokens"]}
+
+
+def test_the_command_leaves_a_vocabulary_of_the_pipeline_to_dvc(workspace, capsys):
+    """In a DVC project a vocabulary of tokenize.vocabularies is its tokenize stage's output, which
+    the command does not write behind DVC's back; a vocabulary the pipeline does not build, it does."""
+    (workspace / "dvc.yaml").write_text("stages: {}\n")
+    params = {
+        "corpus": {"source": "files", "files": ["texts/*.txt"], "validation_percent": 20.0},
+        "tokenize": {"vocab_size": VOCAB, "vocabularies": [4096, VOCAB]},
+    }
+    (workspace / "params.yaml").write_text(json.dumps(params))
+    assert main(["tokenize"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"run `dvc repro tokenize@{VOCAB}` so that DVC records it" in err
+    assert not (workspace / "tokenizer").exists() and not (workspace / "metrics" / f"tokens_{VOCAB}.json").exists()
+    params["tokenize"]["vocabularies"] = [4096]
+    (workspace / "params.yaml").write_text(json.dumps(params))
+    assert main(["tokenize"]) == 0
+    assert json.loads((workspace / "metrics" / f"tokens_{VOCAB}.json").read_text())["vocab_size"] == VOCAB
+
+
+def test_the_vocabularies_are_a_list_of_sizes():
+    assert load_config(None).tokenize.vocabularies == [4096, 16384]
+    for bad, why in (([], "must be a non-empty list"), ([4096, 100], r"vocabularies\[1\]=100 is too small")):
+        with pytest.raises(ConfigError, match=why):
+            load_config(None, {"tokenize.vocabularies": bad})
 
 
 def test_load_tokenizer_refuses_another_vocabulary_missing_and_garbage(workspace):
     tokenize_corpus(corpus_config())
-    path = workspace / "tokenizer" / f"files_{VOCAB}_tokenizer.json"
+    path = workspace / "tokenizer" / str(VOCAB) / f"files_{VOCAB}_tokenizer.json"
     with pytest.raises(UserError, match=f"has {VOCAB} tokens but the model's vocabulary has 4096"):
         load_tokenizer(path, expected_vocab=4096)
     with pytest.raises(UserError, match="does not exist; run `dvc repro tokenize`"):
@@ -131,9 +159,9 @@ def test_a_missing_corpus_is_one_line(tmp_path, monkeypatch, capsys):
 def test_a_failed_run_leaves_the_previous_outputs(workspace, capsys, damage, fragment):
     tokenize_corpus(corpus_config())
     outputs = [
-        *workspace.glob("tokenizer/*"),
-        *workspace.glob("data/tokens/*/*"),
-        workspace / "metrics" / "tokenize.json",
+        *workspace.glob("tokenizer/*/*"),
+        *workspace.glob("data/tokens/*/*/*"),
+        workspace / "metrics" / f"tokens_{VOCAB}.json",
     ]
     before = {p: p.read_bytes() for p in outputs}
     train = workspace / "data" / "corpus" / "files" / "train.jsonl"
@@ -156,7 +184,7 @@ def test_a_failed_run_leaves_the_previous_outputs(workspace, capsys, damage, fra
     last = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
     assert last.startswith("error: ") and fragment in last
     assert {p: p.read_bytes() for p in outputs} == before
-    assert sorted(p.name for p in (workspace / "data" / "tokens" / f"files_{VOCAB}").iterdir()) == [
+    assert sorted(p.name for p in (workspace / "data" / "tokens" / str(VOCAB) / f"files_{VOCAB}").iterdir()) == [
         "train_tokens.pt",
         "validation_tokens.pt",
     ]  # no temp file left behind
@@ -166,7 +194,7 @@ def test_rebuilding_the_tokens_gives_the_same_bytes(workspace):
     """Equal inputs, equal files: else DVC sees new data and a comparison calls the budgets unequal."""
 
     def outputs() -> dict[str, bytes]:
-        files = [*workspace.glob("tokenizer/*"), *workspace.glob("data/tokens/*/*")]
+        files = [*workspace.glob("tokenizer/*/*"), *workspace.glob("data/tokens/*/*/*")]
         return {str(p.relative_to(workspace)): p.read_bytes() for p in sorted(files)}
 
     tokenize_corpus(corpus_config())
@@ -181,7 +209,7 @@ def test_rebuilding_the_tokens_gives_the_same_bytes(workspace):
             }
         )
     )
-    for path in workspace.glob("data/tokens/*/*"):
+    for path in workspace.glob("data/tokens/*/*/*"):
         path.unlink()
     subprocess.run([sys.executable, "-m", "buildllm", "tokenize"], cwd=workspace, check=True, capture_output=True)
     second = outputs()

@@ -198,6 +198,7 @@ def test_the_budget_clock_starts_in_the_shell_before_python_starts(tmp_path):
         ["bash", str(SCRIPT)], env={**env, "GPU_CHECK_STEPS": "install_dvc"}, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.startswith("route: archive (pack-run): a rerun of named steps\n"), done.stdout[:300]
     first = json.loads((out / "results.jsonl").read_text().splitlines()[0])
     # The 3 s before the runner began count (a budget clock started in Python would miss them).
     assert first["name"] == "env" and first["elapsed_seconds"] - first["seconds"] >= 3, first

@@ -7,11 +7,11 @@ from conftest import copy_project, run, use_docs_corpus
 
 def lock_hashes(project) -> dict[str, str]:
     lock = yaml.safe_load((project / "dvc.lock").read_text())
-    # The cached outputs; metrics/tokenize.json holds timings and is not compared.
+    # The cached outputs; metrics/tokens_4096.json holds timings and is not compared.
     return {
         out["path"]: out["md5"]
-        for out in lock["stages"]["tokenize"]["outs"]
-        if out["path"] in ("tokenizer", "data/tokens")
+        for out in lock["stages"]["tokenize@4096"]["outs"]
+        if out["path"] in ("tokenizer/4096", "data/tokens/4096")
     }
 
 
@@ -23,5 +23,5 @@ def test_two_fresh_copies_hash_the_tokens_alike(tmp_path):
         use_docs_corpus(project)  # a small files corpus keeps the real stages short
         run(["dvc", "repro", "tokenize"], project)
         hashes.append(lock_hashes(project))
-    assert set(hashes[0]) == {"tokenizer", "data/tokens"}
+    assert set(hashes[0]) == {"tokenizer/4096", "data/tokens/4096"}
     assert hashes[0] == hashes[1]

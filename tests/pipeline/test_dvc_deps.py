@@ -14,7 +14,8 @@ import yaml
 from buildllm.config import Config, knobs
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+# A foreach stage (tokenize: one per vocabulary) is checked through its template.
+STAGES = {name: s.get("do", s) for name, s in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].items()}
 SECTIONS = {f.split(".")[0] for f, _, _ in knobs() if "." in f}
 TOP_KEYS = {key for key, _, _ in knobs() if "." not in key}
 # Modules that declare or pass the config on without reading a knob's value.
@@ -61,7 +62,7 @@ def closure(script: Path) -> set[Path]:
 
 
 def stage_script(stage: dict) -> Path:
-    match = re.fullmatch(r"python (stages/\w+\.py)", stage["cmd"])
+    match = re.fullmatch(r"python (stages/\w+\.py)( \$\{item\})?", stage["cmd"])
     assert match, f"stage command {stage['cmd']!r} is not `python stages/NAME.py`"
     return ROOT / match.group(1)
 

@@ -103,6 +103,7 @@ def test_import_refuses_a_workspace_with_uncommitted_changes(project, tmp_path):
         text=True,
     )
     assert done.returncode == 2 and "uncommitted changes (params.yaml)" in done.stderr, done.stderr
+    assert "record this machine's run first: commit it" in done.stderr and done.stderr.count("\n") == 1
     assert (project / "params.yaml").read_bytes() == edited
 
 
