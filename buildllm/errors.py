@@ -25,13 +25,25 @@ class TrainingFailed(UserError):
 
 
 def guarded(work) -> int:
-    """Run `work`; a user error becomes one line on stderr and its exit code (the CLI and scripts share this)."""
+    """Run `work`; a user error becomes one line on stderr and its exit code (the CLI and scripts share
+    this), and so does a file-system fault that no write turned into one (a read-only folder, a full
+    disk, a file where a folder must be); any other error keeps its traceback: it is a bug."""
     try:
         return work() or 0
     except UserError as exc:
-        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank fails alike; say it once
-            print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _said(exc)
+    except OSError as exc:
+        from buildllm.disk import as_user_error  # disk imports this module
+
+        if (fault := as_user_error(exc)) is None:
+            raise
+        return _said(fault)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _said(error: UserError) -> int:
+    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank fails alike; say it once
+        print(f"error: {error}", file=sys.stderr)
+    return error.exit_code

@@ -19,12 +19,12 @@ from buildllm.data.text_bytes import validation_bytes
 from buildllm.data.tokenization import load_tokenizer
 from buildllm.data.windows import Windows, load_windows
 from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
-from buildllm.disk import DiskFull
+from buildllm.disk import DiskFull, probe_writable
 from buildllm.errors import TrainingFailed, UserError
 from buildllm.paths import tokenizer_path
 from buildllm.plan.memory import refuse_unless_fits
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
-from buildllm.train import checkpoint, distributed, storage
+from buildllm.train import checkpoint, distributed, run_log, storage
 from buildllm.train.trainer import NonFiniteLoss, Trainer, TrainingInterrupted
 
 # DVC deletes a stage's outputs before it runs: `dvc repro train` would start over.
@@ -72,6 +72,8 @@ def train(config: Config, under_dvc: bool = False) -> dict:
                     trainer.directory, trainer.signature, config.train.resume, config.train.force
                 )
                 storage.before_training(trainer, resumed)  # refuses a run its disk cannot hold
+                for folder in run_log.FOLDERS:  # a read-only metrics/ stops the run now, not after training
+                    probe_writable(folder)
                 decision = ("state", resumed)
             except UserError as exc:
                 decision = ("error", str(exc))
