@@ -88,6 +88,8 @@ def refusal(exc: BaseException, target: str | Path, shown: str | None = None, ve
     blocker = next((p for p in target.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         why = f"{blocker} is a file, not a folder; move or rename that file, then rerun"
+    elif target.is_file() and exc.errno in (errno.EEXIST, errno.ENOTDIR):  # mkdir of the target itself
+        why = f"{target} is a file, not a folder; move or rename that file, then rerun"
     elif target.is_dir() and exc.errno in (errno.EISDIR, errno.EEXIST):
         why = "it is a folder, not a file; move or rename that folder, then rerun"
     elif exc.errno == errno.EROFS:

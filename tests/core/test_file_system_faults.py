@@ -106,6 +106,12 @@ def test_a_fault_outside_the_atomic_writes_is_one_line_and_a_bug_keeps_its_trace
     with read_only(tmp_path / "ro") as folder:
         assert guarded(lambda: open(folder / "lock", "w")) == 2
     assert one_line(capsys.readouterr().err).startswith(f"error: cannot use {folder / 'lock'}: {folder} ")
+    (tmp_path / "run").write_text("a file")  # a folder made outside the atomic writes (a lock's, a cache's)
+    assert guarded(lambda: (tmp_path / "run").mkdir(parents=True, exist_ok=True)) == 2
+    assert one_line(capsys.readouterr().err) == (
+        f"error: cannot use {tmp_path / 'run'}: {tmp_path / 'run'} is a file, not a folder; move or rename that "
+        "file, then rerun"
+    )
     with pytest.raises(OSError) as caught:  # a bad file descriptor is the program's fault: a traceback
         guarded(lambda: os.read(-1, 1))
     assert caught.value.errno == errno.EBADF
