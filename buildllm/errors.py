@@ -24,18 +24,17 @@ class TrainingFailed(UserError):
     exit_code = 3
 
 
-def guarded(work) -> int:
+def guarded(work, read_os_error=None) -> int:
     """Run `work`; a user error becomes one line on stderr and its exit code (the CLI and scripts share
-    this), and so does a file-system fault that no write turned into one (a read-only folder, a full
-    disk, a file where a folder must be); any other error keeps its traceback: it is a bug."""
+    this). `read_os_error` (disk.as_user_error, which the command line and the stages pass: this module
+    cannot import it) makes the same of a file-system fault that no write turned into one (a read-only
+    folder, a full disk, a file where a folder must be); any other error keeps its traceback: a bug."""
     try:
         return work() or 0
     except UserError as exc:
         return _said(exc)
     except OSError as exc:
-        from buildllm.disk import as_user_error  # disk imports this module
-
-        if (fault := as_user_error(exc)) is None:
+        if read_os_error is None or (fault := read_os_error(exc)) is None:
             raise
         return _said(fault)
     except KeyboardInterrupt:

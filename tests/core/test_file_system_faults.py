@@ -21,6 +21,7 @@ from buildllm.atomic import atomic_path, atomic_write_text
 from buildllm.cli import main
 from buildllm.errors import UserError, guarded
 from buildllm.metrics import write_metrics
+from buildllm.stage import run_stage
 
 READ_ONLY = "read-only file system" if os.geteuid() == 0 else "permission denied"
 
@@ -104,17 +105,27 @@ def test_metrics_are_written_all_or_none(tmp_path):
 
 def test_a_fault_outside_the_atomic_writes_is_one_line_and_a_bug_keeps_its_traceback(tmp_path, capsys):
     with read_only(tmp_path / "ro") as folder:
-        assert guarded(lambda: open(folder / "lock", "w")) == 2
+        assert guarded(lambda: open(folder / "lock", "w"), disk.as_user_error) == 2
     assert one_line(capsys.readouterr().err).startswith(f"error: cannot use {folder / 'lock'}: {folder} ")
     (tmp_path / "run").write_text("a file")  # a folder made outside the atomic writes (a lock's, a cache's)
-    assert guarded(lambda: (tmp_path / "run").mkdir(parents=True, exist_ok=True)) == 2
+    assert guarded(lambda: (tmp_path / "run").mkdir(parents=True, exist_ok=True), disk.as_user_error) == 2
     assert one_line(capsys.readouterr().err) == (
         f"error: cannot use {tmp_path / 'run'}: {tmp_path / 'run'} is a file, not a folder; move or rename that "
         "file, then rerun"
     )
     with pytest.raises(OSError) as caught:  # a bad file descriptor is the program's fault: a traceback
-        guarded(lambda: os.read(-1, 1))
+        guarded(lambda: os.read(-1, 1), disk.as_user_error)
     assert caught.value.errno == errno.EBADF
+
+
+def test_the_command_line_and_the_stages_read_such_a_fault_as_one_line(tokens, workdir, capsys):
+    (workdir / "run").write_text("a file where the checkpoint directory goes")
+    args = run_args(tokens, "train")
+    assert main(args) == 2  # the checkpoint directory's lock is made outside the atomic writes
+    assert "run is a file, not a folder" in one_line(capsys.readouterr().err)
+    assert (workdir / "run").read_text() == "a file where the checkpoint directory goes"
+    assert run_stage(lambda config: (workdir / "run").mkdir()) == 2
+    assert "run is a file, not a folder" in one_line(capsys.readouterr().err)
 
 
 def run_args(tokens, command: str) -> list[str]:
