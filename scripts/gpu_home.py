@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from buildllm.disk import as_user_error  # noqa: E402
 from buildllm.errors import UserError, guarded  # noqa: E402
 from buildllm.remote import archive  # noqa: E402
 from buildllm.remote.import_runs import existing_experiments  # noqa: E402
@@ -89,7 +90,7 @@ def main() -> int:
     parser.add_argument("folder", help="the folder the GPU check's files came back in, or a runs archive")
     parser.add_argument("--report", default="reports/cpu_vs_cuda", help="report path prefix (default %(default)s)")
     args = parser.parse_args()
-    return guarded(lambda: home(args.folder, args.report))
+    return guarded(lambda: home(args.folder, args.report), as_user_error)
 
 
 if __name__ == "__main__":

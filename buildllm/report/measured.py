@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
+from buildllm.disk import as_user_error
 from buildllm.errors import UserError, guarded
 from buildllm.metrics import read_metrics
 from buildllm.report.document import Bullets, Heading, Paragraph, Table, to_markdown
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_text(DOCUMENT, render())
             print(f"wrote {DOCUMENT}")
 
-    return guarded(work)
+    return guarded(work, as_user_error)
 
 
 if __name__ == "__main__":
