@@ -143,6 +143,8 @@ def probe_writable(folder: str | Path) -> None:
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
+        if exc.errno in FULL:
+            raise DiskFull(folder, 0, free_bytes(folder), f"writing into {folder}", known=False) from None
         if (refused := refusal(exc, folder / ".buildllm-probe", f"into {folder}")) is None:
             raise
         raise refused from None

@@ -89,6 +89,8 @@ def test_a_disk_with_no_room_for_a_new_file_says_disk_full(tmp_path):
             "entry (inode) left, though 1.0 MiB (1,048,576 bytes) is free there; free some space"
         )
         assert sorted(os.listdir(small)) == ["a", "b"]
+        with pytest.raises(disk.DiskFull, match=r"disk full: writing into .*metrics found no room in .*no file entry"):
+            write_metrics(small / "metrics" / "train.json", {"a": 1})  # its probe of the folder first
 
 
 def test_metrics_are_written_all_or_none(tmp_path):
