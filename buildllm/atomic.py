@@ -20,19 +20,28 @@ from buildllm import disk
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path, needed: int | None = None, advice: str = "") -> Iterator[Path]:
-    """Yield a temp path to write; on success it replaces `path`, on failure it is removed. A write that
-    fails for lack of disk space raises disk.DiskFull (with `needed`, the bytes, when the caller knows it)."""
+    """Yield a temp path to write; on success it replaces `path`, on failure it is removed, with any
+    folder made for it. A write that fails for lack of disk space raises disk.DiskFull (with `needed`,
+    the bytes, when the caller knows it); one the file system refuses at its place (read-only, no
+    permission, a file where a folder must be, a folder where the file must be) disk.Unwritable."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    made: list[Path] = []
+    try:
+        made = disk.make_folder(path.parent)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        disk.remove_made(made)
+        raise _fault(exc, path, 0, needed, advice) from None
     os.close(fd)
-    tmp = Path(tmp)
+    tmp = Path(name)
     # mkstemp makes the file private (0600); give it the mode a plain open() would have.
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
+    committing = False
     try:
         yield tmp
+        committing = True
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -40,15 +49,28 @@ def atomic_path(path: str | Path, needed: int | None = None, advice: str = "") -
     except Exception as exc:
         written = tmp.stat().st_size if tmp.exists() else 0
         tmp.unlink(missing_ok=True)  # first, so the free space reported is what the disk really has
-        free = disk.free_bytes(path.parent)
-        # torch's writer may lose the errno; a save bigger than the free space is a full disk all the same.
-        if disk.is_disk_full(exc) or (needed is not None and isinstance(exc, RuntimeError) and free < needed):
-            raise disk.DiskFull(
-                path.parent, max(needed or 0, written), free, f"writing {path.name}", advice, known=needed is not None
-            ) from None
-        raise
+        disk.remove_made(made)
+        # The body's own errors are its own (it may read a user's file); only the rename meets the place.
+        refused = disk.refusal(exc, path) if committing else None
+        if refused is None:
+            refused = _fault(exc, path, written, needed, advice)
+        if refused is exc:
+            raise
+        raise refused from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _fault(exc: Exception, path: Path, written: int, needed: int | None, advice: str) -> Exception:
+    """The user's error for a failed write of `path`: a full disk with its figures, a refused place, or
+    `exc` itself (a bug, raised with its traceback)."""
+    free = disk.free_bytes(path.parent)
+    # torch's writer may lose the errno; a save bigger than the free space is a full disk all the same.
+    if disk.is_disk_full(exc) or (needed is not None and isinstance(exc, RuntimeError) and free < needed):
+        return disk.DiskFull(
+            path.parent, max(needed or 0, written), free, f"writing {path.name}", advice, known=needed is not None
+        )
+    return disk.refusal(exc, path) or exc
 
 
 @contextlib.contextmanager

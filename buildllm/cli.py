@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from buildllm.config import Config, knobs, load_config
+from buildllm.disk import as_user_error
 from buildllm.errors import guarded
 from buildllm.knob import base_type
 from buildllm.torch_env import before_torch
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     if code := guarded(recover):
         return code
     args = build_parser().parse_args(argv)
-    return guarded(lambda: args.handler(args))
+    return guarded(lambda: args.handler(args), as_user_error)
 
 
 def add_remote(sub) -> None:

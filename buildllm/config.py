@@ -205,6 +205,7 @@ class BenchmarkConfig:
         metavar="SIZE",
         help="batch-size finder's budget, e.g. 4GiB; default: free memory",
         commands=("benchmark",),
+        size=True,
     )
     safety_margin: float = knob(0.1, minimum=0.0, maximum=0.9, help="batch finder keeps this share free")
     max_batch_size: int = knob(1024, minimum=1, help="batch finder's ceiling")
@@ -307,15 +308,42 @@ def load_config(path: str | Path | None = "params.yaml", overrides: Mapping[str,
     """Read params.yaml (absent file: defaults), apply dotted overrides, validate everything."""
     data: dict = {}
     if path is not None and Path(path).exists():
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML ({str(exc).splitlines()[0]}); fix the file") from None
+        data = read_yaml(path) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path} must hold a mapping of keys to values, not {type(data).__name__}")
     elif path is not None and str(path) != "params.yaml":
         raise ConfigError(f"params file {path} does not exist; pass an existing file to --params")
     return _validated(data, overrides or {})
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file a person wrote; a mistake in it is one line naming the file, the line and the column."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} on line {line}); save it as UTF-8"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {yaml_problem(exc, text)}; fix it there") from None
+
+
+def yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """Where and what, from PyYAML's several-line message: "line 3, column 10 (`   epochs: 2`): mapping
+    values are not allowed here"."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return problem
+    lines = text.splitlines()
+    shown = f" (`{lines[mark.line].rstrip()}`)" if mark.line < len(lines) and lines[mark.line].strip() else ""
+    context = getattr(exc, "context", None)
+    opened = getattr(exc, "context_mark", None)
+    since = f", {context} opened on line {opened.line + 1}" if context and opened and opened.line != mark.line else ""
+    return f"line {mark.line + 1}, column {mark.column + 1}{shown}: {problem}{since}"
 
 
 def with_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:

@@ -24,14 +24,25 @@ class TrainingFailed(UserError):
     exit_code = 3
 
 
-def guarded(work) -> int:
-    """Run `work`; a user error becomes one line on stderr and its exit code (the CLI and scripts share this)."""
+def guarded(work, read_os_error=None) -> int:
+    """Run `work`; a user error becomes one line on stderr and its exit code (the CLI and scripts share
+    this). `read_os_error` (disk.as_user_error, which the command line and the stages pass: this module
+    cannot import it) makes the same of a file-system fault that no write turned into one (a read-only
+    folder, a full disk, a file where a folder must be); any other error keeps its traceback: a bug."""
     try:
         return work() or 0
     except UserError as exc:
-        if os.environ.get("RANK", "0") == "0":  # under torchrun every rank fails alike; say it once
-            print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _said(exc)
+    except OSError as exc:
+        if read_os_error is None or (fault := read_os_error(exc)) is None:
+            raise
+        return _said(fault)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _said(error: UserError) -> int:
+    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank fails alike; say it once
+        print(f"error: {error}", file=sys.stderr)
+    return error.exit_code

@@ -12,6 +12,7 @@ from dataclasses import field, fields, is_dataclass
 from typing import Any
 
 from buildllm.errors import ConfigError
+from buildllm.units import parse_size
 
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 # Which commands offer a knob's flag by default: those that run or plan a model.
@@ -30,11 +31,13 @@ def knob(
     control: bool = False,
     resume: bool = False,
     commands: tuple[str, ...] = MODEL_COMMANDS,
+    size: bool = False,
 ) -> Any:
     """A config field with everything said about it once: its checks (the declaration is the
     validation), whether it has a command-line flag (named after the field: batch_size is
     --batch-size) and its help (the CLI is generated from these), whether a report always shows it
-    as a key control, whether a resume must find it unchanged, and which commands offer its flag."""
+    as a key control, whether a resume must find it unchanged, which commands offer its flag, and
+    whether it is a byte count written as a person writes one (size: "4GiB", kept as written)."""
     meta = {name: value for name, value in locals().items() if name != "default"}  # every keyword is metadata
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -97,6 +100,8 @@ def check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
         if not isinstance(value, (list, tuple)) or not value:
             raise ConfigError(f"{key}={value!r} must be a non-empty list")
         return [check(f"{key}[{i}]", item, typing.get_args(base)[0], meta) for i, item in enumerate(value)]
+    if meta.get("size"):
+        return check_size(key, value)
     choices = meta.get("choices")
     if base is str and choices and isinstance(value, bool) and str(value).lower() in choices:
         value = str(value).lower()  # YAML's true/false for a knob whose choices spell them
@@ -110,6 +115,16 @@ def check(key: str, value: Any, hint: Any, meta: Mapping) -> Any:
     if high is not None and value > high:
         raise ConfigError(f"{key}={value!r} is too large; it must be at most {high}")
     return value
+
+
+def check_size(key: str, value: Any) -> str:
+    """A byte count, checked where it is given (a flag or params.yaml), whichever command reads it."""
+    bytes_ = None if isinstance(value, bool) else parse_size(value)
+    if bytes_ is None:
+        raise ConfigError(f"{key}={value!r} is not a size; write e.g. 4GiB, 512MiB or 8000000000")
+    if bytes_ < 1:
+        raise ConfigError(f"{key}={value!r} is no memory at all; give a positive size, e.g. 4GiB")
+    return str(value)
 
 
 def coerce(key: str, value: Any, base: Any) -> Any:

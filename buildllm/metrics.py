@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from buildllm import disk
 from buildllm.atomic import atomic_write_text
 from buildllm.errors import UserError
 
@@ -126,12 +127,20 @@ def summarize(stage: str, values: Mapping[str, Any]) -> dict:
     return summary
 
 
+def files_of(path: str | Path) -> list[Path]:
+    """The files write_metrics(path) may write: a command checks them with its other outputs before it
+    starts (disk.probe_files), so a refused place costs no work and leaves no output half-new."""
+    path = Path(path)
+    return [path, notes_path(path), *([summary_path(path)] if path.stem in SUMMARY else [])]
+
+
 def write_metrics(path: str | Path, metrics: Mapping[str, Any]) -> Path:
     """Write the metrics file, its summary for a pipeline stage, and, when there are any, its notes
     (an old notes file is removed, so notes never outlive the run they describe)."""
     path = Path(path)
     values, notes = split(metrics)
     companion = notes_path(path)
+    disk.probe_files(files_of(path))  # a refused place stops the write before any file changes
     if notes:
         atomic_write_text(companion, json.dumps(notes, indent=2) + "\n")
     elif companion.exists():

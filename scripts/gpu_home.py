@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from buildllm.disk import as_user_error  # noqa: E402
 from buildllm.errors import UserError, guarded  # noqa: E402
 from buildllm.remote import archive  # noqa: E402
 from buildllm.remote.import_runs import existing_experiments  # noqa: E402
@@ -109,7 +110,7 @@ def main() -> int:
         "--record", action="store_true", help="save the runs and twins under benchmarks/, regenerate docs/measured.md"
     )
     args = parser.parse_args()
-    return guarded(lambda: home(args.folder, args.report, args.record))
+    return guarded(lambda: home(args.folder, args.report, args.record), as_user_error)
 
 
 if __name__ == "__main__":

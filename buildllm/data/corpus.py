@@ -18,11 +18,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from buildllm import disk
 from buildllm.atomic import atomic_path
 from buildllm.config import Config
 from buildllm.data.sources import PASSAGE_CHARS, Document, source_documents
 from buildllm.errors import UserError
-from buildllm.metrics import json_line, write_metrics
+from buildllm.metrics import files_of, json_line, write_metrics
 from buildllm.paths import corpus_dir, corpus_name, metrics_path
 
 SPLITS = ("train", "validation")
@@ -74,6 +75,7 @@ def build_corpus(config: Config) -> dict:
     started = time.perf_counter()
     documents, inputs = source_documents(config)
     outputs = split_files(config)
+    disk.probe_files([*outputs.values(), *files_of(metrics_path("corpus"))])  # all or none, before the work
     percent = config.corpus.validation_percent
     json_line(
         action="corpus",

@@ -18,12 +18,13 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 
+from buildllm import disk
 from buildllm.atomic import atomic_open, atomic_path
 from buildllm.config import Config, profile_for
 from buildllm.data.corpus import SPLITS, count_documents, read_texts, split_files
 from buildllm.data.sources import END_OF_TEXT
 from buildllm.errors import UserError
-from buildllm.metrics import json_line, write_metrics
+from buildllm.metrics import files_of, json_line, write_metrics
 from buildllm.paths import corpus_dir, token_paths, token_set_name, tokenize_metrics_path, tokenizer_path
 
 NUMPY_DTYPES = {torch.uint8: np.uint8, torch.uint16: np.uint16, torch.int32: np.int32}
@@ -147,6 +148,7 @@ def tokenize_corpus(config: Config) -> dict:
                 "`buildllm corpus` from a source that has text"
             )
     tokenizer_file, *token_files = output_paths(config, vocab_size)
+    disk.probe_files([tokenizer_file, *token_files, *files_of(tokenize_metrics_path(vocab_size))])  # all or none, first
     dtype = token_dtype(vocab_size)
     json_line(
         action="tokenize",

@@ -104,7 +104,32 @@ def split_windows(config: Config, model: GPTConfig, split: str) -> Windows:
         "train": (train_path, config.train.training_examples, "training token file"),
         "validation": (validation_path, config.train.validation_examples, "validation token file"),
     }[split]
-    return Windows(load_tokens(path, model.vocab_size, what), model.sequence_length, limit)
+    tokens = load_tokens(path, model.vocab_size, what)
+    if (tokens.numel() - 1) // model.sequence_length < 1:
+        raise UserError(too_short(what, path, tokens.numel(), model.sequence_length))
+    return Windows(tokens, model.sequence_length, limit)
+
+
+def too_short(what: str, path: Path, count: int, sequence_length: int) -> str:
+    """Which file cannot give one example, and the two ways out: a shorter sequence, or more text there."""
+    more = (
+        "raise corpus.validation_percent and rerun corpus and tokenize, or pass a larger --validation-tokens file"
+        if what.startswith("validation")
+        else "use a larger corpus, or pass a larger --train-tokens file"
+    )
+    shorter = f"lower --sequence-length (model.sequence_length) to at most {count - 1:,}, or " if count > 2 else ""
+    return (
+        f"the {what} {path} holds {count:,} tokens, fewer than one example of {sequence_length + 1:,} tokens "
+        f"(sequence_length {sequence_length:,} and the token after it); {shorter}{more}"
+    )
+
+
+def check_examples(config: Config, model: GPTConfig) -> None:
+    """What a dry run can promise of the data: each token file that exists gives at least one example
+    at this sequence length, in this vocabulary (a missing one is the tokenize stage's still to make)."""
+    for split, path in zip(("train", "validation"), token_paths(config, model.vocab_size)):
+        if path.exists():
+            split_windows(config, model, split)
 
 
 def load_windows(config: Config, model: GPTConfig) -> tuple[Windows, Windows]:

@@ -8,26 +8,17 @@ process, because running out of host memory ends a process instead of raising an
 from __future__ import annotations
 
 import multiprocessing
-import re
 import signal
 from dataclasses import replace
 
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import load_windows
 from buildllm.device.oom import out_of_memory
-from buildllm.errors import ConfigError, UserError
+from buildllm.errors import UserError
 from buildllm.metrics import json_line, write_metrics
 from buildllm.paths import metrics_path
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
-
-UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-
-
-def parse_bytes(text: str) -> int:
-    match = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", str(text))
-    if not match or match.group(2).lower() not in UNITS:
-        raise ConfigError(f"benchmark.memory_budget={text!r} is not a size; write e.g. 4GiB, 512MiB or 8000000000")
-    return int(float(match.group(1)) * UNITS[match.group(2).lower()])
+from buildllm.units import parse_size
 
 
 def _measure_try(config: Config) -> dict:
@@ -79,7 +70,8 @@ def try_in_child(config: Config) -> dict:
 def find_batch_size(config: Config) -> dict:
     plan = make_plan(config)
     bench = config.benchmark
-    budget = parse_bytes(bench.memory_budget) if bench.memory_budget else plan.device.memory_capacity()
+    # The config checked the size where it was given (buildllm/knob.py check_size).
+    budget = parse_size(bench.memory_budget) if bench.memory_budget else plan.device.memory_capacity()
     limit = int(budget * (1 - bench.safety_margin))
     # Two measured steps are enough for the peak: memory is at its steady state after the first step.
     probe = replace(
@@ -139,9 +131,10 @@ def find_batch_size(config: Config) -> dict:
             f"largest batch size that fits: {good}{capped}, within {limit / 2**20:.0f} MiB "
             f"({bench.safety_margin:.0%} safety margin of {budget / 2**20:.0f} MiB); use --batch-size {good}"
         )
-    else:
-        print(
-            f"even batch size 1 does not fit in {limit / 2**20:.0f} MiB; use a smaller profile, "
-            "--gradient-checkpointing, or a larger --memory-budget"
+    else:  # the record above holds the try's figures; the command fails, as a plan that does not fit does
+        raise UserError(
+            f"even batch size 1 does not fit in {limit / 2**20:.0f} MiB ({bench.safety_margin:.0%} safety margin "
+            f"of {budget / 2**20:.0f} MiB); use a smaller profile, --gradient-checkpointing, or a larger "
+            "--memory-budget"
         )
     return result

@@ -6,6 +6,7 @@ figures, then exits non-zero with the refusal train would give (unless --force-m
 from __future__ import annotations
 
 from buildllm.config import Config
+from buildllm.data.windows import check_examples
 from buildllm.device.cpu_bf16 import precision_advice
 from buildllm.memory.estimate import plan_memory
 from buildllm.metrics import write_metrics
@@ -19,6 +20,7 @@ from buildllm.units import size
 
 def dry_run(config: Config) -> dict:
     plan = make_plan(config)
+    check_examples(plan.config, plan.model)  # train would refuse data too short for one example: so does its dry run
     estimate = plan_memory(plan)
     announce("dry_run", plan, memory_estimate_total_bytes=estimate.total)
     advice = precision_advice(plan)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from buildllm.config import load_config
+from buildllm.config import load_config, yaml_problem
 from buildllm.errors import UserError
 from buildllm.knob import set_dotted
 from buildllm.metrics import json_line
@@ -39,7 +39,12 @@ def parse_overrides(items: list[str]) -> dict:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise UserError(f"-S {item!r} is not key=value; write e.g. -S device=cuda -S train.batch_size=16")
-        values[key.strip()] = yaml.safe_load(text) if text.strip() else None
+        try:
+            values[key.strip()] = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as exc:
+            raise UserError(
+                f"-S {item!r}: the value is not valid YAML ({yaml_problem(exc, text)}); quote it to pass it as text"
+            ) from None
     return values
 
 

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
+from buildllm.disk import as_user_error
 from buildllm.errors import UserError, guarded
 from buildllm.measure.stats import NOISY_CV, from_intervals, is_noisy
 from buildllm.metrics import read_metrics
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_text(README, with_headline(README.read_text()))
             print(f"wrote {DOCUMENT} and {README}'s headline")
 
-    return guarded(work)
+    return guarded(work, as_user_error)
 
 
 if __name__ == "__main__":

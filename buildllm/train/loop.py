@@ -19,12 +19,12 @@ from buildllm.data.text_bytes import validation_bytes
 from buildllm.data.tokenization import load_tokenizer
 from buildllm.data.windows import Windows, load_windows
 from buildllm.device.oom import OutOfMemory, advice, describe_memory, out_of_memory
-from buildllm.disk import DiskFull
+from buildllm.disk import DiskFull, probe_writable
 from buildllm.errors import TrainingFailed, UserError
 from buildllm.paths import tokenizer_path
 from buildllm.plan.memory import refuse_unless_fits
 from buildllm.plan.run_plan import announce, apply_plan, make_plan
-from buildllm.train import checkpoint, distributed, storage
+from buildllm.train import checkpoint, distributed, run_log, storage
 from buildllm.train.trainer import NonFiniteLoss, Trainer, TrainingInterrupted
 
 # The train stage starts over under DVC (its outputs are persist: the stage clears them itself).
@@ -69,15 +69,14 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         if world.is_main:
             try:
                 lock.acquire()
+                resumed = None if under_dvc else checkpoint.state_to_resume(
+                    trainer.directory, trainer.signature, config.train.resume, config.train.force
+                )
+                storage.before_training(trainer, resumed)  # refuses a run its disk cannot hold
+                for folder in run_log.FOLDERS:  # a read-only metrics/ stops the run now, not after training
+                    probe_writable(folder)
                 if under_dvc:  # a new run, as before; what the directory holds goes only once every check passed
-                    resumed = None
-                    storage.before_training(trainer, resumed)
                     checkpoint.start_over(trainer.directory, config.train.resume)
-                else:
-                    resumed = checkpoint.state_to_resume(
-                        trainer.directory, trainer.signature, config.train.resume, config.train.force
-                    )
-                    storage.before_training(trainer, resumed)  # refuses a run its disk cannot hold
                 decision = ("state", resumed)
             except UserError as exc:
                 decision = ("error", str(exc))

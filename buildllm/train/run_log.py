@@ -19,7 +19,7 @@ from pathlib import Path
 from buildllm.atomic import atomic_write, atomic_write_text
 from buildllm.data.text_bytes import bits_per_byte
 from buildllm.device.load import LoadSampler
-from buildllm.metrics import write_metrics
+from buildllm.metrics import summary_path, write_metrics
 from buildllm.paths import TRAIN_LOG_CSV, TRAIN_LOG_JSON, metrics_path
 from buildllm.train import distributed
 from buildllm.train.against_estimate import against_estimate
@@ -37,6 +37,8 @@ COLUMNS = (
     "elapsed_seconds",
 )
 PNG_PATH = Path("plots/train_loss.png")
+# The folders a run writes besides its checkpoints, checked before it trains (train/loop.py).
+FOLDERS = (TRAIN_LOG_CSV.parent, summary_path(metrics_path("train")).parent, PNG_PATH.parent)
 
 
 class RunLog:

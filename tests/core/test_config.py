@@ -100,3 +100,33 @@ def test_cli_flags_override_params_file(tmp_path, monkeypatch, capsys):
 
     metrics = json.loads((tmp_path / "metrics" / "dry_run.json").read_text())
     assert metrics["batch_size"] == 6
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (
+            "train:\n  batch_size: 8\n   epochs: 2\n",
+            "line 3, column 10 (`   epochs: 2`): mapping values are not allowed here",
+        ),
+        (
+            "seed: 1\ntrain: [a\n",
+            "line 3, column 1: expected ',' or ']', but got '<stream end>', while parsing a "
+            "flow sequence opened on line 2",
+        ),
+        ("seed: 1\n\tdevice: cpu\n", "line 2, column 1 (`\tdevice: cpu`): found character '\\t' that cannot start"),
+    ],
+)
+def test_invalid_yaml_names_the_file_line_and_column(tmp_path, capsys, text, said):
+    path = write(tmp_path, text)
+    assert main(["dry-run", "--params", str(path)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path} is not valid YAML: {said}"), lines
+    assert lines[0].endswith("; fix it there")
+
+
+def test_a_params_file_that_is_not_utf8_names_the_line(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_bytes(b"seed: 1\ntrain:\n  batch_size: 8\xff\n")
+    with pytest.raises(ConfigError, match=r"params.yaml is not UTF-8 text \(byte 0xff on line 3\); save it as UTF-8"):
+        load_config(path)

@@ -251,6 +251,15 @@ def test_bad_input_is_one_line_and_keeps_the_previous_corpus(tmp_path, monkeypat
     assert (tmp_path / "metrics" / "corpus.json").read_bytes() == metrics_before
 
 
+def test_a_failed_corpus_leaves_no_empty_folder_behind(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "a.txt").write_text("  \n\n")
+    code, err = run_cli(tmp_path, "corpus:\n  source: files\n  files: ['empty/*.txt']\n  name: mine\n", capsys)
+    assert code == 2 and "hold no text" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "params.yaml"]  # no data/corpus/mine/
+
+
 def test_no_stage_script_shadows_a_standard_library_module():
     # A stage script's folder comes first on sys.path: stages/tokenize.py would break every stage.
     clashes = [p.name for p in (ROOT / "stages").glob("*.py") if p.stem in sys.stdlib_module_names]

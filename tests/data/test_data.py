@@ -5,6 +5,7 @@ import itertools
 import pytest
 import torch
 
+from buildllm.cli import main
 from buildllm.data.tokenization import token_dtype
 from buildllm.data.windows import RunBatches, Windows, epoch_order, load_tokens, loader, sequential_batches
 from buildllm.errors import UserError
@@ -69,6 +70,26 @@ def test_windows_are_consecutive_and_never_cross_the_end():
 def test_fewer_tokens_than_one_example_is_a_clear_error():
     with pytest.raises(UserError, match="5 tokens are fewer than one example of 6 tokens"):
         Windows(torch.arange(5), sequence_length=5)
+
+
+@pytest.mark.parametrize("command", ["train", "dry-run"])
+def test_a_validation_file_too_short_for_one_example_is_named_and_the_dry_run_refuses_it_too(
+    tokens, workdir, capsys, command
+):
+    count = load_tokens(tokens["validation"]).numel()  # the training file holds ten times more
+    args = ["--preset", "tiny", "--device", "cpu", "--threads", "1", "--batch-size", "1", "--sequence-length"]
+    files = ["--train-tokens", str(tokens["train"]), "--validation-tokens", str(tokens["validation"])]
+    assert main([command, *args, str(count), *files]) == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [
+        f"error: the validation token file {tokens['validation']} holds {count:,} tokens, fewer than one example "
+        f"of {count + 1:,} tokens (sequence_length {count:,} and the token after it); lower --sequence-length "
+        f"(model.sequence_length) to at most {count - 1:,}, or raise corpus.validation_percent and rerun corpus "
+        "and tokenize, or pass a larger --validation-tokens file"
+    ]
+    assert "fits" not in out and not (workdir / "metrics").exists()
+    assert main(["dry-run", *args, str(count - 1), *files]) == 0  # the length it names does give one example
+    assert "memory: fits" in capsys.readouterr().out
 
 
 def test_epoch_order_depends_only_on_seed_and_epoch():

@@ -1,11 +1,14 @@
 """The tokenize stage: a byte-level BPE of the asked size, token tensors, metrics, and bad input."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from pydoc_data.topics import topics
 
+import psutil
 import pytest
 import torch
 
@@ -188,6 +191,59 @@ def test_a_failed_run_leaves_the_previous_outputs(workspace, capsys, damage, fra
         "train_tokens.pt",
         "validation_tokens.pt",
     ]  # no temp file left behind
+
+
+def test_a_kill_during_tokenize_leaves_the_previous_files_byte_identical(workspace):
+    """kill -9 inside a write of the outputs (frozen the moment a temp file appears, killed while it is
+    there): every output is still the previous run's, byte for byte, and the next run writes the new
+    ones whole. The corpus is split anew in between (30% held out, not 20%): the new outputs differ
+    from the old in every file, so a mix would show."""
+    tokenize_corpus(corpus_config())
+    outputs = sorted([*workspace.glob("tokenizer/*"), *workspace.glob("data/tokens/*/*")])
+    before = {p: p.read_bytes() for p in outputs}
+    build_corpus(corpus_config(**{"corpus.validation_percent": 30.0}))
+    params = {"corpus": {"source": "files", "files": ["texts/*.txt"], "validation_percent": 30.0}}
+    (workspace / "params.yaml").write_text(json.dumps({**params, "tokenize": {"vocab_size": VOCAB}}))
+
+    def temps() -> list[Path]:
+        return [p for folder in {p.parent for p in outputs} for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+    killed = False
+    for _ in range(5):  # a write lasts milliseconds: a try whose writes all slip between two looks runs again
+        process = subprocess.Popen(
+            [sys.executable, "-m", "buildllm", "tokenize"],
+            cwd=workspace,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        watched = psutil.Process(process.pid)
+        try:
+            while process.poll() is None and not killed:
+                if temps():
+                    process.send_signal(signal.SIGSTOP)
+                    while watched.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
+                        time.sleep(0.001)
+                    if temps():
+                        process.kill()
+                        killed = True
+                    else:
+                        process.send_signal(signal.SIGCONT)
+                time.sleep(0.0005)
+        finally:
+            process.kill()
+            process.wait()
+        if killed:
+            break
+        for path, data in before.items():  # a try that finished: back to the previous files
+            path.write_bytes(data)
+    assert killed, "no try was caught inside a write"
+    assert {p: p.read_bytes() for p in outputs} == before
+    for temp in temps():  # what kill -9 leaves: the hidden temp file of the write it stopped
+        temp.unlink()
+    assert main(["tokenize"]) == 0
+    after = {p: p.read_bytes() for p in outputs}
+    assert all(after[p] != before[p] for p in outputs)
+    assert all(load_tokens(p).numel() for p in outputs if p.suffix == ".pt")
 
 
 def test_rebuilding_the_tokens_gives_the_same_bytes(workspace):

@@ -126,6 +126,15 @@ def test_pack_run_refuses_a_bad_name_or_value_before_running_anything(project, t
     assert not into.exists()
 
 
+def test_an_override_that_is_not_yaml_is_one_line_with_where():
+    with pytest.raises(UserError) as caught:
+        parse_overrides(["train.batch_size=16", "corpus.files=[a.txt"])
+    assert str(caught.value) == (
+        "-S 'corpus.files=[a.txt': the value is not valid YAML (line 1, column 7 (`[a.txt`): expected ',' or ']', "
+        "but got '<stream end>'); quote it to pass it as text"
+    )
+
+
 def test_overrides_read_values_as_dvc_does_and_stage_files_come_from_dvc_yaml():
     assert parse_overrides(["train.batch_size=16", "precision=bf16", "train.workers=null", "train.compile=false"]) == {
         "train.batch_size": 16,

@@ -6,17 +6,14 @@ it); the errno path runs everywhere by making the write fail with ENOSPC."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import re
-import shutil
-import subprocess
-import uuid
 
 import pytest
 import torch
+from fs_faults import small_disk
 from train_fixtures import train_args
 
 from buildllm import disk
@@ -29,25 +26,6 @@ from buildllm.train.trainer import Trainer
 @pytest.fixture(scope="module")
 def paths(tokens):
     return tokens  # the session's token files (tests/conftest.py), read only
-
-
-@contextlib.contextmanager
-def small_disk(folder, megabytes: int):
-    """A tmpfs of `megabytes` at `folder`, or a skip where this machine cannot mount one."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", f"buildllm-{uuid.uuid4().hex[:8]}", str(folder)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
 def fill_at(monkeypatch, at_step: int, folder, leave: int) -> None:
