@@ -69,8 +69,12 @@ def train(config: Config, under_dvc: bool = False) -> dict:
         if world.is_main:
             try:
                 lock.acquire()
-                resumed = None if under_dvc else checkpoint.state_to_resume(
-                    trainer.directory, trainer.signature, config.train.resume, config.train.force
+                resumed = (
+                    None
+                    if under_dvc
+                    else checkpoint.state_to_resume(
+                        trainer.directory, trainer.signature, config.train.resume, config.train.force
+                    )
                 )
                 storage.before_training(trainer, resumed)  # refuses a run its disk cannot hold
                 for folder in run_log.FOLDERS:  # a read-only metrics/ stops the run now, not after training

@@ -125,8 +125,8 @@ def test_a_fault_outside_the_atomic_writes_is_one_line_and_a_bug_keeps_its_trace
 def test_the_command_line_and_the_stages_read_such_a_fault_as_one_line(tokens, workdir, capsys):
     (workdir / "run").write_text("a file where the checkpoint directory goes")
     args = run_args(tokens, "train")
-    assert main(args) == 2  # the checkpoint directory's lock is made outside the atomic writes
-    assert "run is a file, not a folder" in one_line(capsys.readouterr().err)
+    assert main(args) == 2  # train names its checkpoint directory itself, before the lock is made
+    assert "run is a file, not a directory" in one_line(capsys.readouterr().err)
     assert (workdir / "run").read_text() == "a file where the checkpoint directory goes"
     assert run_stage(lambda config: (workdir / "run").mkdir()) == 2
     assert "run is a file, not a folder" in one_line(capsys.readouterr().err)

@@ -199,7 +199,9 @@ def test_a_kill_during_tokenize_leaves_the_previous_files_byte_identical(workspa
     ones whole. The corpus is split anew in between (30% held out, not 20%): the new outputs differ
     from the old in every file, so a mix would show."""
     tokenize_corpus(corpus_config())
-    outputs = sorted([*workspace.glob("tokenizer/*"), *workspace.glob("data/tokens/*/*")])
+    outputs = sorted(
+        p for folder in ("tokenizer", "data/tokens") for p in (workspace / folder).rglob("*") if p.is_file()
+    )
     before = {p: p.read_bytes() for p in outputs}
     build_corpus(corpus_config(**{"corpus.validation_percent": 30.0}))
     params = {"corpus": {"source": "files", "files": ["texts/*.txt"], "validation_percent": 30.0}}
