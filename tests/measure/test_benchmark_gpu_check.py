@@ -305,3 +305,33 @@ def test_the_route_rehearsed_on_a_cpu_stand_in_comes_home_as_an_experiment(tmp_p
         f"\nrehearsal: far side {far_seconds:.0f} s, whole {time.monotonic() - began:.0f} s; "
         f"what travels {size / 2**20:.1f} MiB (tree + tokens + tokenizer + wheelhouse)"
     )
+
+
+def test_iteration_3_comes_first_with_time_to_measure_compile_then_verify_speed_guarded(tmp_path):
+    """The runs in value order: iteration 3 right after the setup, with a tune budget that leaves
+    torch.compile its window and a run long enough for it to pay; then `verify speed`, which this
+    tree may lack (another part of the project builds it): then a skip reason, never a crash."""
+    check = runner()
+    chosen = {s.name: s for s in check.steps("cuda", tmp_path)}
+    names = list(chosen)
+    assert names[:6] == ["env", "cuda_tests", "install_dvc", "finder-it3", "cuda-it3-bf16", "verify-speed-it3"]
+    assert names[6:] == ["cuda-course", "cuda-it1-fp32", "cuda-it1-bf16", "finder-it2", "cuda-it2-bf16"]
+    found = {"finder-it3": {"figures": {"found_batch_size": 128}}}
+    command = chosen["cuda-it3-bf16"].command(found)
+    sets = {command[i + 1] for i, flag in enumerate(command) if flag == "-S"}
+    assert {"train.batch_size=128", "train.compile=auto", "tune.seconds=150", "train.epochs=150"} <= sets
+    assert chosen["cuda-it3-bf16"].command({}) == "finder-it3 found no batch"
+    shown = subprocess.run(
+        [sys.executable, "-m", "buildllm", "verify", "speed", "--help"], capture_output=True, text=True, env=run_env()
+    )
+    verify = chosen["verify-speed-it3"].command(found)
+    if shown.returncode == 0:
+        assert verify[1:5] == ["-m", "buildllm", "verify", "speed"] and verify[5:7] == ["--iteration", "3"]
+        assert verify[7:9] == ["--device", "cuda"]
+    else:
+        assert verify == "`buildllm verify speed` is not in this tree"
+        out = tmp_path / "out"
+        probe = check.Runner("cpu", 60.0, out, started=time.time())
+        probe.run(check.Step("verify-speed-it3", 1, chosen["verify-speed-it3"].command, kind="verify"))
+        assert probe.results["verify-speed-it3"]["status"] == "skipped"
+        assert probe.go([]) == 0 and "not in this tree" in (out / "summary.txt").read_text()
