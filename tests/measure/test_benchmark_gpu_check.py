@@ -118,7 +118,7 @@ def test_the_stand_in_cannot_import_what_the_gpu_machine_lacks(tmp_path):
         env={**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
     assert result.returncode == 0 and "error" not in result.stdout.lower(), result.stdout[-2000:]
-    assert "8/16 tests collected" in result.stdout  # the CUDA parameter of each of the 8 bodies
+    assert "9/18 tests collected" in result.stdout  # the CUDA parameter of each of the 9 bodies
 
 
 def test_each_step_compiles_into_its_own_cache_folder(tmp_path):
