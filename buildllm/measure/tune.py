@@ -73,7 +73,7 @@ def measure_precision(
     if len(trainers) < len(plans) or budget.left() <= 0:
         why = f"{NO_TIME} after building and warming up the trainers"
         skipped.append(f"precision: {why}")
-        return not_compared(why), trainers
+        return not_compared(why, tokens=tokens), trainers
     k = steps_per_turn(trainers["fp32"].step, device.timed)
     for name, trainer in trainers.items():
         if name != "fp32":
@@ -83,7 +83,7 @@ def measure_precision(
     turns = {name: (lambda t=t: [t.step() for _ in range(k)]) for name, t in trainers.items()}
     seconds = budget.take_turns("precision", turns, skipped, warmup=0, rounds=rounds)
     if seconds is None:
-        return not_compared(f"{NO_TIME} after building the trainers"), trainers
+        return not_compared(f"{NO_TIME} after building the trainers", tokens=tokens), trainers
     figures: dict = {"reference": "fp32", "steps_per_turn": k, **compare(seconds, "fp32")}
     if len(seconds["fp32"]) < rounds:
         skipped.append(f"precision: {len(seconds['fp32'])} of {rounds} rounds, to stay within tune.seconds")
