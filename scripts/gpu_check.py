@@ -5,18 +5,22 @@ In value order: the environment; the CUDA tests; DVC installed from the carried 
 machine has no network); then the experiments, each a `buildllm pack-run` (dvc repro of its stages,
 its params.yaml, dvc.lock and metrics added to runs.tar.gz the moment it ends):
 
+    cuda-it3-bf16    iteration 3 in bf16 at the batch the finder chose (finder-it3), the tune
+                     stage first with the time to measure torch.compile (TUNE): compiled where
+                     tune measures that it pays for a run of about 1,000 steps
+    verify-speed-it3 `buildllm verify speed` at iteration 3: the product's step against a bare one
+                     (skipped where the tree has no such command)
     cuda-course      the course's comparison: iteration 1, fp32, batch 4, 1 epoch, 500 training and
                      100 validation examples, benchmarked and trained
     cuda-it1-fp32    iteration 1 at the CPU default's controls (batch 16, the default examples and
     cuda-it1-bf16    steps), fp32 then bf16
-    cuda-it2-bf16    iterations 2 and 3 in bf16 at the batch the finder chose (finder-it2/-it3),
-    cuda-it3-bf16    with the tune stage first: compiled where tune measures that it pays
+    cuda-it2-bf16    iteration 2 in bf16 at the finder's batch (finder-it2), tune first
 
 At home, `python scripts/gpu_home.py OUT` imports them and writes the CPU-vs-CUDA report.
 
 The budget is true: its clock starts in gpu_check.sh before any Python imports torch
 (GPU_CHECK_T0), a step starts only when 1.3x its estimate fits in what is left of
-GPU_CHECK_BUDGET_S (default 400 s), and a step still running when the budget ends is killed
+GPU_CHECK_BUDGET_S (default 520 s), and a step still running when the budget ends is killed
 with its processes and recorded as "cut" (a budget's verdict, not a code failure). Files under
 the output folder ($GPU_CHECK_OUT, else $OUT, else ./gpu_check_out), each complete after every step:
 
@@ -47,6 +51,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -65,6 +70,16 @@ FINDER = {
     "cpu": {"warmup_steps": 1, "measured_steps": 2, "intervals": 1, "max_batch_size": 2},
 }
 VOCAB = {1: 4096, 2: 16384, 3: 16384}
+# The tune stage's budget and the run it plans for. Iteration 3 on CUDA: 150 s, so torch.compile is
+# measured after precision (about 45 s at gpt_100m, batch 128 on an H200), in a window of about 85 s
+# (a compile took 31 s there, the child's start and both trainers' warm-up more); and 150 epochs of
+# the carried token file (990 windows: 7 steps an epoch at batch 128), a run of about 1,000 steps,
+# long enough for a compile measured at +26% to pay back its time (its break-even was about 600
+# steps at the median), so the default route is judged where compiling can pay.
+TUNE = {
+    "cuda": {3: ["tune.seconds=150", "train.epochs=150"], 2: ["tune.seconds=40"]},
+    "cpu": {3: ["tune.seconds=20"], 2: ["tune.seconds=20"]},
+}
 REFUSALS = {"bf16_on_cpu": "no bf16 matmul path"}
 
 
@@ -73,7 +88,7 @@ class Step:
     name: str
     cost: float  # seconds, estimated for this device (the results record the real ones beside)
     command: object  # list[str], or a function of the results so far returning one (or a skip reason)
-    kind: str = "run"  # env | pytest | install | pack | finder
+    kind: str = "run"  # env | pytest | install | pack | finder | verify
     refusal: str | None = None  # the name of an expected refusal (REFUSALS)
 
 
@@ -162,7 +177,8 @@ def steps(device: str, out: Path) -> list[Step]:
             refusal=bf16_refusal,
         ),
     ]
-    for iteration in (2, 3):
+    runs, out_steps = out_steps[3:], out_steps[:3]  # env, the CUDA tests, DVC; the runs after iteration 3
+    for iteration in (3, 2):
         finder = f"finder-it{iteration}"
         model = ["--preset", "tiny"] if cpu else ["--iteration", str(iteration)]
         vocab = 4096 if cpu else VOCAB[iteration]
@@ -197,12 +213,29 @@ def steps(device: str, out: Path) -> list[Step]:
                 "precision=bf16",
                 f"train.batch_size={found}",
                 "train.compile=auto",
-                f"tune.seconds={20 if cpu else 40}",
+                *TUNE[device][iteration],
             ]
             return pack(f"cuda-it{iteration}-bf16", sets, ["tune", "benchmark", "estimate"], out)
 
-        out_steps.append(Step(f"cuda-it{iteration}-bf16", 120 if cpu else 90, at_found, kind="pack"))
+        cost = 120 if cpu else {3: 230, 2: 90}[iteration]
+        out_steps.append(Step(f"cuda-it{iteration}-bf16", cost, at_found, kind="pack"))
+        if iteration == 3:
+            out_steps.append(Step("verify-speed-it3", 60 if cpu else 75, partial(verify_speed, device), kind="verify"))
+            out_steps += runs  # then the course's and iteration 1's runs, and iteration 2 last
     return out_steps
+
+
+def verify_speed(device: str, results: dict) -> list[str] | str:
+    """`buildllm verify speed` at iteration 3 (the product's step against a bare one), at the finder's
+    batch where the command takes one; a skip reason where this tree has no such command yet."""
+    found = (results.get("finder-it3", {}).get("figures") or {}).get("found_batch_size")
+    command = [PY, "-m", "buildllm", "verify", "speed"]
+    shown = subprocess.run([*command, "--help"], capture_output=True, text=True, env=environment())
+    if shown.returncode != 0:
+        return "`buildllm verify speed` is not in this tree"
+    model = ["--preset", "tiny"] if device == "cpu" else ["--iteration", "3"]
+    batch = ["--batch-size", str(found)] if found and "--batch-size" in shown.stdout else []
+    return [*command, *model, "--device", device, *batch]
 
 
 def finite(value) -> bool:
@@ -347,7 +380,7 @@ def judge(step: Step, code: int, output: str, figures: dict) -> tuple[str, str]:
         return "miss", "the run brought home no tokens/s"
     if step.kind == "finder" and not figures.get("found_batch_size", 0) >= 1:
         return "miss", "no batch size fits"
-    return "ok", last[:100] if step.kind == "pytest" else ""
+    return "ok", last[:100] if step.kind in ("pytest", "verify") else ""
 
 
 def summary(results, device: str, budget: float, elapsed: float) -> str:
@@ -365,7 +398,7 @@ def summary(results, device: str, budget: float, elapsed: float) -> str:
             )
         elif "found_batch_size" in f:
             row += f"  found batch {f['found_batch_size']} in {f.get('tries')} tries"
-        if r["note"] and r["status"] != "ok":
+        if r["note"] and (r["status"] != "ok" or r["name"].startswith("verify")):
             row += f"  {r['note'][:70]}"
         lines.append(row)
     counts = {s: sum(r["status"] == s for r in results) for s in ("ok", "refused", "skipped", "cut", "miss")}
@@ -386,7 +419,7 @@ def main() -> int:
     if device not in ("cuda", "cpu"):
         print(f"error: GPU_CHECK_DEVICE={device!r}; use cuda or cpu", file=sys.stderr)
         return 2
-    budget = float(os.environ.get("GPU_CHECK_BUDGET_S", "400"))
+    budget = float(os.environ.get("GPU_CHECK_BUDGET_S", "520"))
     out = Path(os.environ.get("GPU_CHECK_OUT") or os.environ.get("OUT") or ROOT / "gpu_check_out").resolve()
     chosen = steps(device, out)
     if only := os.environ.get("GPU_CHECK_STEPS"):  # a rerun of named steps (env always runs)

@@ -24,7 +24,7 @@ from buildllm.device.hardware import environment
 from buildllm.device.health import interval_trend
 from buildllm.device.load import LoadWatch, busy_warning
 from buildllm.device.oom import advice, out_of_memory
-from buildllm.device.peak_flops import MatmulProbe, measured_peak, sample_peak, step_probe, table_or_none
+from buildllm.device.peak_flops import MatmulProbe, datasheet_peak, measured_peak, sample_peak, step_probe
 from buildllm.errors import TrainingFailed
 from buildllm.measure.breakdown import overheads, shares, step_breakdown
 from buildllm.measure.stats import coefficient_of_variation, interval_metrics, noise_warning, numbered
@@ -173,10 +173,10 @@ def benchmark(config: Config) -> dict:
     }
     # Interpreter start, imports, device initialisation and token loading: a run pays them too.
     process_startup = time.time() - psutil.Process().create_time()
-    known_peak = table_or_none(plan.device, plan.precision.precision, plan.precision.tf32_enabled)
+    datasheet = datasheet_peak(plan.device, plan.precision.precision, plan.precision.tf32_enabled)
     # Made before the Trainer, so its buffers are in the memory baseline, not the measured peak.
-    probe = None if known_peak else step_probe(plan.device, plan.precision.precision)
-    measured_apart = not known_peak and probe is None
+    probe = step_probe(plan.device, plan.precision.precision)
+    measured_apart = probe is None
     before = sample_peak(plan.device, plan.precision.precision) if measured_apart else []
     try:
         figures = measure(plan, train, validation, probe=probe)
@@ -195,7 +195,7 @@ def benchmark(config: Config) -> dict:
     if measured_apart:
         edges = [before, sample_peak(plan.device, plan.precision.precision)]
     rates = [rate for edge in edges for rate in edge]
-    peak = known_peak or measured_peak(plan.device, plan.precision.precision, rates)
+    peak = measured_peak(plan.device, plan.precision.precision, rates)
     achieved = figures["flops_per_token"] * figures["tokens_per_second"]
     metrics = {
         **base,
@@ -205,13 +205,19 @@ def benchmark(config: Config) -> dict:
         "achieved_flops": achieved,
         "peak_flops": peak.flops,
         "peak_flops_source": peak.source,
-        # The matmul rate before the first and after the last measured step (0 for a datasheet
-        # peak): far apart, the machine's load changed during the run.
+        # Beside the measured peak, the datasheet's where the GPU is in the table (0 and "" elsewhere).
+        "peak_flops_datasheet": datasheet.flops if datasheet else 0.0,
+        "peak_flops_datasheet_source": datasheet.source if datasheet else "",
+        # The matmul rate before the first and after the last measured step: far apart, the
+        # machine's load (or a GPU's clocks) changed during the run.
         "peak_flops_before": statistics.median(edges[0]) if edges else 0.0,
         "peak_flops_after": statistics.median(edges[-1]) if edges else 0.0,
         "memory_estimate_ratio": estimate.total / figures["peak_memory_bytes"] if figures["peak_memory_bytes"] else 0.0,
     }
     metrics["mfu"] = mfu_from_metrics(metrics)
+    metrics["mfu_datasheet"] = (
+        mfu(figures["flops_per_token"], figures["tokens_per_second"], datasheet.flops) if datasheet else 0.0
+    )
     write_metrics(metrics_path("benchmark"), metrics)
     print(summary(metrics))
     for warning in (noise_warning(metrics), busy_warning(metrics)):
@@ -225,8 +231,8 @@ def benchmark(config: Config) -> dict:
 
 def mfu_from_metrics(m: dict) -> float:
     """MFU from a benchmark's metrics alone: each step against the peak measured beside it (the
-    median of those; model/flops.py paired_mfu), or achieved ÷ peak for a peak taken once (a
-    datasheet peak, a GPU: no step_<i>_peak_flops)."""
+    median of those; model/flops.py paired_mfu), or achieved ÷ peak for a peak taken before and
+    after the steps (a GPU: no step_<i>_peak_flops)."""
     peaks = numbered(m, "step_{}_peak_flops")
     if peaks:
         steps_per_second = [1 / s for s in numbered(m, "step_{}_seconds")]
@@ -240,7 +246,13 @@ def summary(m: dict) -> str:
         f"{m['profile']} on {m['device']} ({m['precision']}, batch {m['batch_size']} x {m['sequence_length']}, "
         f"{m['threads']} threads): {m['tokens_per_second']:,.0f} tokens/s, {m['steps_per_second']:.2f} steps/s "
         f"(interval CV {m['throughput_cv']:.1%}), MFU {m['mfu']:.1%} of {m['peak_flops'] / 1e12:.2f} TFLOP/s "
-        f"[{m['peak_flops_source']}], peak memory {m['peak_memory_bytes'] / 2**20:.0f} MiB "
+        f"[{m['peak_flops_source']}]"
+        + (
+            f" ({m['mfu_datasheet']:.1%} of the datasheet's {m['peak_flops_datasheet'] / 1e12:.1f})"
+            if m.get("mfu_datasheet")
+            else ""
+        )
+        + f", peak memory {m['peak_memory_bytes'] / 2**20:.0f} MiB "
         f"(estimate {m['memory_estimate_total_bytes'] / 2**20:.0f} MiB, "
         f"range {m['memory_estimate_low_bytes'] / 2**20:.0f}-"
         f"{m['memory_estimate_high_bytes'] / 2**20:.0f}), warm-up {m['warmup_seconds']:.1f} s, "

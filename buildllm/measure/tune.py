@@ -5,12 +5,15 @@ record goes to metrics/tune.json under this machine's id (buildllm/plan/tuned.py
 Each part runs the planned profile, shape and batch on the device the run would use, its sides in
 turns within its share of `tune.seconds` (measure/tune_budget.py). The precision part trains the
 Trainer's own step from the same seed on the same tokens, so its validation losses can be compared;
-torch.compile runs last, with what is left of the budget.
+it runs first, and every later part runs in the precision the run will use. The order and the
+shares depend on the device (measure/tune_order.py: torch.compile second on a GPU, last on the CPU);
+the record's `parts` says which parts ran, in which precision, and why any did not.
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
 import math
 import os
 import tempfile
@@ -22,12 +25,14 @@ from tqdm import tqdm
 from buildllm.config import Config, with_overrides
 from buildllm.data.windows import Windows, windows_or_random
 from buildllm.device.device import processor_name
-from buildllm.device.load import LoadWatch, load_line
+from buildllm.device.load import LoadWatch
 from buildllm.device.precision import fp32_only_reason, tunable_precisions
 from buildllm.measure.stats import compare
 from buildllm.measure.tune_budget import MIN_ROUNDS, NO_TIME, Budget, steps_per_turn
 from buildllm.measure.tune_compile import measure_compile
 from buildllm.measure.tune_kernels import measure_attention, measure_chunks
+from buildllm.measure.tune_order import compile_window, shares, tune_order
+from buildllm.measure.tune_summary import summary
 from buildllm.plan import threads as threads_rule
 from buildllm.plan import tuned
 from buildllm.plan.run_plan import (
@@ -41,7 +46,6 @@ from buildllm.plan.run_plan import (
 )
 from buildllm.train.trainer import Trainer
 
-MIN_COMPILE_SECONDS = 30.0  # a cold compile at iteration 1 took about 40 s on 2 cores: less cannot finish
 LOSS_CHECK_BATCHES = 4  # validation batches each side's loss is measured on
 
 
@@ -69,7 +73,7 @@ def measure_precision(
     if len(trainers) < len(plans) or budget.left() <= 0:
         why = f"{NO_TIME} after building and warming up the trainers"
         skipped.append(f"precision: {why}")
-        return not_compared(why), trainers
+        return not_compared(why, tokens=tokens), trainers
     k = steps_per_turn(trainers["fp32"].step, device.timed)
     for name, trainer in trainers.items():
         if name != "fp32":
@@ -79,7 +83,7 @@ def measure_precision(
     turns = {name: (lambda t=t: [t.step() for _ in range(k)]) for name, t in trainers.items()}
     seconds = budget.take_turns("precision", turns, skipped, warmup=0, rounds=rounds)
     if seconds is None:
-        return not_compared(f"{NO_TIME} after building the trainers"), trainers
+        return not_compared(f"{NO_TIME} after building the trainers", tokens=tokens), trainers
     figures: dict = {"reference": "fp32", "steps_per_turn": k, **compare(seconds, "fp32")}
     if len(seconds["fp32"]) < rounds:
         skipped.append(f"precision: {len(seconds['fp32'])} of {rounds} rounds, to stay within tune.seconds")
@@ -112,14 +116,15 @@ def measure_precision(
 
 def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, skipped: list) -> dict:
     default = threads_rule.DEFAULT_THREADS
+    said = {"default": default, "precision": trainer.plan.precision.precision}
     if requested is not None:
-        return {"default": default, "skipped": f"train.threads is set ({requested}): not compared"}
+        return {**said, "skipped": f"train.threads is set ({requested}): not compared"}
     counts = sorted({n for n in (1, default // 2, os.cpu_count() or default) if 1 <= n and n != default})
     if not counts:
-        return {"default": default, "skipped": "no other thread count on this machine"}
+        return {**said, "skipped": "no other thread count on this machine"}
     if budget.left() <= 0:
         skipped.append(f"threads: {NO_TIME}")
-        return {"default": default, "skipped": NO_TIME}
+        return {**said, "skipped": NO_TIME}
     k = steps_per_turn(trainer.step, trainer.device.timed)
 
     def run(n: int) -> None:
@@ -132,8 +137,16 @@ def measure_threads(trainer: Trainer, requested: int | None, budget: Budget, ski
     finally:
         torch.set_num_threads(trainer.plan.threads)
     if seconds is None:
-        return {"default": default, "skipped": NO_TIME}
-    return {"default": default, "steps_per_turn": k, "candidates": compare(seconds, str(default))}
+        return {**said, "skipped": NO_TIME}
+    return {**said, "steps_per_turn": k, "candidates": compare(seconds, str(default))}
+
+
+def run_precision(config: Config, record: dict, reference: RunPlan) -> tuple[str, str]:
+    """(precision, why) the run will compute in: the one asked for, or what `auto` makes of the figures."""
+    if config.precision != "auto":
+        return config.precision, f"precision {config.precision} is set"
+    chosen, why = measured_precision(record, reference)
+    return chosen, f"auto: {why}"
 
 
 def tune(config: Config) -> dict:
@@ -141,16 +154,13 @@ def tune(config: Config) -> dict:
     reference = make_plan(with_overrides(config, {**fixed, "precision": "fp32"}))
     apply_plan(reference)
     device = reference.device
-    budget = Budget(config.tune.seconds, device.timed)
+    order = tune_order(device.kind)
+    budget = Budget(config.tune.seconds, device.timed, shares(device.kind))
     # Others' load, not the load average: that counts tune's own threads and lags by a minute.
     watch = LoadWatch(used=reference.cores)
     watch.mark()
-    announce(
-        "tune",
-        reference,
-        budget_seconds=config.tune.seconds,
-        measures="precision, threads, loss chunk, attention, torch.compile",
-    )
+    names = [part.name for part in order if part.name != "threads" or device.threads_apply]
+    announce("tune", reference, budget_seconds=config.tune.seconds, measures=", ".join(names))
     plans = {
         p: (reference if p == "fp32" else make_plan(with_overrides(config, {**fixed, "precision": p})))
         for p in tunable_precisions(reference.device)
@@ -172,32 +182,35 @@ def tune(config: Config) -> dict:
     skipped: list[str] = []
     # The trainers' scratch folder (nothing is saved there) goes when tune ends, even on an error.
     scratch = tempfile.TemporaryDirectory(prefix="buildllm-tune-")
-    with scratch, tqdm(total=5, desc="tune", unit="part") as bar:
+    with scratch, tqdm(total=len(names), desc="tune", unit="part") as bar:
         record["precision"], trainers = measure_precision(
             config, plans, train, validation, tokens, budget, skipped, scratch.name
         )
         bar.update()
-        if device.threads_apply:
-            record["threads"] = measure_threads(trainers["fp32"], config.train.threads, budget, skipped)
-        del trainers
-        bar.update()
-        record["loss_chunk"] = measure_chunks(reference, budget, skipped)
-        bar.update()
-        record["attention"] = measure_attention(reference, budget, skipped)
-        bar.update()
-        left = budget.left()
-        if left >= MIN_COMPILE_SECONDS:
-            # In the precision `auto` will run in, so the figures apply to the runs that read them.
-            precision = measured_precision(record, reference)[0]
-            record["compile"] = measure_compile(config, {**fixed, "precision": precision}, left)
-        else:
-            record["compile"] = {
-                "skipped": f"skipped: {max(left, 0):.0f} s of tune.seconds left, under the "
-                f"{MIN_COMPILE_SECONDS:.0f} s a compile needs (raise tune.seconds)"
-            }
-        if "skipped" in record["compile"]:
-            skipped.append(f"torch.compile: {record['compile']['skipped']}")
-        bar.update()
+        # Every later part in the precision the run will use (measure/tune_order.py).
+        precision, why = run_precision(config, record, reference)
+        record["measured_in"] = {"precision": precision, "reason": why}
+        plan = plans.get(precision) or make_plan(with_overrides(config, {**fixed, "precision": precision}))
+        parts = {
+            # Its trainer in the run's precision where tune built one, else fp32's.
+            "threads": lambda: measure_threads(
+                trainers.get(precision, trainers["fp32"]), config.train.threads, budget, skipped
+            ),
+            "loss_chunk": lambda: measure_chunks(plan, budget, skipped),
+            "attention": lambda: measure_attention(plan, budget, skipped),
+            "compile": lambda: compile_part(config, {**fixed, "precision": precision}, budget, device.kind),
+        }
+        for name in names[1:]:
+            if name == "compile":  # the trainers' memory goes before a child process builds its own
+                trainers.clear()
+                gc.collect()
+                device.release_cached_memory()
+            record[name] = parts[name]()
+            record[name].setdefault("precision", precision)
+            bar.update()
+    if "skipped" in record["compile"]:
+        skipped.append(f"torch.compile: {record['compile']['skipped']}")
+    record["parts"] = parts_record(record, names, list(plans))
     record.update(seconds_taken=round(budget.clock() - budget.start, 1), **watch.end(), skipped=skipped)
     record["decisions"] = measured_decisions(record, reference)
     tuned.write_record(record)
@@ -205,34 +218,25 @@ def tune(config: Config) -> dict:
     return record
 
 
-def summary(record: dict) -> str:
-    lines = [
-        f"tune {record['profile']} on {record['device']} ({record['processor']}, machine {record['machine_id']}): "
-        f"{record['seconds_taken']:.0f} s of {record['budget_seconds']:.0f} s, {load_line(record)}"
-    ]
-    for name, figure in record["precision"].items():
-        if isinstance(figure, dict) and "ratio" in figure:
-            lines.append(f"  precision: {name} {tuned.ratio_text(figure)} fp32's speed")
-    check = record["precision"]["loss_check"]
-    if "fp32" in check:
-        losses = ", ".join(f"{p} {check[p]:.3f}" for p in record["precision"] if p in check and p != "loss_check")
-        lines.append(
-            f"  validation loss after {check['steps']} steps: fp32 {check['fp32']:.3f}, {losses} "
-            f"(tolerance {check['tolerance']}, {check['tokens']} tokens)"
+def compile_part(config: Config, settings: dict, budget: Budget, kind: str) -> dict:
+    window, why_not = compile_window(kind, budget.seconds, budget.left())
+    if why_not:
+        return {"skipped": why_not}
+    return measure_compile(config, settings, window)
+
+
+def parts_record(record: dict, names: list[str], precisions: list[str]) -> list[dict]:
+    """Each part in the order it ran: its precision, and whether it measured or why it did not."""
+    out = []
+    for name in names:
+        figures = record.get(name, {})
+        why = figures.get("skipped")
+        out.append(
+            {
+                "part": name,
+                "precision": ", ".join(precisions) if name == "precision" else figures["precision"],
+                "measured": not why,
+                **({"skipped": why} if why else {}),
+            }
         )
-    for n, figure in record.get("threads", {}).get("candidates", {}).items():
-        lines.append(f"  threads: {n} {tuned.ratio_text(figure)} the speed of {record['threads']['default']}")
-    chunk = record["loss_chunk"]
-    for rows, figure in chunk.get("candidates", {}).items():
-        lines.append(f"  loss chunk: {rows} rows {tuned.ratio_text(figure)} the speed of {chunk['default_rows']}")
-    if chunk.get("plain"):
-        lines.append(f"  loss chunk: plain unfused loss {tuned.ratio_text(chunk['plain'])} the speed of the default")
-    for kernel, said in (("math", "math kernel"), ("explicit", "explicit matmul-softmax")):
-        if kernel in record["attention"]:
-            lines.append(f"  attention: {said} {tuned.ratio_text(record['attention'][kernel])} the dispatch's speed")
-    if "speedup" in record["compile"]:
-        c = record["compile"]
-        lines.append(f"  torch.compile: x{c['speedup']:.2f} ({c['pairs']} pairs) after {c['compile_seconds']:.0f} s")
-    lines += [f"  decision {name}: {reason}" for name, reason in record["decisions"].items()]
-    lines += [f"  skipped to stay within tune.seconds: {what}" for what in record["skipped"]]
-    return "\n".join(lines)
+    return out

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from buildllm.measure.stats import interleave
 
-# Each part's share of the budget (torch.compile gets what is left), and the fewest rounds a part
-# runs once started: 6 pairs are the fewest for a 95% interval of a median.
-SHARES = {"precision": 0.45, "threads": 0.10, "loss_chunk": 0.05, "attention": 0.03}
+# The fewest rounds a part runs once started: 6 pairs are the fewest for a 95% interval of a median.
+# (Each part's share of the budget depends on the device: measure/tune_order.py.)
 MIN_ROUNDS, MAX_ROUNDS = 6, 40
 TURN_SECONDS = 0.3  # a turn runs enough steps to last about this long (a single step is noisier)
 NO_TIME = "no time left in tune.seconds"
 
 
 class Budget:
-    def __init__(self, seconds: float, clock):
-        self.seconds, self.clock = seconds, clock
+    def __init__(self, seconds: float, clock, shares: dict[str, float]):
+        self.seconds, self.clock, self.shares = seconds, clock, shares
         self.start = clock()
         self.end = self.start + seconds
 
@@ -31,7 +30,7 @@ class Budget:
             turns,
             warmup=warmup,
             rounds=rounds,
-            soft_deadline=min(self.end, self.clock() + SHARES[name] * self.seconds),
+            soft_deadline=min(self.end, self.clock() + self.shares[name] * self.seconds),
             hard_deadline=self.end,
             min_rounds=MIN_ROUNDS,
             clock=self.clock,

@@ -112,11 +112,14 @@ class MemoryEstimate:
         return {"memory_estimate_low_bytes": self.low, "memory_estimate_high_bytes": self.high}
 
 
-def saved_floats_per_token_per_layer(model: GPTConfig, autocast: bool = False) -> tuple[int, int]:
+def saved_floats_per_token_per_layer(
+    model: GPTConfig, autocast: bool = False, cuda_kernels: bool = False
+) -> tuple[int, int]:
     """(fp32 floats, compute-dtype floats) one block saves per token for its backward pass.
 
     Read off the autograd graph's saved tensors, each storage once (tests/test_benchmark_memory.py
-    checks it for both architectures, in fp32 and under bf16 autocast).
+    checks it for both architectures, in fp32 and under bf16 autocast, on the CPU; test_cuda.py's
+    saved-tensor check on CUDA). cuda_kernels: CUDA's own kernels, where they save less (below).
     """
     d, hidden = model.n_embd, model.mlp_hidden
     if model.architecture == "classic":
@@ -130,6 +133,13 @@ def saved_floats_per_token_per_layer(model: GPTConfig, autocast: bool = False) -
     # Rotary makes new q and k (2d), so the attention output is a fresh tensor and its
     # transpose-reshape a copy (2d). SwiGLU keeps gate, up, silu(gate) and their product (4 hidden).
     casts = 3 * d if autocast else 2 * d
+    if cuda_kernels:
+        # CUDA: RMSNorm is one fused kernel that saves its input and the per-token rstd only (2d + 2
+        # for the block's two norms), and the attention kernels (memory-efficient in fp32, flash
+        # under bf16) write their output in (batch, token, head) order, so the transpose-reshape
+        # after them is a view (d, not 2d). On the H200 (2026-12-04, student modern fp32 batch 64)
+        # the CPU's counts read 72 MiB over the measured peak: 48 MiB of norm outputs and 24 of copies.
+        return 2 * d + 2, casts + 3 * d + 2 * d + d + 4 * hidden
     return 4 * d, casts + 3 * d + 2 * d + 2 * d + 4 * hidden
 
 
@@ -141,8 +151,10 @@ HOPPER_CUBLAS_WORKSPACE = ":4096:8"
 OTHER_CUBLAS_WORKSPACE = ":4096:2:16:8"
 # Handles are per thread and device, workspaces per handle and stream: a training step's forward runs
 # on the Python thread, its backward on the autograd engine's thread for that device, each with its
-# own handle, both on the current stream: two workspaces. (Not yet measured on a GPU here; issue 31's
-# truth script on the H200 checks it.)
+# own handle, both on the current stream: two workspaces. Counted as a fresh process sees them: a
+# pipeline run makes them during its steps, so its measured peak holds them (five runs on an H200,
+# 2026-12-04: estimate within 0.978-0.988 of the peak); a process that used cuBLAS before has them
+# in its baseline instead (a test measuring in such a process read 1.157).
 CUBLAS_WORKSPACES_PER_STEP = 2
 
 
@@ -180,7 +192,7 @@ def estimate_training_memory(
     compiled: the step runs under torch.compile (RunPlan.compile)."""
     tokens = batch_size * model.sequence_length
     autocast = precision_bytes != FP32
-    fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast)
+    fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast, cuda_kernels=device.kind == "cuda")
     per_layer = tokens * (fp32_floats * FP32 + low_floats * precision_bytes)
     if gradient_checkpointing:
         # Only each block's input is kept; one block's activations are rebuilt at a time in backward.

@@ -92,15 +92,26 @@ def decide_loss(
 
 
 def plan_loss(
-    vocab_size: int, rows: int, precision_bytes: int, device: Device, record: dict | None, why_not: str
+    vocab_size: int,
+    rows: int,
+    precision_bytes: int,
+    device: Device,
+    record: dict | None,
+    why_not: str,
+    precision: str = "fp32",
 ) -> LossDecision:
     loss = decide_loss(vocab_size, rows, precision_bytes, device)
-    measured_rows, measured_why = measured_choice(record, why_not, loss.chunk_rows)
+    measured_rows, measured_why = measured_choice(record, why_not, loss.chunk_rows, precision)
     if measured_rows is not None and measured_rows != loss.chunk_rows:
         loss = decide_loss(vocab_size, rows, precision_bytes, device, measured_rows=measured_rows)
     return replace(loss, reason=f"{loss.reason}; {measured_why}")
 
 
-def measured_choice(record: dict | None, why_not: str, default_rows: int) -> tuple[int | None, str]:
-    """(None, why) without figures for this default, so the plan's own rule stands."""
+def measured_choice(
+    record: dict | None, why_not: str, default_rows: int, precision: str = "fp32"
+) -> tuple[int | None, str]:
+    """(None, why) without figures for this default in this run's precision, so the plan's own rule stands."""
+    measured_in = ((record or {}).get("loss_chunk") or {}).get("precision", "fp32")
+    if record is not None and measured_in != precision:
+        return None, f"measured here: rows not compared in {precision} (tune measured the loss chunk in {measured_in})"
     return measured_count(record, why_not, "loss_chunk", "default_rows", default_rows, "rows")

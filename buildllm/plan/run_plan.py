@@ -102,7 +102,9 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     compiled = decide_compile(t.compile, steps, precision.precision, *compile_figures(record, why_not))
     decisions["compile"] = compiled.reason
     rows = batch_size * model.sequence_length
-    loss = loss_chunk.plan_loss(model.vocab_size, rows, precision.activation_bytes, device, record, why_not)
+    loss = loss_chunk.plan_loss(
+        model.vocab_size, rows, precision.activation_bytes, device, record, why_not, precision.precision
+    )
     decisions["loss"] = loss.reason
     parameters = build_model(model, "meta").num_parameters()
     plan = RunPlan(
@@ -163,10 +165,13 @@ def measured_decisions(record: dict, plan: RunPlan) -> dict:
     `buildllm tune` prints and records as the decisions the next plan will take."""
     chosen, why = measured_precision(record, plan)
     out = {"precision": f"{chosen}: {why}"}
+    # The precision the run computes in: auto's choice, unless tune was run for a precision set explicitly.
+    chosen = record.get("measured_in", {}).get("precision", chosen)
     if plan.device.threads_apply:
         out["threads"] = threads_module.measured_choice(record, "", threads_module.DEFAULT_THREADS)[1]
     out["compile"] = decide_compile("auto", plan.planned_steps, chosen, *compile_figures(record, "")).reason
-    out["loss_chunk"] = loss_chunk.measured_choice(record, "", record.get("loss_chunk", {}).get("default_rows", 0))[1]
+    default_rows = record.get("loss_chunk", {}).get("default_rows", 0)
+    out["loss_chunk"] = loss_chunk.measured_choice(record, "", default_rows, chosen)[1]
     return out
 
 

@@ -10,7 +10,7 @@ from buildllm.device import cpu_bf16
 from buildllm.device import device as device_module
 from buildllm.device import precision as precision_mod
 from buildllm.device.device import Device
-from buildllm.device.peak_flops import table_or_none
+from buildllm.device.peak_flops import datasheet_peak
 from buildllm.device.precision import tunable_precisions
 from buildllm.errors import DeviceUnavailable
 from buildllm.plan.device import resolve_device
@@ -201,7 +201,7 @@ def test_oom_figures_come_from_the_devices_own_gpu(fake_cuda, monkeypatch):
 def test_peak_flops_reads_the_table_for_the_devices_own_gpu(monkeypatch):
     names = {0: "NVIDIA A100-SXM4-80GB", 1: "NVIDIA H100 80GB HBM3"}
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: names[index])
-    peak = table_or_none(Device("cuda:1", "cuda:1", "cuda", "test"), "bf16", tf32=True)
+    peak = datasheet_peak(Device("cuda:1", "cuda:1", "cuda", "test"), "bf16", tf32=True)
     assert peak.flops == 989.4e12 and "H100" in peak.source
 
 

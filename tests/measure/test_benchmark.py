@@ -109,6 +109,8 @@ def test_benchmark_records_every_field_and_the_numbers_agree(tokens, workdir, ca
     assert m["achieved_flops"] == pytest.approx(m["flops_per_token"] * m["tokens_per_second"])
     assert 0 < m["mfu"] < 1 and m["peak_flops_source"] == "measured: 2048^3 fp32 matmuls"
     assert len(json.loads((workdir / "metrics" / "benchmark.json").read_text())["peak_flops_source"]) <= 30
+    # No datasheet figure for a CPU: nothing beside the measured peak.
+    assert (m["peak_flops_datasheet"], m["peak_flops_datasheet_source"], m["mfu_datasheet"]) == (0, "", 0)
     assert m["interval_steps_per_second_min"] <= m["steps_per_second"] <= m["interval_steps_per_second_max"]
     assert m["steps_per_second"] == pytest.approx(m["measured_steps"] / m["measured_seconds"])
     # A real checkpoint of weights and both AdamW moments, and a real peak above the weights alone.

@@ -120,7 +120,7 @@ def test_the_stand_in_cannot_import_what_the_gpu_machine_lacks(tmp_path):
         env={**env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
     assert result.returncode == 0 and "error" not in result.stdout.lower(), result.stdout[-2000:]
-    assert "8/16 tests collected" in result.stdout  # the CUDA parameter of each of the 8 bodies
+    assert "9/18 tests collected" in result.stdout  # the CUDA parameter of each of the 9 bodies
 
 
 def test_each_step_compiles_into_its_own_cache_folder(tmp_path):
@@ -335,3 +335,34 @@ def test_gpu_home_record_keeps_each_run_with_its_twin_and_regenerates_the_page(t
     assert "| cuda-it1-fp32 | " in (home / "docs" / "measured.md").read_text()
     assert "`cuda-it1-fp32` on " in (home / "README.md").read_text()
     assert run([sys.executable, "-m", "buildllm.report.measured", "--check"], home).returncode == 0
+
+
+def test_iteration_3_comes_first_with_time_to_measure_compile_then_verify_speed_guarded(tmp_path):
+    """The runs in value order: iteration 3 right after the setup, with a tune budget that leaves
+    torch.compile its window and a run long enough for it to pay; then `verify speed`, which this
+    tree may lack (another part of the project builds it): then a skip reason, never a crash."""
+    check = runner()
+    chosen = {s.name: s for s in check.steps("cuda", tmp_path)}
+    names = list(chosen)
+    assert names[:6] == ["env", "cuda_tests", "install_dvc", "finder-it3", "cuda-it3-bf16", "verify-speed-it3"]
+    assert names[6:] == ["cuda-course", "cuda-it1-fp32", "cuda-it1-bf16", "finder-it2", "cuda-it2-bf16"]
+    found = {"finder-it3": {"figures": {"found_batch_size": 128}}}
+    command = chosen["cuda-it3-bf16"].command(found)
+    sets = {command[i + 1] for i, flag in enumerate(command) if flag == "-S"}
+    assert {"train.batch_size=128", "train.compile=auto", "tune.seconds=150", "train.epochs=150"} <= sets
+    assert chosen["cuda-it3-bf16"].command({}) == "finder-it3 found no batch"
+    shown = subprocess.run(
+        [sys.executable, "-m", "buildllm", "verify", "speed", "--help"], capture_output=True, text=True, env=run_env()
+    )
+    verify = chosen["verify-speed-it3"].command(found)
+    if shown.returncode == 0:
+        assert verify[1:5] == ["-m", "buildllm", "verify", "speed"] and verify[5:7] == ["--iteration", "3"]
+        assert verify[7:9] == ["--device", "cuda"]
+    else:
+        assert verify == "`buildllm verify speed` is not in this tree"
+        out = tmp_path / "out"
+        probe = check.Runner("cpu", 60.0, out, started=time.time())
+        probe.run(check.Step("verify-speed-it3", 1, chosen["verify-speed-it3"].command, kind="verify"))
+        assert probe.results["verify-speed-it3"]["status"] == "skipped"
+        assert probe.go([]) == 0 and "not in this tree" in (out / "summary.txt").read_text()
+

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from saved_tensors import saved_bytes_of_one_block
 
 from buildllm.device.device import Device
 from buildllm.memory.estimate import FP32, estimate_training_memory, saved_floats_per_token_per_layer
@@ -26,35 +27,6 @@ def planned_estimate(model: GPTConfig, parameters: int, batch: int, precision_by
     return estimate_training_memory(
         model, parameters, batch, precision_bytes, device, **options, loss_chunk_rows=loss.chunk_rows
     )
-
-
-def saved_bytes_of_one_block(config: GPTConfig, autocast_dtype: torch.dtype | None, batch: int = 4) -> int:
-    """Bytes of the distinct storages one block's autograd graph keeps, weights excluded."""
-    model = build_model(config)
-    block, T = model.blocks[0], config.sequence_length
-    rope = None if config.architecture == "classic" else (model.rope_cos[:T], model.rope_sin[:T])
-    x = torch.randn(batch, T, config.n_embd, requires_grad=True)
-    context = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype else torch.autocast("cpu", enabled=False)
-    with context:
-        out = block(x, rope)
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    storages, stack, visited = {}, [out.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in visited:
-            continue
-        visited.add(node)
-        for name in dir(node):
-            value = getattr(node, name) if name.startswith("_saved_") else None
-            for tensor in value if isinstance(value, (tuple, list)) else [value]:
-                if isinstance(tensor, torch.Tensor):
-                    storage = tensor.untyped_storage()
-                    if storage.data_ptr() not in weights:
-                        storages[storage.data_ptr()] = storage.nbytes()
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    # Autocast's weight copies are counted apart (autocast_weights); the rotary tables are tiny.
-    cast_weights = sum(p.numel() for p in block.parameters() if p.dim() >= 2) * 2 if autocast_dtype else 0
-    return sum(storages.values()) - cast_weights
 
 
 @pytest.mark.parametrize("architecture", ["classic", "modern"])

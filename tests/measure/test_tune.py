@@ -12,6 +12,7 @@ import yaml
 from buildllm.cli import main
 from buildllm.device import cpu_bf16
 from buildllm.measure.stats import compare, interleave
+from buildllm.measure.tune_order import MIN_COMPILE_SECONDS, compile_window, shares, tune_order
 from buildllm.plan import threads as threads_rule
 from buildllm.plan import tuned
 from buildllm.plan.run_plan import this_machine
@@ -114,6 +115,19 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
         assert record["precision"]["loss_check"]["tokens"] == "real"
         assert "bf16 not measured (no precision but fp32 trains" in record["decisions"]["precision"]
     assert set(record["decisions"]) >= {"precision", "threads", "compile", "loss_chunk"}
+    # The CPU's order, each later part in the precision the run will use, as auto chose it here.
+    run_precision = record["measured_in"]["precision"]
+    assert record["decisions"]["precision"].startswith(run_precision + ":")
+    parts = {p["part"]: p for p in record["parts"]}
+    assert list(parts) == ["precision", "threads", "loss_chunk", "attention", "compile"]
+    assert {parts[n]["precision"] for n in ("threads", "loss_chunk", "attention", "compile")} == {run_precision}
+    assert not parts["compile"]["measured"] and "under the 30 s a compile needs" in parts["compile"]["skipped"]
+    attention = record["attention"]
+    assert attention["precision"] == run_precision
+    # The CPU offers no cuDNN or memory-efficient kernel: said, not timed; what it offers is timed.
+    assert set(attention["not_offered"]) == {"cudnn", "efficient"}
+    assert "skipped" in attention or {"flash", "math", "explicit"} <= set(attention)
+    assert f"part attention in {run_precision}: " in out
     # Under the 30 s a compilation needs: skipped, and said on the console and in the record.
     assert "speedup" not in record["compile"] and any(s.startswith("torch.compile") for s in record["skipped"])
     assert "skipped to stay within tune.seconds: torch.compile" in out
@@ -161,3 +175,24 @@ def test_tune_measures_compile_when_the_budget_allows_it(workdir, tokens, capsys
         and record["decisions"]["precision"].startswith(compiled["precision"] + ":")
     ) or "tune.seconds" in compiled["skipped"]
     assert "threads" in record and record["loss_chunk"].get("candidates")
+
+
+def test_on_a_gpu_compile_comes_right_after_precision_and_keeps_the_small_parts_their_shares():
+    """The order is a pure function of the device kind: what a GPU gets is checked without one."""
+    assert [p.name for p in tune_order("cuda")] == ["precision", "compile", "loss_chunk", "attention"]
+    assert [p.name for p in tune_order("cpu")] == ["precision", "threads", "loss_chunk", "attention", "compile"]
+    # The H200's iteration 3: 36 s of 40 went to precision; compile, after it, found 4 s.
+    window, why = compile_window("cuda", 40.0, left=4.0)
+    assert (
+        window < MIN_COMPILE_SECONDS
+        and "0 s of tune.seconds left for it (4 s kept for the loss chunk and attention)" in why
+    )
+    # With 120 s, precision's 48 s share leaves compile the rest less the 12 s its successors keep.
+    kept = (shares("cuda")["loss_chunk"] + shares("cuda")["attention"]) * 120
+    window, why = compile_window("cuda", 120.0, left=120.0 - 0.40 * 120)
+    assert why == "" and window == pytest.approx(72.0 - kept) and window >= MIN_COMPILE_SECONDS
+    # On the CPU compile is last: it may take all that is left.
+    assert compile_window("cpu", 120.0, left=35.0) == (35.0, "")
+    assert "raise tune.seconds" in compile_window("cpu", 120.0, left=29.0)[1]
+    # Every part with a share fits the budget beside compile's minimum on a GPU at 120 s.
+    assert sum(shares("cuda").values()) * 120 + MIN_COMPILE_SECONDS <= 120
