@@ -189,17 +189,24 @@ def summarise(record: dict, target: float | None = None) -> dict:
     return out
 
 
+def interval(low: float, high: float, coverage: float, unit: str) -> str:
+    """The sign-test interval as text; one value has none."""
+    if coverage == 0:
+        return "one run: no interval"
+    return f"{low:.2f}–{high:.2f}{unit}, {coverage:.0%} interval"
+
+
 def summary_rows(record: dict) -> tuple[float, list]:
     s = summarise(record)
     rows = []
     for n, e in s["recipes"].items():
         time_cell = (
-            f"{e['median_seconds']:.1f} s ({e['low']:.1f}–{e['high']:.1f}, {e['coverage']:.0%})"
+            f"{e['median_seconds']:.1f} s ({interval(e['low'], e['high'], e['coverage'], ' s')})"
             if "median_seconds" in e
             else "not reached"
         )
         ratio = (
-            f"{e['ratio']:.2f}× ({e['ratio_low']:.2f}–{e['ratio_high']:.2f}, {e['ratio_coverage']:.0%})"
+            f"{e['ratio']:.2f}× ({interval(e['ratio_low'], e['ratio_high'], e['ratio_coverage'], '×')})"
             if "ratio" in e
             else ("reference" if n == next(iter(s["recipes"])) else "—")
         )
