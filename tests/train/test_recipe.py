@@ -94,7 +94,7 @@ def test_the_startup_facts_say_which_parameters_each_optimizer_has():
 
 
 def test_the_memory_estimate_counts_one_muon_buffer_instead_of_two_adamw_moments():
-    adamw, muon = plan_of(), plan_of(**{"train.optimizer": "muon"})
+    adamw, muon = plan_of(**{"train.recipe": "classic"}), plan_of(**{"train.optimizer": "muon"})
     assert muon.muon_parameters > 0 and adamw.muon_parameters == 0
     assert plan_memory(adamw).optimizer - plan_memory(muon).optimizer == muon.muon_parameters * FP32
 
@@ -125,3 +125,12 @@ def test_an_adamw_checkpoint_from_before_muon_still_loads():
     fresh.load_state_dict(flat)
     with pytest.raises(ValueError, match="the checkpoint's optimizers are \\['adamw'\\], this run's"):
         build_optimizers(model, "muon", 1e-3, 1e-3, 0.1, fused=False).load_state_dict(flat)
+
+
+def test_every_profile_has_the_classic_baseline_and_its_defaults_name_its_own_recipes():
+    from buildllm.profiles import available_profiles, load_profile
+
+    for name in available_profiles():
+        profile = load_profile(name)
+        assert profile.recipes["classic"].optimizer == "adamw" and profile.recipes["classic"].schedule == "cosine"
+        assert {profile.cpu.recipe, profile.gpu.recipe} <= set(profile.recipes), name
