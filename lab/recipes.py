@@ -159,10 +159,12 @@ def summarise(record: dict, target: float | None = None) -> dict:
     curves = {f"{r['recipe']}-{r['round']}": r["curve"] for r in runs}
     target = target if target is not None else record.get("target") or target_loss(curves, BITS)
     names = list(record["recipes"])
-    seconds = {n: {} for n in names}
+    seconds, steps = {n: {} for n in names}, {n: [] for n in names}
     for r in runs:
         reached = time_to(r["curve"], target, BITS)
         seconds[r["recipe"]][r["round"]] = reached[0] if reached else None
+        if reached:  # the step, unlike the time, does not depend on how loaded the machine was
+            steps[r["recipe"]].append(reached[1])
     out = {"target": target, "recipes": {}}
     reference = seconds[names[0]]
     for n in names:
@@ -174,6 +176,8 @@ def summarise(record: dict, target: float | None = None) -> dict:
             t / reference[k] for k, t in seconds[n].items() if t is not None and reference.get(k) not in (None, 0)
         ]
         entry = {"runs": len(seconds[n]), "reached": len(times), "final_bits_per_byte": statistics.median(finals)}
+        if steps[n]:
+            entry["median_steps"] = statistics.median(steps[n])
         if times:
             low, high, coverage = sign_interval(times)
             entry |= {"median_seconds": statistics.median(times), "low": low, "high": high, "coverage": coverage}
@@ -215,6 +219,7 @@ def summary_rows(record: dict) -> tuple[float, list]:
                 n,
                 f"`{record['recipes'][n]}`",
                 f"{e['reached']}/{e['runs']}",
+                f"{e['median_steps']:.0f}" if "median_steps" in e else "—",
                 time_cell,
                 ratio,
                 f"{e['final_bits_per_byte']:.3f}",
@@ -227,6 +232,7 @@ HEADER = [
     "recipe",
     "settings",
     "reached",
+    "step reaching it (median)",
     "time to target: median (interval)",
     "time / reference's (paired)",
     "final bits/byte (median)",
@@ -258,14 +264,29 @@ METHOD = (
     "for every recipe (threads: the file's `common`). The target is the highest of all runs' best "
     "validation bits per byte, rounded up to 0.01, unless the file names one. Intervals: the sign-test "
     "interval of the median over the rounds (with 3 rounds, min to max, 75% coverage); the ratio is paired "
-    "by round: a recipe's time over the reference's in the same round."
+    "by round: a recipe's time over the reference's in the same round. The step at which a run reaches the "
+    "target does not depend on how loaded the machine was; its time does."
+)
+
+
+TRY = (
+    "To rerun the comparison that chose the default (on a quiet machine: 2 threads), from the project's "
+    "root after `dvc repro tokenize`: `python -m lab.recipes run --rounds 3`, then `python -m lab.recipes "
+    'render`. Another recipe is a set of params: `--recipe NAME "key=value ..."`, repeated, the first '
+    'the reference; e.g. `--recipe classic "train.recipe=classic" --recipe muon-cosine '
+    '"train.recipe=muon train.schedule=cosine"`. Not yet measured this way: the schedule under Muon '
+    "(wsd against cosine), the rates (the muon recipe's 5e-3 for Muon and 3e-3 for AdamW come from a "
+    "one-seed probe with a plain training loop on the same data, not a measurement of this kind), ReLU "
+    "squared, QK-norm, zero-initialised "
+    "projections, a tied or untied head, the presets tiny and student (they keep classic), and the GPU "
+    "(classic there until measured)."
 )
 
 
 def render(root: Path = RESULTS) -> str:
     from buildllm.report.document import Bullets, Heading, Paragraph, Table, to_markdown
 
-    blocks = [Heading(1, "Recipes: time to a quality"), Paragraph(INTRO), Paragraph(METHOD)]
+    blocks = [Heading(1, "Recipes: time to a quality"), Paragraph(INTRO), Paragraph(METHOD), Paragraph(TRY)]
     files = sorted(root.glob("*.json")) if root.is_dir() else []
     if not files:
         blocks.append(Paragraph("No comparison is committed yet."))

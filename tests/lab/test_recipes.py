@@ -39,6 +39,7 @@ def test_time_to_the_common_target_is_paired_by_round():
     muon, classic = summary["recipes"]["muon"], summary["recipes"]["classic"]
     assert classic["median_seconds"] == 21 and classic["reached"] == 2
     assert muon["median_seconds"] == 17  # round 0 at 12 s, round 1 at 22 s
+    assert (muon["median_steps"], classic["median_steps"]) == (37.5, 50)
     assert muon["ratio"] == pytest.approx((12 / 20 + 22 / 22) / 2)  # each round against its own reference
     assert (muon["ratio_low"], muon["ratio_high"]) == (pytest.approx(0.6), pytest.approx(1.0))
     assert "ratio" not in classic
