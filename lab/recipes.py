@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -64,6 +65,10 @@ def machine() -> dict:
     found = fingerprint()
     keys = ("cpu_model", "logical_cores", "avx512", "avx512_bf16", "amx", "amx_bf16", "torch_version")
     return {"machine_id": machine_id(found), **{k: found[k] for k in keys}}
+
+
+def without_note(argv: list[str]) -> list[str]:
+    return [a for i, a in enumerate(argv) if a != "--note" and (i == 0 or argv[i - 1] != "--note")]
 
 
 def load_average() -> list[float]:
@@ -124,7 +129,8 @@ def run(
         "load_average_before": load_average(),
         "common": common,
         "recipes": {k: " ".join(f"{a}={b}" for a, b in v.items()) for k, v in recipes.items()},
-        "command": "python -m lab.recipes run " + " ".join(sys.argv[2:]),
+        # The note (prose, often long) is in the file already; the command says what was measured.
+        "command": "python -m lab.recipes run " + shlex.join(without_note(sys.argv[2:])),
         "runs": [],
         **({"target": target} if target is not None else {}),
         **({"note": note} if note else {}),
