@@ -23,6 +23,9 @@ ARCHITECTURES = ("classic", "modern")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE_CHOICES = ("false", "true", "auto")
 CORPUS_SOURCES = ("wiki_vital", "shakespeare", "files")
+RECIPES = ("classic", "muon")  # the profiles' recipes: buildllm/profiles/*.yaml, docs/recipes.md
+OPTIMIZERS = ("adamw", "muon")
+SCHEDULES = ("cosine", "wsd")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps|xla)$")
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps, xla"
 # A knob that only matters to a training run (its checkpoints, logging, resume) offers its flag where
@@ -96,16 +99,53 @@ class TrainConfig:
         resume=True,
         help="validation windows used",
     )
+    recipe: str | None = knob(
+        None,
+        choices=RECIPES,
+        flag=True,
+        control=True,
+        help="optimizer, schedule and learning rates as one named set (classic: GPT-2 with AdamW, the "
+        "course's baseline); default: the profile's for the device",
+    )
+    optimizer: str | None = knob(
+        None,
+        choices=OPTIMIZERS,
+        flag=True,
+        resume=True,
+        help="adamw, or muon (Muon on the hidden 2-D weights, AdamW on the rest); default: the recipe's",
+    )
     learning_rate: float | None = knob(
         None,
         minimum=0.0,
         flag=True,
         metavar="LR",
         resume=True,
-        help="peak learning rate; default: the profile's",
+        help="AdamW's peak learning rate (with muon: of embeddings, head, norms, biases); default: the recipe's",
+    )
+    muon_learning_rate: float | None = knob(
+        None,
+        minimum=0.0,
+        flag=True,
+        metavar="LR",
+        resume=True,
+        help="Muon's peak learning rate (AdamW-matched scale); default: the recipe's, else --learning-rate",
+    )
+    schedule: str | None = knob(
+        None,
+        choices=SCHEDULES,
+        flag=True,
+        resume=True,
+        help="cosine (warm-up, cosine decay) or wsd (warm-up, stable, linear decay); default: the recipe's",
+    )
+    decay_fraction: float | None = knob(
+        None,
+        minimum=0.0,
+        maximum=1.0,
+        resume=True,
+        help="wsd: the share of the steps spent decaying; default: the recipe's",
     )
     min_learning_rate_ratio: float = knob(
-        0.1, minimum=0.0, maximum=1.0, resume=True, help="the cosine schedule ends at this share of the peak"
+        0.1, minimum=0.0, maximum=1.0, resume=True, help="the schedule ends at this share of the peak"
     )
     warmup_steps: int | None = knob(
         None,

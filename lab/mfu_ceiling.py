@@ -151,7 +151,9 @@ def main() -> None:
     from buildllm.device.peak_flops import MatmulProbe
     from buildllm.model.flops import flops_per_token, matmul_parameters
 
-    plan = cpu_plan(args.profile, "fp32", args.threads, args.architecture, {"train.compile": "false"})
+    plan = cpu_plan(
+        args.profile, "fp32", args.threads, args.architecture, {"train.compile": "false", "train.recipe": "classic"}
+    )
     if plan.config.train.gradient_checkpointing or plan.config.train.grad_accum != 1:
         raise SystemExit(
             "mfu_ceiling: this profile uses gradient checkpointing or accumulation, "

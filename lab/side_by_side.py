@@ -86,7 +86,8 @@ ROUGH_STARTUP_SECONDS = 6.0  # a fresh process: import torch and buildllm, build
 
 
 def our_plan(args, profile: str, precision: str):
-    settings = {"train.compile": True} if args.compile else {}
+    # The reference steps AdamW on every parameter: ours too (the classic recipe), like for like.
+    settings = {"train.recipe": "classic", **({"train.compile": True} if args.compile else {})}
     if args.batch_size:
         settings["train.batch_size"] = args.batch_size
     return cpu_plan(profile, precision, args.threads, args.architecture, settings)

@@ -1,11 +1,11 @@
 """Training memory, estimated from the model's shape before anything is allocated.
 
 A training step's memory peaks at one of two moments, and the estimate takes the larger:
-  1. the start of backward: weights + AdamW state + activations saved for backward + the logits'
+  1. the start of backward: weights + optimizer state + activations saved for backward + the logits'
      cross-entropy tensors (+ autocast's low-precision weight copies). No gradient exists yet:
      the Trainer frees them after every step (zero_grad(set_to_none=True)). The logits term is
      one chunk of the fused output layer + cross-entropy and the weight gradient it keeps.
-  2. the optimizer step: weights + AdamW state + gradients. Activations are gone, and no logits
+  2. the optimizer step: weights + optimizer state + gradients. Activations are gone, and no logits
      are held (the fused loss never materialises them).
 Small models peak at 1 (logits and activations scale with batch x sequence); a large model at a
 small batch can peak at 2. With gradient accumulation, gradients also exist at moment 1.
@@ -187,9 +187,11 @@ def estimate_training_memory(
     *,
     loss_chunk_rows: int,
     compiled: bool = False,
+    muon_parameters: int = 0,
 ) -> MemoryEstimate:
     """loss_chunk_rows: the fused loss's rows per chunk, as the plan decides it (RunPlan.loss);
-    compiled: the step runs under torch.compile (RunPlan.compile)."""
+    compiled: the step runs under torch.compile (RunPlan.compile); muon_parameters: those Muon
+    updates (RunPlan.muon_parameters), AdamW the rest."""
     tokens = batch_size * model.sequence_length
     autocast = precision_bytes != FP32
     fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast, cuda_kernels=device.kind == "cuda")
@@ -215,7 +217,10 @@ def estimate_training_memory(
         scores = 2 * batch_size * model.n_head * model.sequence_length**2 * precision_bytes
     # Autocast caches one low-precision copy of each weight for the forward; backward keeps them.
     autocast_weights = parameters * precision_bytes if autocast else 0
-    weights, optimizer, gradients = parameters * FP32, 2 * parameters * FP32, parameters * FP32
+    # AdamW keeps two fp32 moments per parameter; Muon one momentum buffer per hidden matrix. Muon's
+    # Newton-Schulz temporaries (bf16, one matrix at a time, freed before the next) are left out.
+    optimizer = (2 * (parameters - muon_parameters) + muon_parameters) * FP32
+    weights, gradients = parameters * FP32, parameters * FP32
     # With accumulation, micro-batches after the first run beside the gradients summed so far.
     early_gradients = gradients if grad_accum > 1 else 0
     backward_start = dict(
@@ -307,4 +312,5 @@ def plan_memory(plan) -> MemoryEstimate:
         train.grad_accum,
         loss_chunk_rows=plan.loss.chunk_rows,
         compiled=plan.compile.enabled,
+        muon_parameters=plan.muon_parameters,
     )

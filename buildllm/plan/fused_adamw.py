@@ -1,4 +1,5 @@
-"""Fused AdamW, or the standard one, and why. The fused kernel updates all parameters in one launch;
+"""Fused AdamW, or the standard one, and why. The fused kernel updates all of AdamW's parameters in one
+launch (every parameter, or with Muon the embeddings, head, norms and biases: train/optimizer.py);
 not every device or build has it, so the plan runs it once on the run's device and records why it
 fell back, instead of guessing from the device's name.
 

@@ -69,6 +69,7 @@ def decide_memory(plan) -> MemoryFit:
         plan.device,
         train.gradient_checkpointing,
         grad_accum=train.grad_accum,
+        muon_parameters=plan.muon_parameters,
     )
     total, high = estimate.total * sharing, estimate.high * sharing
     each = f" ({sharing} processes)" if sharing > 1 else ""
@@ -111,12 +112,21 @@ def estimate_at(
     capacity: int,
     gradient_checkpointing: bool = False,
     grad_accum: int = 1,
+    muon_parameters: int = 0,
 ) -> MemoryEstimate:
     """The estimate a plan of `batch` would make on a device of `capacity` bytes: the fused loss's
     chunks sized by the plan's own rule (buildllm/plan/loss_chunk.py) for that batch and memory."""
     chunk = decide_loss(model.vocab_size, batch * model.sequence_length, precision_bytes, device, capacity).chunk_rows
     return estimate_training_memory(
-        model, parameters, batch, precision_bytes, device, gradient_checkpointing, grad_accum, loss_chunk_rows=chunk
+        model,
+        parameters,
+        batch,
+        precision_bytes,
+        device,
+        gradient_checkpointing,
+        grad_accum,
+        loss_chunk_rows=chunk,
+        muon_parameters=muon_parameters,
     )
 
 
@@ -129,13 +139,22 @@ def largest_batch(
     gradient_checkpointing: bool = False,
     capacity: int | None = None,
     grad_accum: int = 1,
+    muon_parameters: int = 0,
 ) -> int:
     """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits.
     capacity: the device's memory (`usable` when not given), which sizes the fused loss's chunks."""
 
     def fits(batch: int) -> bool:
         estimate = estimate_at(
-            model, parameters, batch, precision_bytes, device, capacity or usable, gradient_checkpointing, grad_accum
+            model,
+            parameters,
+            batch,
+            precision_bytes,
+            device,
+            capacity or usable,
+            gradient_checkpointing,
+            grad_accum,
+            muon_parameters,
         )
         return estimate.total <= usable
 

@@ -27,7 +27,9 @@ from buildllm.plan.defaults import decide_defaults
 from buildllm.plan.device import resolve_device
 from buildllm.plan.fused_adamw import fused_adamw_support
 from buildllm.plan.memory import NOT_DECIDED, MemoryFit, decide_memory
+from buildllm.plan.recipe import RecipeDecision, decide_recipe
 from buildllm.profiles import Profile
+from buildllm.train.optimizer import describe, split_parameters
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class RunPlan:
     decisions: dict
     tuned_here: bool  # a tune record of this machine, profile, shape and batch decided the auto knobs
     loss: loss_chunk.LossDecision
+    recipe: RecipeDecision
+    muon_parameters: int  # those Muon updates (0 with adamw); AdamW has the rest
     memory: MemoryFit = NOT_DECIDED  # decided from the rest of the plan
 
     @property
@@ -82,7 +86,9 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     t = config.train
     picked = decide_defaults(t, profile, device.runtime_defaults)
     decisions.update({name: reason for name, (_, reason) in picked.items()})
-    batch_size, workers, learning_rate = (picked[name][0] for name in ("batch_size", "workers", "learning_rate"))
+    batch_size, workers = (picked[name][0] for name in ("batch_size", "workers"))
+    recipe = decide_recipe(t, profile, device.runtime_defaults)
+    decisions.update(recipe.reasons)
     # torchrun says how many processes share the run; each takes batch_size of every global batch.
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     examples = training_examples if training_examples is not None else count_training_examples(config, model)
@@ -106,7 +112,11 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         model.vocab_size, rows, precision.activation_bytes, device, record, why_not, precision.precision
     )
     decisions["loss"] = loss.reason
-    parameters = build_model(model, "meta").num_parameters()
+    meta = build_model(model, "meta")
+    parameters = meta.num_parameters()
+    groups = split_parameters(meta, recipe.optimizer)
+    muon_parameters = sum(p.numel() for _, p in groups.get("muon", []))
+    decisions["optimizer_groups"] = describe(groups)
     plan = RunPlan(
         config,
         profile,
@@ -115,7 +125,7 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         precision,
         batch_size,
         workers,
-        learning_rate,
+        recipe.learning_rate,
         threads,
         parameters,
         processes,
@@ -126,6 +136,8 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         decisions,
         tuned_here=record is not None,
         loss=loss,
+        recipe=recipe,
+        muon_parameters=muon_parameters,
     )
     memory = decide_memory(plan)
     decisions["memory"] = memory.reason
@@ -182,6 +194,10 @@ def apply_plan(plan: RunPlan) -> None:
     apply_matmul_settings(plan.precision)
 
 
+# The recipe's decisions whose reasons the facts carry (as *_reason notes).
+RECIPE_REASONS = ("recipe", "optimizer", "optimizer_groups", "schedule", "muon_learning_rate", "decay_fraction")
+
+
 def facts(plan: RunPlan) -> dict:
     """The plan as one flat record, which the startup line, the metrics files and the run log start from."""
     m, p = plan.model, plan.precision
@@ -195,6 +211,13 @@ def facts(plan: RunPlan) -> dict:
         "precision": p.precision,
         "precision_reason": p.reason,
         **{name: getattr(p, name) for name in ("tf32_enabled", "tensor_cores_enabled", "grad_scaler")},
+        "recipe": plan.recipe.name,
+        "optimizer": plan.recipe.optimizer,
+        "schedule": plan.recipe.schedule,
+        **({"muon_learning_rate": plan.recipe.muon_learning_rate} if plan.recipe.optimizer == "muon" else {}),
+        **({"decay_fraction": plan.recipe.decay_fraction} if plan.recipe.schedule == "wsd" else {}),
+        "muon_parameters": plan.muon_parameters,
+        "adamw_parameters": plan.parameters - plan.muon_parameters,
         "fused_adamw": plan.fused_adamw,
         "fused_adamw_reason": plan.decisions["fused_adamw"],
         "parameters": plan.parameters,
@@ -217,7 +240,7 @@ def facts(plan: RunPlan) -> dict:
         # The picks' reasons (requested, or whose default): notes that the run card shows.
         **{
             f"{name}_reason": plan.decisions[name]
-            for name in ("batch_size", "workers", "threads", "learning_rate")
+            for name in ("batch_size", "workers", "threads", "learning_rate", *RECIPE_REASONS)
             if name in plan.decisions
         },
         # What torch saw at import (buildllm/torch_env.py sets it when mps_fallback is asked for).

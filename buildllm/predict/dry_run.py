@@ -36,7 +36,8 @@ def dry_run(config: Config) -> dict:
         f"on {plan.device.device} in {plan.precision.precision}, "
         f"batch {plan.batch_size} x {plan.model.sequence_length} tokens"
     )
-    names = {"optimizer": "AdamW", "autocast_weights": "autocast copies"}
+    optimizer = "AdamW + Muon" if plan.muon_parameters else "AdamW"
+    names = {"optimizer": f"{optimizer} state", "autocast_weights": "autocast copies"}
     shown = ", ".join(f"{names.get(k, k.replace('_', ' '))} {size(v)}" for k, v in estimate.parts.items() if v)
     print(f"estimated peak training memory: {size(estimate.total)} at the {estimate.peak_moment} ({shown})")
     print(f"torch.compile: {plan.compile.reason}")

@@ -18,11 +18,24 @@ from buildllm.shape import GPTConfig
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """How a model learns: the optimizer, the schedule's shape and the peak learning rates (AdamW's;
+    Muon's for the hidden matrices where the optimizer is muon). buildllm/plan/recipe.py applies the
+    config's overrides; docs/recipes.md says how each profile's default was chosen."""
+
+    optimizer: str
+    schedule: str
+    learning_rate: float
+    muon_learning_rate: float | None = None
+    decay_fraction: float | None = None  # wsd: the share of the steps spent decaying
+
+
+@dataclass(frozen=True)
 class RuntimeDefaults:
     batch_size: int
     precision: str
     workers: int
-    learning_rate: float
+    recipe: str  # a name among the profile's recipes
 
 
 @dataclass(frozen=True)
@@ -31,6 +44,7 @@ class Profile:
     model: GPTConfig
     cpu: RuntimeDefaults
     gpu: RuntimeDefaults
+    recipes: dict  # name -> Recipe
     # Architectures that keep their own output layer in this profile (YAML `own_output_layer`);
     # the others tie it to the token embedding. See docs/pipeline.md, "Profiles".
     own_output_layer: tuple[str, ...] = ()
@@ -70,6 +84,7 @@ def load_profile(name: str) -> Profile:
         model=GPTConfig(**data["model"]),
         cpu=RuntimeDefaults(**data["runtime"]["cpu"]),
         gpu=RuntimeDefaults(**data["runtime"]["gpu"]),
+        recipes={name: Recipe(**values) for name, values in data["recipes"].items()},
         own_output_layer=tuple(data.get("own_output_layer", ())),
     ).with_model()
 

@@ -39,7 +39,12 @@ DECISIONS = [
     ("fp16 grad scaler", "grad_scaler", None),
     ("TF32 matmuls", "tf32_enabled", None),
     ("gradient checkpointing", "gradient_checkpointing", None),
-    ("learning rate (peak)", "learning_rate", "learning_rate_reason"),
+    ("recipe", "recipe", "recipe_reason"),
+    ("optimizer", "optimizer", "optimizer_reason"),
+    ("parameters Muon updates (AdamW: the rest)", "muon_parameters", "optimizer_groups_reason"),
+    ("schedule", "schedule", "schedule_reason"),
+    ("learning rate (peak, AdamW)", "learning_rate", "learning_rate_reason"),
+    ("Muon learning rate (peak)", "muon_learning_rate", "muon_learning_rate_reason"),
     ("planned optimizer steps", "planned_steps", None),
 ]
 

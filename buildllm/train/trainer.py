@@ -2,7 +2,8 @@
 
 Trainer.step() is one optimizer step: grad_accum micro-batches drawn from a resumable data cursor,
 each under autocast, gradients scaled for fp16, averaged across processes only on the last
-micro-batch, clipped, then AdamW at the schedule's learning rate. The benchmark times this same
+micro-batch, clipped, then the recipe's optimizers (train/optimizer.py) at the schedule's
+learning rate. The benchmark times this same
 method. Trainer.state() is everything a bitwise-exact resume needs.
 """
 
@@ -26,6 +27,7 @@ from buildllm.model.gpt import build_model
 from buildllm.plan.run_plan import RunPlan, facts
 from buildllm.train import checkpoint, distributed
 from buildllm.train.distributed import World
+from buildllm.train.optimizer import build_optimizers
 from buildllm.train.run_log import RunLog
 from buildllm.train.schedule import make_schedule
 
@@ -87,19 +89,11 @@ def run_signature(plan: RunPlan, world_size: int, training_examples: int) -> dic
         "training_examples": training_examples,
         "precision": plan.precision.precision,
         "learning_rate": plan.learning_rate,
+        "optimizer": plan.recipe.optimizer,
+        "muon_learning_rate": plan.recipe.muon_learning_rate,
+        "schedule": plan.recipe.schedule,
+        "decay_fraction": plan.recipe.decay_fraction,
     }
-
-
-def build_optimizer(
-    model: torch.nn.Module, learning_rate: float, weight_decay: float, fused: bool
-) -> torch.optim.AdamW:
-    """AdamW with weight decay on weight matrices and embeddings (as GPT-2 does), not on norms and biases:
-    decay pulls a gain or an offset towards zero, which only distorts it."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # GPT-2's betas; fused: the plan's probe (plan/fused_adamw.py), made once per run on its device.
-    return torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.95), fused=True if fused else None)
 
 
 class Trainer:
@@ -130,8 +124,14 @@ class Trainer:
             pin_memory=self.device.pin_memory,
         )
         self.planned_steps = optimizer_steps(len(train_windows), self.cursor.global_batch, cfg.grad_accum, cfg.epochs)
+        recipe = plan.recipe
         self.schedule = make_schedule(
-            plan.learning_rate, self.planned_steps, cfg.warmup_steps, cfg.min_learning_rate_ratio
+            plan.learning_rate,
+            self.planned_steps,
+            cfg.warmup_steps,
+            cfg.min_learning_rate_ratio,
+            recipe.schedule,
+            recipe.decay_fraction,
         )
         self.signature = run_signature(plan, self.world.size, len(train_windows))
         self.scaler = grad_scaler(plan.precision, self.device)
@@ -146,6 +146,7 @@ class Trainer:
             "tokens_per_step": self.tokens_per_step,
             "planned_steps": self.planned_steps,
             "warmup_steps": self.schedule.warmup_steps,
+            "decay_steps": self.schedule.decay_steps,
             "epochs": cfg.epochs,
             "training_examples": len(train_windows),
             "validation_examples": len(validation_windows or ()),
@@ -157,7 +158,14 @@ class Trainer:
         self.model = build_model(plan.model, self.device.device, seed=plan.config.seed)
         self.model.gradient_checkpointing = cfg.gradient_checkpointing
         self.model.loss_chunk_rows = plan.loss.chunk_rows
-        self.optimizer = build_optimizer(self.model, plan.learning_rate, cfg.weight_decay, plan.fused_adamw)
+        self.optimizer = build_optimizers(
+            self.model,
+            recipe.optimizer,
+            plan.learning_rate,
+            recipe.muon_learning_rate,
+            cfg.weight_decay,
+            plan.fused_adamw,
+        )
         self.ddp = None
         if self.world.distributed:
             self.ddp = DistributedDataParallel(self.model, device_ids=self.device.ddp_device_ids)
@@ -169,9 +177,10 @@ class Trainer:
         """One optimizer step; returns the mean loss of this process's micro-batches as a detached 0-d
         tensor on the device, without waiting for it: reading it makes the host wait for the device, so
         the run loop reads losses only when it logs (read_losses averages them over processes then)."""
-        self.learning_rate = self.schedule.rate(self.step_count)
+        self.learning_rate = self.schedule.rate(self.step_count)  # AdamW's: the log's column
+        factor = self.schedule.factor(self.step_count)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate
+            group["lr"] = group["peak_lr"] * factor
         accum = self.config.train.grad_accum
         total = None  # the loss summed on the device: reading it would make the host wait
         for micro in range(accum):

@@ -171,9 +171,10 @@ def test_the_walkthrough_runs_as_written(tmp_path):
 
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-# docs/measured.md is written by its generator from the committed files under benchmarks/, never by hand;
-# until the generator has run on this branch a link to it is allowed to wait for it.
-GENERATED = {ROOT / "docs" / "measured.md"}
+# docs/measured.md and docs/recipes.md are written by their generators (buildllm/report/measured.py,
+# lab/recipes.py) from the committed files under benchmarks/, never by hand; until a generator has run on
+# this branch a link to its document is allowed to wait for it.
+GENERATED = {ROOT / "docs" / "measured.md", ROOT / "docs" / "recipes.md"}
 # Documented before its branch is merged (issue 20 item 3); once the CLI has it, it is checked like the others.
 PENDING_COMMANDS = {"verify"}
 MACHINE_NAMES = re.compile(

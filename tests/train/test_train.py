@@ -243,21 +243,24 @@ def test_out_of_memory_gives_the_course_advice_and_records_it(paths, workdir, mo
     assert m["oom"] is True and m["oom_batch_size"] == 16 and m["oom_step"] == 5 and m["status"] == "out_of_memory"
 
 
-def test_ctrl_c_saves_a_checkpoint_and_the_rerun_finishes_bitwise_equal(paths, workdir, monkeypatch, capsys):
-    assert main(train_args(paths, workdir / "straight")) == 0
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_ctrl_c_saves_a_checkpoint_and_the_rerun_finishes_bitwise_equal(paths, workdir, monkeypatch, capsys, optimizer):
+    chosen = ("--optimizer", optimizer)  # muon: both optimizers' state must come back
+    assert main(train_args(paths, workdir / "straight", *chosen)) == 0
     poison_at(monkeypatch, 5, lambda trainer: os.kill(os.getpid(), signal.SIGINT))
-    assert main(train_args(paths, workdir / "stopped", "--checkpoint-interval", "0")) == 130
+    assert main(train_args(paths, workdir / "stopped", "--checkpoint-interval", "0", *chosen)) == 130
     assert "stopped at step 5 of 20; checkpoint saved" in capsys.readouterr().err
     assert [p.name for p in checkpoint.list_checkpoints(workdir / "stopped")] == ["checkpoint_00000005.pt"]
     assert metrics(workdir)["status"] == "interrupted"
     monkeypatch.undo()
     monkeypatch.chdir(workdir)
-    assert main(train_args(paths, workdir / "stopped", "--checkpoint-interval", "0")) == 0
+    assert main(train_args(paths, workdir / "stopped", "--checkpoint-interval", "0", *chosen)) == 0
     assert metrics(workdir)["resumed_from_step"] == 5
     straight = checkpoint.load(workdir / "straight" / "checkpoint_00000020.pt")
     resumed = checkpoint.load(workdir / "stopped" / "checkpoint_00000020.pt")
     assert same_tensors(straight["model"], resumed["model"]) == []
     assert same_tensors(straight["optimizer"], resumed["optimizer"]) == []
+    assert set(resumed["optimizer"]) == ({"adamw", "muon"} if optimizer == "muon" else {"adamw"})
 
 
 def test_gradient_checkpointing_recomputes_the_same_step(paths):

@@ -25,6 +25,12 @@ def paths(tokens):
     return tokens  # the session's token files (tests/conftest.py), read only
 
 
+@pytest.fixture(scope="module", params=["adamw", "muon"])
+def optimizer(request) -> str:
+    """Each test runs with AdamW alone and with Muon + AdamW: a resume restores both optimizers' state."""
+    return request.param
+
+
 def command(paths, directory: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "buildllm", *train_args(paths, directory, *extra, examples=STEPS * 16)]
 
@@ -59,24 +65,27 @@ def wait_for(condition, process: subprocess.Popen, timeout: float = 300) -> bool
 
 
 @pytest.fixture(scope="module")
-def straight(paths, tmp_path_factory) -> dict:
+def straight(paths, optimizer, tmp_path_factory) -> dict:
     directory = tmp_path_factory.mktemp("straight") / "run"
-    finish(paths, directory)
+    finish(paths, directory, "--optimizer", optimizer)
     return final_state(directory)
 
 
-def test_kill_at_a_random_step_then_resume_is_bitwise_equal(paths, straight, tmp_path):
+def test_kill_at_a_random_step_then_resume_is_bitwise_equal(paths, optimizer, straight, tmp_path):
     directory = tmp_path / "run"
     kill_after = random.Random().randrange(2, STEPS - 4, 2)  # a different step every run, as a crash would be
     process = subprocess.Popen(
-        command(paths, directory), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command(paths, directory, "--optimizer", optimizer),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     landed = wait_for(lambda: (directory / checkpoint.checkpoint_name(kill_after)).exists(), process)
     process.kill()
     process.wait()
     assert landed, f"the run finished before step {kill_after}"
     assert checkpoint.list_checkpoints(directory)[-1].name != checkpoint.checkpoint_name(STEPS)
-    result = finish(paths, directory)
+    result = finish(paths, directory, "--optimizer", optimizer)
     assert "taking over the stale lock" in result.stderr and "resuming from" in result.stderr
     assert_bitwise_equal(straight, final_state(directory))
 
@@ -85,10 +94,10 @@ def temp_files(directory: Path) -> list[str]:
     return [p.name for p in directory.iterdir() if checkpoint.TEMP.match(p.name)] if directory.is_dir() else []
 
 
-def kill_inside_a_save(paths, directory: Path) -> bool:
+def kill_inside_a_save(paths, directory: Path, optimizer: str) -> bool:
     """Freeze the process when a save's temp file appears; if the rename has not happened yet, kill it."""
     process = subprocess.Popen(
-        command(paths, directory, "--checkpoint-interval", "1"),
+        command(paths, directory, "--checkpoint-interval", "1", "--optimizer", optimizer),
         cwd=directory.parent,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -110,10 +119,10 @@ def kill_inside_a_save(paths, directory: Path) -> bool:
         process.wait()
 
 
-def test_kill_during_a_checkpoint_save_then_resume_is_bitwise_equal(paths, straight, tmp_path):
+def test_kill_during_a_checkpoint_save_then_resume_is_bitwise_equal(paths, optimizer, straight, tmp_path):
     directory = tmp_path / "run"
     for _ in range(3):  # each save is a few milliseconds; the freeze lands inside one almost always
-        if kill_inside_a_save(paths, directory):
+        if kill_inside_a_save(paths, directory, optimizer):
             break
         for leftover in directory.iterdir():
             leftover.unlink()
@@ -123,7 +132,7 @@ def test_kill_during_a_checkpoint_save_then_resume_is_bitwise_equal(paths, strai
     assert (directory / checkpoint.LOCK).exists()
     saved = checkpoint.list_checkpoints(directory)
     assert saved and all(checkpoint.load(path)["step"] < STEPS for path in saved)  # the previous ones are whole
-    result = finish(paths, directory)
+    result = finish(paths, directory, "--optimizer", optimizer)
     assert "removed 1 temp file(s) of a checkpoint save that was interrupted" in result.stderr
     assert temp_files(directory) == []
     assert_bitwise_equal(straight, final_state(directory))
