@@ -285,7 +285,7 @@ TRY = (
     "one-seed probe with a plain training loop on the same data, not a measurement of this kind), ReLU "
     "squared, QK-norm, zero-initialised "
     "projections, a tied or untied head, the presets tiny and student (they keep classic), and the GPU "
-    "(classic there until measured)."
+    "(iteration 1 takes muon there too, unmeasured, so that its CPU and GPU runs learn by one recipe)."
 )
 
 

@@ -18,6 +18,10 @@ VARIABLES = ("device", "precision")
 RESOLVED = (
     "profile",
     "architecture",
+    "recipe",
+    "optimizer",
+    "schedule",
+    "learning_rate",
     "parameters",
     "n_layer",
     "n_head",

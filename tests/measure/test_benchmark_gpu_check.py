@@ -365,4 +365,3 @@ def test_iteration_3_comes_first_with_time_to_measure_compile_then_verify_speed_
         probe.run(check.Step("verify-speed-it3", 1, chosen["verify-speed-it3"].command, kind="verify"))
         assert probe.results["verify-speed-it3"]["status"] == "skipped"
         assert probe.go([]) == 0 and "not in this tree" in (out / "summary.txt").read_text()
-
