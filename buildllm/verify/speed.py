@@ -4,9 +4,10 @@ The bare step (verify/bare_step.py) is the step written plainly: forward, loss, 
 fused AdamW, zero_grad, on batches put on the device before anything is timed. The product's step is
 Trainer.step() as a run takes it: its data cursor builds and delivers every batch, the schedule sets
 the learning rate, autocast and the gradient scaler wrap it. Both live in this one process and take
-turns, bare then product, each turn --steps steps timed after the device's queue has drained
-(Device.timed), after --warmup untimed turns each; each round's product ÷ bare is one pair. The
-overhead is the pairs' median less 1, with the sign test's interval (measure/stats.py).
+turns (bare then product, then product then bare, and so on), each turn --steps steps timed after
+the device's queue has drained (Device.timed), after --warmup untimed turns each; each round's
+product ÷ bare is one pair. The overhead is the pairs' median less 1, with the sign test's interval
+(measure/stats.py).
 
 The verdict: a miss (exit 1) when the interval's low end is above --limit (3%): the product is then
 shown, at the interval's confidence, to be more than 3% slower. A median above 3% whose interval
@@ -51,7 +52,7 @@ def command(args) -> int:
         raise UserError(f"--limit {args.limit}: an overhead is above -1 (the product takes some time); give e.g. 0.03")
     config = load_config(args.params, plan_overrides(args, {"train.batch_size": args.batch_size}))
     from buildllm.data.windows import windows_or_random
-    from buildllm.measure.stats import from_pairs, interleave
+    from buildllm.measure.stats import from_pairs
     from buildllm.plan.run_plan import apply_plan, make_plan
     from buildllm.train.trainer import Trainer
     from buildllm.verify.bare_step import bare_step
@@ -63,26 +64,25 @@ def command(args) -> int:
     print(
         f"verify speed: {plan.profile.name} on {device.device} ({plan.precision.precision}), batch "
         f"{plan.batch_size} x {plan.model.sequence_length}, {plan.threads} threads, {source} tokens; "
-        f"{args.rounds} rounds of {steps} steps each side, bare then product, after {args.warmup} warm-up turns",
+        f"{args.rounds} rounds of {steps} steps each side, taking turns, after {args.warmup} warm-up turns",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="buildllm-verify-speed-") as scratch:
         trainer = Trainer(plan, train, None, directory=scratch)  # never saves: the folder only satisfies it
         bare = bare_step(plan, train)
 
-        def turn(step):
-            return lambda: [step() for _ in range(steps)]
-
-        infinite = float("inf")
-        seconds = interleave(
-            {"bare": turn(bare), "product": turn(trainer.step)},
-            warmup=args.warmup,
-            rounds=args.rounds,
-            soft_deadline=infinite,
-            hard_deadline=infinite,
-            min_rounds=args.rounds,
-            clock=device.timed,
-        )
+        turns = {"bare": bare, "product": trainer.step}
+        for name in [*turns] * args.warmup:
+            turns[name]()
+        seconds = {name: [] for name in turns}
+        for number in range(args.rounds):
+            # Bare first in odd rounds, product first in even ones: a side that gained from going
+            # first (or second) would gain in half the pairs only.
+            for name in [*turns] if number % 2 == 0 else [*turns][::-1]:
+                begin = device.timed()
+                for _ in range(steps):
+                    turns[name]()
+                seconds[name].append(device.timed() - begin)
         del trainer, bare
     ratios = [product / bare for bare, product in zip(seconds["bare"], seconds["product"])]
     for number, (b, p, r) in enumerate(zip(seconds["bare"], seconds["product"], ratios), start=1):
