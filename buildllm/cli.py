@@ -246,7 +246,7 @@ def add_verify(sub) -> None:
         ("memory", memory, "the memory estimate against the measured peak, on fitted and held-out shapes"),
         ("estimate", estimate, "benchmark, estimate and a real training run: did the run's time fall inside the range"),
         ("mfu", mfu, "the same benchmark in fresh processes: MFU recomputable from each file and steady across runs"),
-        ("speed", speed, "the product's training step against a bare one, interleaved: its overhead within 3%"),
+        ("speed", speed, "the product's training step against a bare one, interleaved: its overhead within 3%%"),
     ):
         c = checks.add_parser(check, help=help_text, description=module.__doc__.split("\n\n")[0])
         add_params(c, "params file (default: ./params.yaml if present)")
