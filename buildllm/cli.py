@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_verify(sub) -> None:
     """The checks (buildllm/verify/): torch-free modules, each bringing its own flags and its command."""
-    from buildllm.verify import estimate, memory, mfu
+    from buildllm.verify import estimate, memory, mfu, speed
 
     p = sub.add_parser("verify", help="check the product's estimates against measurements here (exit 1 on a miss)")
     checks = p.add_subparsers(dest="check", required=True, parser_class=Parser)
@@ -247,6 +247,7 @@ def add_verify(sub) -> None:
         ("memory", memory, "the memory estimate against the measured peak, on fitted and held-out shapes"),
         ("estimate", estimate, "benchmark, estimate and a real training run: did the run's time fall inside the range"),
         ("mfu", mfu, "the same benchmark in fresh processes: MFU recomputable from each file and steady across runs"),
+        ("speed", speed, "the product's training step against a bare one, interleaved: its overhead within 3%%"),
     ):
         c = checks.add_parser(check, help=help_text, description=module.__doc__.split("\n\n")[0])
         add_params(c, "params file (default: ./params.yaml if present)")

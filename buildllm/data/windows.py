@@ -93,9 +93,18 @@ class Windows:
         start = index * self.sequence_length
         return self.tokens[start : start + self.sequence_length + 1]
 
+    def pair(self, indices: list[int] | torch.Tensor) -> torch.Tensor:
+        """The examples' inputs and targets as one contiguous (2, batch, sequence_length) int64 tensor:
+        one buffer to pin and one copy to a device, after which both halves are contiguous there."""
+        rows = torch.stack([self.example(int(i)) for i in indices])
+        pair = torch.empty((2, rows.shape[0], self.sequence_length), dtype=torch.int64)
+        pair[0].copy_(rows[:, :-1])
+        pair[1].copy_(rows[:, 1:])
+        return pair
+
     def batch(self, indices: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = torch.stack([self.example(int(i)) for i in indices]).long()
-        return rows[:, :-1], rows[:, 1:]
+        inputs, targets = self.pair(indices)
+        return inputs, targets
 
 
 def split_windows(config: Config, model: GPTConfig, split: str) -> Windows:
@@ -179,7 +188,7 @@ def optimizer_steps(examples: int, batch_size: int, grad_accum: int, epochs: int
 
 class RunBatches(torch.utils.data.Dataset):
     """Every epoch's batches from (epoch, start_batch) on as one dataset: item i is the i-th batch after
-    that point, as (epoch, batch_index, inputs, targets). Each item is a whole batch, so DataLoader
+    that point, as (epoch, batch_index, pair), pair the batch's Windows.pair. Each item is a whole batch, so DataLoader
     workers build batches in parallel in the order epoch_order fixes (rank r takes its slice of each
     global batch). One DataLoader serves the whole run, so its workers start once: a loader per epoch
     would start them again inside a measured interval when epochs are short (a few batches at a large
@@ -207,25 +216,22 @@ class RunBatches(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.count
 
-    def __getitem__(self, position: int) -> tuple[int, int, torch.Tensor, torch.Tensor]:
+    def __getitem__(self, position: int) -> tuple[int, int, torch.Tensor]:
         if not 0 <= position < self.count:
             raise IndexError(position)
         epoch, index = divmod(self.first + position, self.per_epoch)
         if self._order is None or self._order[0] != epoch:
             self._order = (epoch, epoch_order(len(self.windows), self.seed, epoch))
         chunk = self._order[1][index * self.global_batch : (index + 1) * self.global_batch]
-        return (
-            epoch,
-            index,
-            *self.windows.batch(chunk[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]),
-        )
+        return epoch, index, self.windows.pair(chunk[self.rank * self.batch_size : (self.rank + 1) * self.batch_size])
 
 
-def loader(batches: RunBatches, workers: int = 0, pin_memory: bool = False):
+def loader(batches: RunBatches, workers: int = 0, pin_memory: bool = False, context: str | None = None):
     """The batches' items, built by `workers` background processes when workers > 0 (with pin_memory in
-    page-locked memory, ready for Device.put's non-blocking copy). workers=0 builds each batch in the
-    training process: slicing windows out of one tensor is cheap, and workers cost a start-up and a
-    copy between processes for every batch."""
+    page-locked memory, ready for Device.put_pair's non-blocking copy). workers=0 builds each batch in
+    the training process: slicing windows out of one tensor is cheap, and workers cost a start-up and a
+    copy between processes for every batch. `context`: how workers start (None: the platform's
+    default; Device.worker_context says which a device needs)."""
     if workers <= 0:
         yield from batches  # a dataset iterates through its items until IndexError
         return
@@ -236,6 +242,7 @@ def loader(batches: RunBatches, workers: int = 0, pin_memory: bool = False):
         shuffle=False,
         num_workers=workers,
         pin_memory=pin_memory and torch.cuda.is_available(),
+        multiprocessing_context=context,
     )
 
 

@@ -150,10 +150,27 @@ class Device:
         """Page-locked host batches let the copy to a CUDA device run beside compute (non-blocking)."""
         return self.kind == "cuda"
 
-    def put(self, *tensors: torch.Tensor, pin: bool = False) -> tuple[torch.Tensor, ...]:
-        if pin and self.pin_memory:
-            return tuple(t.pin_memory().to(self.device, non_blocking=True) for t in tensors)
+    @property
+    def worker_context(self) -> str | None:
+        """How data-loader workers start. fork copies a process whose CUDA runtime already runs threads
+        (a child may deadlock; torch warns); a forkserver forks them from a fresh single-threaded server
+        that never touched CUDA. Elsewhere the platform's default (fork on Linux: fast, and safe)."""
+        return "forkserver" if self.kind == "cuda" else None
+
+    def put(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tuple(t.to(self.device) for t in tensors)
+
+    def put_pair(self, pair: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A training batch (Windows.pair: inputs and targets in one contiguous tensor) on this device,
+        as (inputs, targets). On CUDA one copy from page-locked memory, queued without waiting
+        (non_blocking), so it runs beside the steps still queued; torch's pinned-memory cache keeps
+        the host buffer until the copy is done."""
+        if self.pin_memory:
+            pinned = pair if pair.is_pinned() else pair.pin_memory()
+            pair = pinned.to(self.device, non_blocking=True)
+        else:
+            pair = pair.to(self.device)
+        return pair[0], pair[1]
 
     @property
     def materialises_attention(self) -> bool:

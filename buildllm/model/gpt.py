@@ -55,7 +55,9 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, rope=None, cache=None):
         B, T, C = x.shape
         H = self.config.n_head
-        q, k, v = self.qkv(x).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        # split, not a (3, B, H, T, D) view unbound: unbind's backward stacks the three gradients into
+        # a new tensor and copies it again into the qkv layout; split's writes them into one buffer.
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
         if rope is not None:
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         if cache is not None:

@@ -84,7 +84,7 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     decisions = {"device": f"{device.device}: {device.reason}"}
     fused, decisions["fused_adamw"] = fused_adamw_support(device.device)
     t = config.train
-    picked = decide_defaults(t, profile, device.runtime_defaults)
+    picked = decide_defaults(t, profile, device.runtime_defaults, device.worker_context is not None)
     decisions.update({name: reason for name, (_, reason) in picked.items()})
     batch_size, workers = (picked[name][0] for name in ("batch_size", "workers"))
     recipe = decide_recipe(t, profile, device.runtime_defaults)

@@ -6,6 +6,7 @@ The stop rules: a non-finite loss or out-of-memory stops with the last good chec
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -94,6 +95,8 @@ def train(config: Config, under_dvc: bool = False) -> dict:
                 trainer.resumed_from = value["step"]
             metrics = run(trainer, RESUME_UNDER_DVC if under_dvc else "run the same command again to resume")
         finally:
+            with contextlib.suppress(Exception):  # a save's own error has been raised already, or is moot
+                trainer.wait_for_save()  # the lock is held until the last write ends
             lock.release()
     except BaseException as exc:
         # Out of memory (or a full disk, rank 0's save) strikes one rank; the others never reach a barrier.
@@ -141,6 +144,9 @@ def run(trainer: Trainer, advice_on_stop: str) -> dict:
                     bar.update(1)
                     continue  # no host-device sync between log rows: the device runs ahead
                 stopping = settle(trainer, pending, device.timed() - mark, stop.requested)
+                # A save runs beside the steps after it until here, where the run next writes (a log
+                # row): a full disk then ends the run at the save that failed, as a plain save did.
+                trainer.wait_for_save()
                 if log:
                     row = record(trainer, trainer.evaluate() if evaluate else None)
                     shown.update(
@@ -156,7 +162,7 @@ def run(trainer: Trainer, advice_on_stop: str) -> dict:
                 if stopping:
                     break
                 if save:
-                    trainer.save_checkpoint()
+                    trainer.save_checkpoint(wait=False)
                 mark = device.timed()  # validation and saving are not training time
             if trainer.log.rows[-1]["validation_loss"] is None and trainer.step_count == trainer.planned_steps:
                 record(trainer, trainer.evaluate())  # resumed at the very end: validate once more
@@ -209,6 +215,7 @@ def settle(trainer: Trainer, pending: list, seconds: float, stop: bool) -> bool:
 
 
 def finish(trainer: Trainer, status: str, extra: dict) -> dict:
+    trainer.wait_for_save()  # the record counts every save, and names only checkpoints that are whole
     progress = {
         "optimizer_steps": trainer.step_count,
         "tokens_processed": trainer.tokens_seen,

@@ -26,6 +26,7 @@ from buildllm.errors import TrainingFailed, UserError
 from buildllm.model.gpt import build_model
 from buildllm.plan.run_plan import RunPlan, facts
 from buildllm.train import checkpoint, distributed
+from buildllm.train.background_save import BackgroundSave, host_copy
 from buildllm.train.distributed import World
 from buildllm.train.optimizer import build_optimizers
 from buildllm.train.run_log import RunLog
@@ -46,7 +47,14 @@ class DataCursor:
     """Micro-batches in the deterministic epoch order, from a position a checkpoint can restore."""
 
     def __init__(
-        self, windows: Windows, batch_size: int, seed: int, world: World, workers: int = 0, pin_memory: bool = False
+        self,
+        windows: Windows,
+        batch_size: int,
+        seed: int,
+        world: World,
+        workers: int = 0,
+        pin_memory: bool = False,
+        context: str | None = None,
     ):
         self.seed, self.global_batch = seed, batch_size * world.size
         if batches_per_epoch(len(windows), self.global_batch) < 1:
@@ -56,16 +64,17 @@ class DataCursor:
             )
         # The batches from any position, such as the one a checkpoint restores.
         self._loader = lambda epoch, batch: loader(
-            RunBatches(windows, batch_size, seed, epoch, batch, world.rank, world.size), workers, pin_memory
+            RunBatches(windows, batch_size, seed, epoch, batch, world.rank, world.size), workers, pin_memory, context
         )
         self.epoch, self.batch, self._batches = 0, 0, None
 
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def next(self) -> torch.Tensor:
+        """The next micro-batch as Windows.pair gives it: inputs and targets in one tensor."""
         if self._batches is None:  # one loader for the rest of the run: its workers start once
             self._batches = self._loader(self.epoch, self.batch)
-        self.epoch, index, inputs, targets = next(self._batches)
+        self.epoch, index, pair = next(self._batches)
         self.batch = index + 1
-        return inputs, targets
+        return pair
 
     def state(self) -> dict:
         return {"epoch": self.epoch, "batch": self.batch, "seed": self.seed, "global_batch": self.global_batch}
@@ -122,6 +131,7 @@ class Trainer:
             self.world,
             plan.workers,
             pin_memory=self.device.pin_memory,
+            context=self.device.worker_context,
         )
         self.planned_steps = optimizer_steps(len(train_windows), self.cursor.global_batch, cfg.grad_accum, cfg.epochs)
         recipe = plan.recipe
@@ -139,6 +149,7 @@ class Trainer:
         self.step_count, self.tokens_seen, self.train_seconds = 0, 0, 0.0
         self.learning_rate = self.schedule.rate(0)
         self.resumed_from: int | None = None
+        self._saving: BackgroundSave | None = None
         # This run's sizes beside the plan's facts: the startup line and the run log both show them.
         self.sizes = {
             "processes": self.world.size,
@@ -184,7 +195,7 @@ class Trainer:
         accum = self.config.train.grad_accum
         total = None  # the loss summed on the device: reading it would make the host wait
         for micro in range(accum):
-            inputs, targets = self.device.put(*self.cursor.next(), pin=True)
+            inputs, targets = self.device.put_pair(self.cursor.next())
             # Gradients are averaged across processes once per step, on the last micro-batch.
             sync = self.ddp is None or micro == accum - 1
             with nullcontext() if sync else self.ddp.no_sync():
@@ -268,9 +279,21 @@ class Trainer:
         self.learning_rate = self.schedule.rate(max(0, self.step_count - 1))
         set_rng_state(state["rng"])
 
-    def save_checkpoint(self) -> tuple[float, int]:
+    def save_checkpoint(self, wait: bool = True) -> tuple[float, int]:
+        """Save this step's state: (seconds, bytes) of the write. wait=False writes a host copy of it in
+        the background (train/background_save.py) and returns (0.0, 0); wait_for_save() ends it."""
         if not self.world.is_main:
             return 0.0, 0
-        seconds, size, _ = checkpoint.save(self.directory, self.state(), self.config.train.keep_checkpoints)
+        self.wait_for_save()  # one save at a time, in step order
+        state, keep = host_copy(self.state()), self.config.train.keep_checkpoints
+        self._saving = BackgroundSave(lambda: checkpoint.save(self.directory, state, keep))
+        return self.wait_for_save() if wait else (0.0, 0)
+
+    def wait_for_save(self) -> tuple[float, int]:
+        """Wait for the save under way, if any: its (seconds, bytes), or its error (a full disk) raised here."""
+        saving, self._saving = self._saving, None
+        if saving is None:
+            return 0.0, 0
+        seconds, size, _ = saving.join()
         self.log.saves.append((seconds, size))
         return seconds, size

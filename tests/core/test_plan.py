@@ -101,3 +101,16 @@ def test_commands_offer_only_the_flags_they_use(capsys):
     with pytest.raises(SystemExit) as refused:
         main(["benchmark", "--resume"])
     assert refused.value.code == 2 and "unrecognized arguments: --resume" in capsys.readouterr().err
+
+
+def test_cuda_starts_no_data_loader_workers_unless_asked():
+    from buildllm.config import profile_for
+    from buildllm.plan.defaults import decide_defaults
+
+    config = load_config(None, {"preset": "student"})
+    profile = profile_for(config)
+    assert decide_defaults(config.train, profile, "gpu")["workers"][0] == profile.runtime("gpu").workers > 0
+    workers, reason = decide_defaults(config.train, profile, "gpu", workers_forked_unsafely=True)["workers"]
+    assert workers == 0 and "forkserver" in reason
+    asked = load_config(None, {"preset": "student", "train.workers": 2}).train
+    assert decide_defaults(asked, profile, "gpu", workers_forked_unsafely=True)["workers"] == (2, "requested: 2")

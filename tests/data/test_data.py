@@ -64,6 +64,10 @@ def test_windows_are_consecutive_and_never_cross_the_end():
     assert inputs.dtype == torch.int64 and inputs.shape == (4, 5)
     assert torch.equal(targets[:, :-1], inputs[:, 1:])
     assert inputs[1].tolist() == [5, 6, 7, 8, 9] and targets[3].tolist() == [16, 17, 18, 19, 20]
+    # One buffer for both halves, each contiguous: one pinned copy to a device, no strided views.
+    pair = windows.pair(range(len(windows)))
+    assert pair.is_contiguous() and pair.shape == (2, 4, 5)
+    assert torch.equal(pair[0], inputs) and torch.equal(pair[1], targets)
     assert len(Windows(tokens, 5, limit=2)) == 2 and len(Windows(tokens, 5, limit=100)) == 4
 
 
@@ -105,7 +109,7 @@ def test_a_resumed_epoch_continues_with_the_same_batches():
     full = list(itertools.islice(RunBatches(windows, batch_size=4, seed=3, epoch=2), per_epoch + 3))
     resumed = list(itertools.islice(RunBatches(windows, batch_size=4, seed=3, epoch=2, start_batch=5), per_epoch - 2))
     assert [b[:2] for b in resumed] == [(2, i) for i in range(5, per_epoch)] + [(3, 0), (3, 1), (3, 2)]
-    assert all(torch.equal(a[2], b[2]) and torch.equal(a[3], b[3]) for a, b in zip(full[5:], resumed, strict=True))
+    assert all(torch.equal(a[2], b[2]) for a, b in zip(full[5:], resumed, strict=True))
 
 
 def test_ranks_together_see_what_one_process_sees_with_the_larger_batch():
@@ -116,7 +120,7 @@ def test_ranks_together_see_what_one_process_sees_with_the_larger_batch():
         for r in (0, 1)
     ]
     for one, (left, right) in zip(single, zip(*ranks)):
-        assert one[:2] == left[:2] == right[:2] and torch.equal(one[2], torch.cat([left[2], right[2]]))
+        assert one[:2] == left[:2] == right[:2] and torch.equal(one[2], torch.cat([left[2], right[2]], dim=1))
 
 
 def test_loader_with_workers_gives_the_same_batches_in_the_same_order_across_epochs():
@@ -131,14 +135,24 @@ def test_loader_with_workers_gives_the_same_batches_in_the_same_order_across_epo
     )
     # The reference, from the epochs' orders alone: 8 examples of each epoch's permutation per batch.
     expected = [
-        (e, i, *windows.batch(epoch_order(len(windows), 5, e)[i * 8 : (i + 1) * 8]))
+        (e, i, windows.pair(epoch_order(len(windows), 5, e)[i * 8 : (i + 1) * 8]))
         for e in (1, 2, 3)
         for i in range(3 if e == 1 else 0, per_epoch)
     ]
-    for (e, i, x, y), (f, j, u, v), (g, k, s, t) in zip(plain, workers, expected[:count], strict=True):
+    for (e, i, x), (f, j, u), (g, k, s) in zip(plain, workers, expected[:count], strict=True):
         assert e == f == g and i == j == k and isinstance(j, int) and isinstance(f, int)
-        assert torch.equal(x, u) and torch.equal(x, s) and torch.equal(y, v) and torch.equal(y, t)
+        assert torch.equal(x, u) and torch.equal(x, s)
     assert [e for e, *_ in plain].count(2) == per_epoch
+
+
+def test_workers_started_by_a_forkserver_give_the_same_batches():
+    """CUDA's context: workers forked by a fresh server, not by the trainer (Device.worker_context)."""
+    windows = Windows(torch.arange(3000).to(torch.uint16), sequence_length=16, limit=150)
+    batches = lambda: RunBatches(windows, batch_size=8, seed=5, epoch=0, start_batch=2)  # noqa: E731
+    plain = list(itertools.islice(loader(batches()), 6))
+    served = list(itertools.islice(loader(batches(), workers=2, context="forkserver"), 6))
+    assert [tuple(b[:2]) for b in served] == [b[:2] for b in plain]
+    assert all(torch.equal(a[2], b[2]) for a, b in zip(plain, served, strict=True))
 
 
 def test_workers_start_once_for_a_run_of_several_epochs(monkeypatch):

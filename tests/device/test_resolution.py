@@ -206,8 +206,10 @@ def test_peak_flops_reads_the_table_for_the_devices_own_gpu(monkeypatch):
 
 
 def test_cpu_device_ignores_pinning_and_keeps_its_own_defaults():
-    x, y = CPU.put(torch.ones(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long), pin=True)
-    assert x.device.type == "cpu" and y.sum() == 0 and not x.is_pinned()
+    x, y = CPU.put_pair(torch.stack((torch.ones(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))))
+    assert x.device.type == "cpu" and x.sum() == 6 and y.sum() == 0 and not x.is_pinned()
+    assert x.is_contiguous() and y.is_contiguous()
+    assert CUDA.worker_context == "forkserver" and CPU.worker_context is None
     assert (CPU.runtime_defaults, CUDA.runtime_defaults, MPS.runtime_defaults) == ("cpu", "gpu", "gpu")
     assert CPU.threads_apply and not CUDA.threads_apply and not MPS.threads_apply
     assert CPU.host_memory and not CUDA.host_memory and not MPS.host_memory

@@ -34,6 +34,7 @@ def fill_at(monkeypatch, at_step: int, folder, leave: int) -> None:
 
     def step(self):
         if self.step_count + 1 == at_step:
+            self.wait_for_save()  # after the save before it is on disk (saves run beside the steps)
             with open(folder / "filler.bin", "wb") as handle:
                 handle.write(b"\0" * max(0, disk.free_bytes(folder) - leave))
         return original(self)
