@@ -2,7 +2,9 @@
 
 The same model (built from the plan's shape and seed, with its loss chunk, checkpointing and compile
 decision), the same batch size and precision, and nothing else: forward under autocast, the loss,
-backward, clipping, fused AdamW, zero_grad. Its batches are the product's first batches, made and
+backward, clipping, the recipe's optimizer (fused AdamW, with Muon on the hidden matrices under the
+muon recipe: the same update math as the run, so that the comparison measures what surrounds it),
+zero_grad. Its batches are the product's first batches, made and
 put on the device before any step is timed, then reused in turn: a bare step pays nothing for data.
 """
 
@@ -15,6 +17,7 @@ import torch
 
 from buildllm.data.windows import RunBatches, Windows
 from buildllm.model.gpt import build_model
+from buildllm.train.optimizer import build_optimizers
 
 BATCHES = 8  # distinct batches taken in turn: more would only hold more device memory
 
@@ -26,13 +29,9 @@ def bare_step(plan, windows: Windows):
     model.loss_chunk_rows = plan.loss.chunk_rows
     model.gradient_checkpointing = cfg.gradient_checkpointing
     forward = torch.compile(model) if plan.compile.enabled else model
-    # fused=None where the plan found no fused kernel on this device: torch's default form then.
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=plan.learning_rate,
-        betas=(0.9, 0.95),
-        weight_decay=cfg.weight_decay,
-        fused=True if plan.fused_adamw else None,
+    recipe = plan.recipe
+    optimizer = build_optimizers(
+        model, recipe.optimizer, plan.learning_rate, recipe.muon_learning_rate, cfg.weight_decay, plan.fused_adamw
     )
     # The batches the product's data cursor starts with (epoch 0's order), already on the device.
     first = itertools.islice(RunBatches(windows, plan.batch_size, plan.config.seed, 0), BATCHES)
