@@ -1,8 +1,8 @@
 """`buildllm verify speed`: the product's training step against a bare one on the same model, batch and precision.
 
 The bare step (verify/bare_step.py) is the step written plainly: forward, loss, backward, clipping,
-the recipe's optimizer (fused AdamW, with Muon under the muon recipe), zero_grad, on batches put on the device before anything is timed. The product's step is
-Trainer.step() as a run takes it: its data cursor builds and delivers every batch, the schedule sets
+the recipe's optimizer (fused AdamW, with Muon under the muon recipe), zero_grad, on batches put on
+the device before anything is timed. The product's step is Trainer.step() as a run takes it: its data cursor builds and delivers every batch, the schedule sets
 the learning rate, autocast and the gradient scaler wrap it. Both live in this one process and take
 turns (bare then product, then product then bare, and so on), each turn --steps steps timed after
 the device's queue has drained (Device.timed), after --warmup untimed turns each; each round's
