@@ -2,12 +2,12 @@
 
 The bare step (verify/bare_step.py) is the step written plainly: forward, loss, backward, clipping,
 the recipe's optimizer (fused AdamW, with Muon under the muon recipe), zero_grad, on batches put on
-the device before anything is timed. The product's step is Trainer.step() as a run takes it: its data cursor builds and delivers every batch, the schedule sets
-the learning rate, autocast and the gradient scaler wrap it. Both live in this one process and take
-turns (bare then product, then product then bare, and so on), each turn --steps steps timed after
-the device's queue has drained (Device.timed), after --warmup untimed turns each; each round's
-product ÷ bare is one pair. The overhead is the pairs' median less 1, with the sign test's interval
-(measure/stats.py).
+the device before anything is timed. The product's step is Trainer.step() as a run takes it: its
+data cursor builds and delivers every batch, the schedule sets the learning rate, autocast and the
+gradient scaler wrap it. Both live in this one process and take turns (bare then product, then
+product then bare, and so on), each turn --steps steps timed after the device's queue has drained
+(Device.timed), after --warmup untimed turns each; each round's product ÷ bare is one pair. The
+overhead is the pairs' median less 1, with the sign test's interval (measure/stats.py).
 
 The verdict: a miss (exit 1) when the interval's low end is above --limit (3%): the product is then
 shown, at the interval's confidence, to be more than 3% slower. A median above 3% whose interval
