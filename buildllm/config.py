@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from buildllm import profiles
 from buildllm.errors import ConfigError
 from buildllm.knob import MODEL_COMMANDS, build, knob, leaf_knobs, set_dotted
+from buildllm.yaml_text import read_yaml
 
 ARCHITECTURES = ("classic", "modern")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -354,36 +353,6 @@ def load_config(path: str | Path | None = "params.yaml", overrides: Mapping[str,
     elif path is not None and str(path) != "params.yaml":
         raise ConfigError(f"params file {path} does not exist; pass an existing file to --params")
     return _validated(data, overrides or {})
-
-
-def read_yaml(path: str | Path) -> Any:
-    """A YAML file a person wrote; a mistake in it is one line naming the file, the line and the column."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        line = exc.object[: exc.start].count(b"\n") + 1
-        raise ConfigError(
-            f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} on line {line}); save it as UTF-8"
-        ) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {yaml_problem(exc, text)}; fix it there") from None
-
-
-def yaml_problem(exc: yaml.YAMLError, text: str) -> str:
-    """Where and what, from PyYAML's several-line message: "line 3, column 10 (`   epochs: 2`): mapping
-    values are not allowed here"."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    if mark is None:
-        return problem
-    lines = text.splitlines()
-    shown = f" (`{lines[mark.line].rstrip()}`)" if mark.line < len(lines) and lines[mark.line].strip() else ""
-    context = getattr(exc, "context", None)
-    opened = getattr(exc, "context_mark", None)
-    since = f", {context} opened on line {opened.line + 1}" if context and opened and opened.line != mark.line else ""
-    return f"line {mark.line + 1}, column {mark.column + 1}{shown}: {problem}{since}"
 
 
 def with_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:

@@ -184,6 +184,18 @@ class Device:
         return self.kind == "cuda"
 
     @property
+    def saves_like_cuda_kernels(self) -> bool:
+        """Backward keeps what CUDA's own kernels save: a fused RMSNorm its input and rstd only, fp32
+        attention the memory-efficient kernel's output (memory/estimate.py)."""
+        return self.kind == "cuda"
+
+    @property
+    def compile_pays_first(self) -> bool:
+        """torch.compile moves an accelerator's step far more than the loss chunk or the attention
+        kernel do, so tune measures it right after precision (measure/tune_order.py)."""
+        return self.kind != "cpu"
+
+    @property
     def caching_allocator(self) -> bool:
         """CUDA's caching allocator reserves more than it hands out: its reserved peak is worth showing."""
         return self.kind == "cuda"

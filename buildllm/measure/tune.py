@@ -154,8 +154,8 @@ def tune(config: Config) -> dict:
     reference = make_plan(with_overrides(config, {**fixed, "precision": "fp32"}))
     apply_plan(reference)
     device = reference.device
-    order = tune_order(device.kind)
-    budget = Budget(config.tune.seconds, device.timed, shares(device.kind))
+    order = tune_order(device.compile_pays_first)
+    budget = Budget(config.tune.seconds, device.timed, shares(device.compile_pays_first))
     # Others' load, not the load average: that counts tune's own threads and lags by a minute.
     watch = LoadWatch(used=reference.cores)
     watch.mark()
@@ -198,7 +198,9 @@ def tune(config: Config) -> dict:
             ),
             "loss_chunk": lambda: measure_chunks(plan, budget, skipped),
             "attention": lambda: measure_attention(plan, budget, skipped),
-            "compile": lambda: compile_part(config, {**fixed, "precision": precision}, budget, device.kind),
+            "compile": lambda: compile_part(
+                config, {**fixed, "precision": precision}, budget, device.compile_pays_first
+            ),
         }
         for name in names[1:]:
             if name == "compile":  # the trainers' memory goes before a child process builds its own
@@ -218,8 +220,8 @@ def tune(config: Config) -> dict:
     return record
 
 
-def compile_part(config: Config, settings: dict, budget: Budget, kind: str) -> dict:
-    window, why_not = compile_window(kind, budget.seconds, budget.left())
+def compile_part(config: Config, settings: dict, budget: Budget, compile_first: bool) -> dict:
+    window, why_not = compile_window(compile_first, budget.seconds, budget.left())
     if why_not:
         return {"skipped": why_not}
     return measure_compile(config, settings, window)

@@ -1,5 +1,5 @@
 """Which parts `buildllm tune` measures, in which order, and each one's share of `tune.seconds`: a
-pure function of the device kind, so the order a GPU gets is checked here without one.
+pure function of whether compile comes first (an accelerator), so the order a GPU gets is checked here without one.
 
 Precision comes first everywhere: every later part is measured in the precision the run will use
 (what `auto` makes of the precision figures, or the precision asked for), under its autocast.
@@ -41,20 +41,20 @@ ACCELERATOR_ORDER = (
 )
 
 
-def tune_order(kind: str) -> tuple[Part, ...]:
-    """The parts in the order tune measures them on a device of this kind (cpu, cuda, mps, xla)."""
-    return CPU_ORDER if kind == "cpu" else ACCELERATOR_ORDER
+def tune_order(compile_first: bool) -> tuple[Part, ...]:
+    """The parts in the order tune measures them: compile_first on an accelerator (Device.compile_pays_first)."""
+    return ACCELERATOR_ORDER if compile_first else CPU_ORDER
 
 
-def shares(kind: str) -> dict[str, float]:
-    return {part.name: part.share for part in tune_order(kind) if part.share is not None}
+def shares(compile_first: bool) -> dict[str, float]:
+    return {part.name: part.share for part in tune_order(compile_first) if part.share is not None}
 
 
-def compile_window(kind: str, seconds: float, left: float) -> tuple[float, str]:
+def compile_window(compile_first: bool, seconds: float, left: float) -> tuple[float, str]:
     """(seconds compile may take, why not when under MIN_COMPILE_SECONDS ("" when it may run)):
     what is left of the budget less the shares the parts after it keep."""
-    order = [part.name for part in tune_order(kind)]
-    after = [part for part in tune_order(kind)[order.index("compile") + 1 :]]
+    order = [part.name for part in tune_order(compile_first)]
+    after = [part for part in tune_order(compile_first)[order.index("compile") + 1 :]]
     kept = sum(part.share for part in after) * seconds
     window = left - kept
     if window >= MIN_COMPILE_SECONDS:

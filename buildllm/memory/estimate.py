@@ -194,7 +194,9 @@ def estimate_training_memory(
     updates (RunPlan.muon_parameters), AdamW the rest."""
     tokens = batch_size * model.sequence_length
     autocast = precision_bytes != FP32
-    fp32_floats, low_floats = saved_floats_per_token_per_layer(model, autocast, cuda_kernels=device.kind == "cuda")
+    fp32_floats, low_floats = saved_floats_per_token_per_layer(
+        model, autocast, cuda_kernels=device.saves_like_cuda_kernels
+    )
     per_layer = tokens * (fp32_floats * FP32 + low_floats * precision_bytes)
     if gradient_checkpointing:
         # Only each block's input is kept; one block's activations are rebuilt at a time in backward.

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import yaml
 
-from buildllm.config import load_config, yaml_problem
+from buildllm.config import load_config
 from buildllm.errors import UserError
 from buildllm.knob import set_dotted
 from buildllm.metrics import json_line
 from buildllm.remote import archive
+from buildllm.yaml_text import yaml_problem
 
 # Never copied into the scratch project: history, environments, the corpus's caches, results.
 SKIP = {".git", ".venv", ".venv-gpu", "wheelhouse", "checkpoints", "reports", "gpu_check_out", "__pycache__"}

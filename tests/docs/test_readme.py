@@ -89,7 +89,7 @@ def check(command: str, result, project: Path) -> None:
     elif command.startswith("buildllm dry-run"):
         assert json.loads(result.stdout.splitlines()[0])["action"] == "dry_run" and "parameters" in out
     elif command.startswith("dvc repro tokenize"):
-        assert list((project / "data" / "tokens").glob("*/train_tokens.pt"))
+        assert list((project / "data" / "tokens").glob("*/*/train_tokens.pt"))  # data/tokens/VOCAB/CORPUS_VOCAB/
     elif command.startswith("buildllm benchmark"):
         assert json.loads(result.stdout.splitlines()[0])["action"] == "benchmark", out
         metrics = json.loads((project / "metrics" / "benchmark.json").read_text())

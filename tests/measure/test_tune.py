@@ -179,20 +179,20 @@ def test_tune_measures_compile_when_the_budget_allows_it(workdir, tokens, capsys
 
 def test_on_a_gpu_compile_comes_right_after_precision_and_keeps_the_small_parts_their_shares():
     """The order is a pure function of the device kind: what a GPU gets is checked without one."""
-    assert [p.name for p in tune_order("cuda")] == ["precision", "compile", "loss_chunk", "attention"]
-    assert [p.name for p in tune_order("cpu")] == ["precision", "threads", "loss_chunk", "attention", "compile"]
+    assert [p.name for p in tune_order(True)] == ["precision", "compile", "loss_chunk", "attention"]
+    assert [p.name for p in tune_order(False)] == ["precision", "threads", "loss_chunk", "attention", "compile"]
     # The H200's iteration 3: 36 s of 40 went to precision; compile, after it, found 4 s.
-    window, why = compile_window("cuda", 40.0, left=4.0)
+    window, why = compile_window(True, 40.0, left=4.0)
     assert (
         window < MIN_COMPILE_SECONDS
         and "0 s of tune.seconds left for it (4 s kept for the loss chunk and attention)" in why
     )
     # With 120 s, precision's 48 s share leaves compile the rest less the 12 s its successors keep.
-    kept = (shares("cuda")["loss_chunk"] + shares("cuda")["attention"]) * 120
-    window, why = compile_window("cuda", 120.0, left=120.0 - 0.40 * 120)
+    kept = (shares(True)["loss_chunk"] + shares(True)["attention"]) * 120
+    window, why = compile_window(True, 120.0, left=120.0 - 0.40 * 120)
     assert why == "" and window == pytest.approx(72.0 - kept) and window >= MIN_COMPILE_SECONDS
     # On the CPU compile is last: it may take all that is left.
-    assert compile_window("cpu", 120.0, left=35.0) == (35.0, "")
-    assert "raise tune.seconds" in compile_window("cpu", 120.0, left=29.0)[1]
+    assert compile_window(False, 120.0, left=35.0) == (35.0, "")
+    assert "raise tune.seconds" in compile_window(False, 120.0, left=29.0)[1]
     # Every part with a share fits the budget beside compile's minimum on a GPU at 120 s.
-    assert sum(shares("cuda").values()) * 120 + MIN_COMPILE_SECONDS <= 120
+    assert sum(shares(True).values()) * 120 + MIN_COMPILE_SECONDS <= 120
