@@ -11,6 +11,7 @@ import torch
 
 from buildllm.config import load_config
 from buildllm.data.windows import windows_or_random
+from buildllm.disk import Unwritable
 from buildllm.plan.run_plan import apply_plan, make_plan
 from buildllm.train import checkpoint
 from buildllm.train.background_save import host_copy
@@ -60,6 +61,6 @@ def test_a_failed_background_save_is_raised_where_the_trainer_waits(tmp_path):
     trainer.step()
     trainer.save_checkpoint(wait=False)
     trainer.step()
-    with pytest.raises(OSError):
+    with pytest.raises(Unwritable, match="is a file, not a folder"):  # the save's own one-line refusal
         trainer.wait_for_save()
     assert trainer.log.saves == [] and blocker.read_text() == "not a folder"

@@ -115,6 +115,7 @@ def test_a_nan_stop_names_the_newest_checkpoint_that_is_intact_and_finite(tokens
     run = workdir / "run"
 
     def spoil_then_nan(trainer):
+        trainer.wait_for_save()  # checkpoint 6 is written in the background: spoil it once it is there
         newest = run / checkpoint.checkpoint_name(6)
         if spoil == "bytes":
             damage(newest, random.Random(6))
