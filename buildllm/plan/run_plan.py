@@ -27,9 +27,9 @@ from buildllm.plan.defaults import decide_defaults
 from buildllm.plan.device import resolve_device
 from buildllm.plan.fused_adamw import fused_adamw_support
 from buildllm.plan.memory import NOT_DECIDED, MemoryFit, decide_memory
+from buildllm.plan.optimizer_groups import describe, split_parameters
 from buildllm.plan.recipe import RecipeDecision, decide_recipe
 from buildllm.profiles import Profile
-from buildllm.train.optimizer import describe, split_parameters
 
 
 @dataclass(frozen=True)

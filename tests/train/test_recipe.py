@@ -12,9 +12,10 @@ from buildllm.config import load_config
 from buildllm.errors import ConfigError
 from buildllm.memory.estimate import FP32, plan_memory
 from buildllm.model.gpt import build_model
+from buildllm.plan.optimizer_groups import split_parameters
 from buildllm.plan.run_plan import facts, make_plan
 from buildllm.shape import GPTConfig
-from buildllm.train.optimizer import build_optimizers, split_parameters
+from buildllm.train.optimizer import build_optimizers
 from buildllm.train.schedule import make_schedule
 
 
