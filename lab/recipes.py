@@ -284,8 +284,9 @@ TRY = (
     "(wsd against cosine), the rates (the muon recipe's 5e-3 for Muon and 3e-3 for AdamW come from a "
     "one-seed probe with a plain training loop on the same data, not a measurement of this kind), ReLU "
     "squared, QK-norm, zero-initialised "
-    "projections, a tied or untied head, the presets tiny and student (they keep classic), and the GPU "
-    "(iteration 1 takes muon there too, unmeasured, so that its CPU and GPU runs learn by one recipe)."
+    "projections, a tied or untied head, and the GPU (iteration 1 takes muon there too, unmeasured, so "
+    "that its CPU and GPU runs learn by one recipe). The presets tiny and student have a muon recipe, "
+    "measured below, one flag away (`--recipe muon`); they still default to classic."
 )
 
 

@@ -139,7 +139,10 @@ def saved_floats_per_token_per_layer(
         # under bf16) write their output in (batch, token, head) order, so the transpose-reshape
         # after them is a view (d, not 2d). On the H200 (2026-12-04, student modern fp32 batch 64)
         # the CPU's counts read 72 MiB over the measured peak: 48 MiB of norm outputs and 24 of copies.
-        return 2 * d + 2, casts + 3 * d + 2 * d + d + 4 * hidden
+        # Except flash (autocast) on rotary's fresh q: it allocates its output like q, in (batch, head,
+        # token) order, so the copy is back (the H200 read 4.6% over this count without it).
+        output = 2 * d if autocast else d
+        return 2 * d + 2, casts + 3 * d + 2 * d + output + 4 * hidden
     return 4 * d, casts + 3 * d + 2 * d + 2 * d + 4 * hidden
 
 
