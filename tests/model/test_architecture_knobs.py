@@ -102,7 +102,8 @@ def test_qk_norm_gives_attention_unit_rms_queries_and_keys_and_no_new_parameters
         for q, k in calls:
             rms = torch.cat((q, k)).pow(2).mean(-1).sqrt()  # per head, token (rotary keeps each head's norm)
             if on:
-                torch.testing.assert_close(rms, torch.ones_like(rms), rtol=0, atol=1e-4)
+                # rms_norm's eps pulls the RMS of GPT-2's small q and k a little under 1 (1.7e-4 seen)
+                torch.testing.assert_close(rms, torch.ones_like(rms), rtol=0, atol=1e-3)
             else:
                 assert rms.max() < 0.5  # GPT-2's 0.02-scale weights make small queries and keys
 
