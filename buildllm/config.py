@@ -16,6 +16,7 @@ from typing import Any
 from buildllm import profiles
 from buildllm.errors import ConfigError
 from buildllm.knob import MODEL_COMMANDS, build, knob, leaf_knobs, set_dotted
+from buildllm.shape import ACTIVATIONS
 from buildllm.yaml_text import read_yaml
 
 ARCHITECTURES = ("classic", "modern")
@@ -63,6 +64,15 @@ class ModelConfig:
     n_embd: int | None = knob(None, minimum=1, help="model width")
     sequence_length: int | None = knob(None, minimum=2, flag=True, metavar="TOKENS", help="context length in tokens")
     dropout: float | None = knob(None, minimum=0.0, maximum=1.0, help="dropout probability")
+    # The architecture knobs (docs/pipeline.md, "Architecture knobs"), one change each to measure alone.
+    activation: str | None = knob(
+        None, choices=ACTIVATIONS, flag=True, help="the MLP's: gelu, relu2 (relu(x)**2), swiglu; default: the profile's"
+    )
+    qk_norm: bool | None = knob(None, flag=True, help="RMS-normalise queries and keys per head; default: the profile's")
+    zero_init_projections: bool | None = knob(
+        None, flag=True, help="residual projections start at zero; default: the profile's"
+    )
+    tied_output: bool | None = knob(None, help="output layer shares the token embedding; default: the profile's")
 
 
 @dataclass(frozen=True)

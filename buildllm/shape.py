@@ -6,6 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# Each architecture's own MLP activation: what `activation: None` means.
+OWN_ACTIVATION = {"classic": "gelu", "modern": "swiglu"}
+# gelu: GPT-2's (tanh approximation); relu2: relu(x)**2 (Primer; the modded-nanogpt speedrun's MLP);
+# swiglu: silu(gate) * up, a third matrix.
+ACTIVATIONS = ("gelu", "relu2", "swiglu")
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -20,6 +26,25 @@ class GPTConfig:
     # The output layer shares the token embedding's matrix (profiles/__init__.py says which profile
     # and architecture keep their own). A checkpoint saved before this field existed was tied.
     tied_output: bool = True
+    # The architecture knobs docs/pipeline.md describes ("Architecture knobs"); a checkpoint saved before
+    # they existed had each one's default. activation None: the architecture's own (OWN_ACTIVATION).
+    activation: str | None = None
+    qk_norm: bool = False  # RMS-normalise each head's queries and keys (no learned gain) before attention
+    zero_init_projections: bool = False  # the residual projections start at zero, not GPT-2's scaled normal
+
+    def __post_init__(self):
+        # One spelling per model: naming the architecture's own activation is the default, so the same
+        # model has the same checkpoint signature however it was asked for.
+        if self.activation == OWN_ACTIVATION.get(self.architecture):
+            object.__setattr__(self, "activation", None)
+
+    @property
+    def mlp_activation(self) -> str:
+        return self.activation or OWN_ACTIVATION[self.architecture]
+
+    @property
+    def gated(self) -> bool:
+        return self.mlp_activation == "swiglu"
 
     @property
     def head_dim(self) -> int:
@@ -31,7 +56,7 @@ class GPTConfig:
 
     @property
     def mlp_hidden(self) -> int:
-        if self.architecture == "classic":
+        if not self.gated:
             return 4 * self.n_embd
         # SwiGLU has three matrices instead of two: 2/3 of 4d keeps the parameter count of a 4d MLP.
         return 64 * math.ceil(8 * self.n_embd / 3 / 64)

@@ -117,33 +117,40 @@ def saved_floats_per_token_per_layer(
 ) -> tuple[int, int]:
     """(fp32 floats, compute-dtype floats) one block saves per token for its backward pass.
 
-    Read off the autograd graph's saved tensors, each storage once (tests/test_benchmark_memory.py
-    checks it for both architectures, in fp32 and under bf16 autocast, on the CPU; test_cuda.py's
-    saved-tensor check on CUDA). cuda_kernels: CUDA's own kernels, where they save less (below).
+    Read off the autograd graph's saved tensors, each storage once (tests/measure/test_benchmark_memory.py
+    checks it for both architectures, each MLP activation and qk-norm, in fp32 and under bf16
+    autocast, on the CPU; test_cuda.py's saved-tensor check on CUDA). cuda_kernels: CUDA's own
+    kernels, where they save less (below). Per-token statistics (norms' rstd, attention's log-sum-exp)
+    are left out: under 2%.
     """
     d, hidden = model.n_embd, model.mlp_hidden
     if model.architecture == "classic":
-        # LayerNorm keeps its fp32 input (the residual stream, twice) and the next matmul its output
-        # (cast under autocast). q/k/v are views of one qkv tensor (3d) that the attention kernel
-        # keeps with its output (d; the transpose-reshape after it is a view). The GELU MLP keeps
-        # its input and output (2 hidden).
-        return 2 * d, 2 * d + 3 * d + d + 2 * hidden
-    # RMSNorm keeps its input and the normalised input (fp32), and the matmuls its output: under
-    # autocast cast once for qkv and twice for SwiGLU's gate and up (autocast casts per call).
-    # Rotary makes new q and k (2d), so the attention output is a fresh tensor and its
-    # transpose-reshape a copy (2d). SwiGLU keeps gate, up, silu(gate) and their product (4 hidden).
-    casts = 3 * d if autocast else 2 * d
-    if cuda_kernels:
-        # CUDA: RMSNorm is one fused kernel that saves its input and the per-token rstd only (2d + 2
-        # for the block's two norms), and the attention kernels (memory-efficient in fp32, flash
-        # under bf16) write their output in (batch, token, head) order, so the transpose-reshape
-        # after them is a view (d, not 2d). On the H200 (2026-12-04, student modern fp32 batch 64)
-        # the CPU's counts read 72 MiB over the measured peak: 48 MiB of norm outputs and 24 of copies.
-        # Except flash (autocast) on rotary's fresh q: it allocates its output like q, in (batch, head,
-        # token) order, so the copy is back (the H200 read 4.6% over this count without it).
-        output = 2 * d if autocast else d
-        return 2 * d + 2, casts + 3 * d + 2 * d + output + 4 * hidden
-    return 4 * d, casts + 3 * d + 2 * d + 2 * d + 4 * hidden
+        fp32 = 2 * d  # LayerNorm keeps its fp32 input (the residual stream), twice
+    elif cuda_kernels:
+        # CUDA's RMSNorm is one fused kernel that saves its input and the per-token rstd only. On the
+        # H200 (2026-12-04, student modern fp32 batch 64) the CPU's counts read 72 MiB over the
+        # measured peak: 48 MiB of norm outputs and 24 of copies (the attention output's, below).
+        fp32 = 2 * d + 2
+    else:
+        fp32 = 4 * d  # RMSNorm keeps its input and the normalised input, twice
+    # The matmuls after the norms keep their inputs: qkv's, and the MLP's once in fp32 but once per
+    # call under autocast, which casts per call (twice for a gated MLP's gate and up).
+    low = d + (2 * d if autocast and model.gated else d)
+    # q/k/v are views of one qkv tensor (3d) that the attention kernel keeps. Rotary positions or
+    # qk-norm make new q and k, which the kernel keeps instead of the views (2d; with both, rotary's).
+    fresh = model.architecture == "modern" or model.qk_norm
+    low += 3 * d + (2 * d if fresh else 0)
+    # The attention output (d). The CPU's kernel, and CUDA's flash (under autocast), lay it out like q:
+    # in (batch, head, token) order when q is a new tensor, so the transpose-reshape before proj is a
+    # copy (another d; the H200 read 4.6% over the count without it for modern in bf16). With q a
+    # view of qkv, and CUDA's memory-efficient kernel (fp32) always, (batch, token, head): a view.
+    low += 2 * d if fresh and (autocast or not cuda_kernels) else d
+    if model.qk_norm and autocast and not cuda_kernels:
+        fp32 += 2 * d  # the CPU's rms_norm computes in fp32 and keeps that copy of q and k
+    # GELU keeps its input and output, ReLU squared relu(x) and its square (2 hidden); SwiGLU keeps
+    # gate, up, silu(gate) and their product (4 hidden).
+    low += (4 if model.gated else 2) * hidden
+    return fp32, low
 
 
 # cuBLAS's workspace per (handle, stream), which PyTorch allocates through its caching allocator, so

@@ -4,6 +4,8 @@ A training step does a forward pass (2 FLOPs per weight per token for each matmu
 pass (twice that), so 6 FLOPs per matmul weight per token, plus attention's two T x T products
 (QK^T and attention x V) that no weight counts: 12 * n_layer * n_embd * T per token (PaLM, appendix B).
 A lookup costs nothing: the position table and an untied token table are not counted, nor are norms and biases.
+Activations and norms are elementwise, a few FLOPs per value against a matmul's 2 x width per output:
+ReLU squared against GELU and the qk-norm knob change nothing counted (a gated MLP's third matrix is a weight).
 """
 
 from __future__ import annotations

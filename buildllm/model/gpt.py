@@ -3,6 +3,9 @@
 classic: GPT-2 (LayerNorm, learned positions, GELU MLP, biases).
 modern:  RMSNorm, rotary positions (RoPE), SwiGLU MLP, no biases.
 Both use torch's scaled_dot_product_attention, so each device picks its fastest attention kernel.
+Three knobs change either one (GPTConfig; docs/pipeline.md, "Architecture knobs"): the MLP's
+activation (GELU, ReLU squared, SwiGLU), RMS-normalised queries and keys, zero-initialised residual
+projections.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 from buildllm.device.rng import seed_all
 from buildllm.model.fused_loss import linear_cross_entropy
-from buildllm.shape import GPTConfig
+from buildllm.shape import ACTIVATIONS, GPTConfig
 
 
 def norm_layer(config: GPTConfig) -> nn.Module:
@@ -58,6 +61,11 @@ class CausalSelfAttention(nn.Module):
         # split, not a (3, B, H, T, D) view unbound: unbind's backward stacks the three gradients into
         # a new tensor and copies it again into the qkv layout; split's writes them into one buffer.
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        if self.config.qk_norm:
+            # Unit-RMS queries and keys bound the attention logits whatever the q/k weights grow to,
+            # which lets a high learning rate stay stable. Before rotary, which only rotates pairs.
+            # The cast: autocast may run a norm in fp32, and attention needs q, k, v in one dtype.
+            q, k = (F.rms_norm(t, (C // H,), eps=1e-6).to(v.dtype) for t in (q, k))
         if rope is not None:
             q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         if cache is not None:
@@ -74,17 +82,21 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.swiglu = config.architecture == "modern"
+        self.activation = config.mlp_activation
         hidden = config.mlp_hidden
         self.up = nn.Linear(config.n_embd, hidden, bias=config.bias)
-        if self.swiglu:
+        if config.gated:
             self.gate = nn.Linear(config.n_embd, hidden, bias=False)
         self.down = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.down.residual_projection = True
 
     def forward(self, x):
-        if self.swiglu:
+        if self.activation == "swiglu":
             return self.down(F.silu(self.gate(x)) * self.up(x))
+        if self.activation == "relu2":
+            # r * r, not r.square(): autocast runs pow in fp32 on CUDA, an extra cast and fp32 copy.
+            r = F.relu(self.up(x))
+            return self.down(r * r)
         return self.down(F.gelu(self.up(x), approximate="tanh"))
 
 
@@ -127,6 +139,8 @@ class GPT(nn.Module):
         super().__init__()
         if config.n_embd % config.n_head:
             raise ValueError(f"n_embd {config.n_embd} is not divisible by n_head {config.n_head}")
+        if config.mlp_activation not in ACTIVATIONS:
+            raise ValueError(f"activation {config.mlp_activation!r} is not one of {', '.join(ACTIVATIONS)}")
         self.config = config
         self.gradient_checkpointing = False
         # Rows of the fused output layer + cross-entropy computed at once: the run plan's decision
@@ -150,11 +164,15 @@ class GPT(nn.Module):
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
-            std = 0.02
-            if getattr(module, "residual_projection", False):
+            residual = getattr(module, "residual_projection", False)
+            if residual and self.config.zero_init_projections:
+                # Every block starts as the identity: the residual stream is the embeddings at step 0,
+                # free of the blocks' random writes, and each block learns in from there.
+                nn.init.zeros_(module.weight)
+            else:
                 # GPT-2: scale residual writes so the residual stream's variance doesn't grow with depth.
-                std = 0.02 / math.sqrt(2 * self.config.n_layer)
-            nn.init.normal_(module.weight, mean=0.0, std=std)
+                std = 0.02 / math.sqrt(2 * self.config.n_layer) if residual else 0.02
+                nn.init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):

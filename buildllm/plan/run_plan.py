@@ -205,6 +205,9 @@ def facts(plan: RunPlan) -> dict:
         "iteration": plan.config.iteration,
         "profile": plan.profile.name,
         "architecture": m.architecture,
+        # The architecture knobs, each as the model has it (activation resolved: never null).
+        "activation": m.mlp_activation,
+        **{name: getattr(m, name) for name in ("qk_norm", "zero_init_projections", "tied_output")},
         "device": plan.device.device,
         "device_kind": plan.device.kind,
         "device_reason": plan.device.reason,

@@ -205,7 +205,7 @@ def directory_check(plan: RunPlan, dvc: bool) -> tuple[Check, int]:
             "use a fresh --checkpoint-directory (train falls back to an older checkpoint if one reads)",
         ), 0
     signature = run_signature(plan, int(os.environ.get("WORLD_SIZE", "1")), planned_examples(plan))
-    changed = checkpoint.differences(state.get("signature", {}), signature)
+    changed = checkpoint.differences(checkpoint.saved_signature(state), signature)
     if not changed:
         return row("pass", f"this run's, resumes at step {state['step']}"), len(found)
     what = "; ".join(changed[:2]) + (" ..." if len(changed) > 2 else "")

@@ -51,9 +51,10 @@ class Profile:
 
     def with_model(self, **overrides) -> Profile:
         """This profile with its model shape overridden; whether the output layer is tied follows
-        the architecture chosen."""
+        the architecture chosen, unless tied_output is overridden too."""
         model = replace(self.model, **overrides)
-        return replace(self, model=replace(model, tied_output=model.architecture not in self.own_output_layer))
+        tied = overrides.get("tied_output", model.architecture not in self.own_output_layer)
+        return replace(self, model=replace(model, tied_output=tied))
 
     def runtime(self, defaults: str) -> RuntimeDefaults:
         """`defaults`: "cpu" or "gpu", as the device says (Device.runtime_defaults)."""

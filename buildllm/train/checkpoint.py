@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 import zipfile
+from dataclasses import asdict
 from pathlib import Path
 
 import psutil
@@ -26,6 +27,7 @@ import torch
 
 from buildllm.atomic import atomic_open
 from buildllm.errors import UserError
+from buildllm.shape import GPTConfig
 from buildllm.train import digest
 
 NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
@@ -217,6 +219,13 @@ def refuse_a_file(directory: str | Path) -> None:
         )
 
 
+def saved_signature(state: dict) -> dict:
+    """The signature a checkpoint was saved with. A model field added since (the architecture knobs)
+    reads as its default from the saved model config: the model such a checkpoint holds."""
+    model = asdict(GPTConfig(**state["model_config"])) if "model_config" in state else {}
+    return {**{f"model.{key}": value for key, value in model.items()}, **state.get("signature", {})}
+
+
 def differences(saved: dict, current: dict) -> list[str]:
     keys = sorted(set(saved) | set(current))
     return [f"{key} {saved.get(key)!r} -> {current.get(key)!r}" for key in keys if saved.get(key) != current.get(key)]
@@ -251,7 +260,7 @@ def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool)
             )
         return None
     path, state = found
-    changed = differences(state.get("signature", {}), signature)
+    changed = differences(saved_signature(state), signature)
     if any(change.startswith(("model.", "profile ")) for change in changed):
         raise UserError(
             f"{path} holds a different model ({'; '.join(changed)}); its weights cannot continue this "

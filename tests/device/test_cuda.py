@@ -213,16 +213,18 @@ def test_batch_finder_tries_within_the_budget(tokens, workdir, device):
 def test_the_estimates_count_of_a_blocks_saved_tensors_is_what_autograd_keeps_on_the_device(device):
     """CUDA's kernels save less than the CPU's (a fused RMSNorm keeps its input and rstd only; the
     attention kernels' output makes the transpose-reshape a view): the estimate counts each device's
-    own. Per-token statistics (rstd, log-sum-exp) beyond those counted stay under 2%."""
-    for architecture, precision in itertools.product(("classic", "modern"), ("fp32", "bf16")):
+    own. Per-token statistics (rstd, log-sum-exp) beyond those counted stay under 2%. The architecture
+    knobs' counts on CUDA (qk-norm's, ReLU squared's) are read from the CPU's kernels and this check."""
+    knobs = ({}, {"activation": "relu2"}, {"qk_norm": True})
+    for architecture, precision, knob in itertools.product(("classic", "modern"), ("fp32", "bf16"), knobs):
         if device == "cuda" and precision == "bf16" and not ampere_or_newer():
             continue
-        config = replace(load_profile("student").model, architecture=architecture, sequence_length=64)
+        config = replace(load_profile("student").model, architecture=architecture, sequence_length=64, **knob)
         dtype = torch.bfloat16 if precision == "bf16" else None
         measured = saved_bytes_of_one_block(config, dtype, device=device)
         fp32, low = saved_floats_per_token_per_layer(config, dtype is not None, cuda_kernels=device == "cuda")
         predicted = 4 * config.sequence_length * (fp32 * FP32 + low * (2 if dtype else FP32))
-        assert predicted == pytest.approx(measured, rel=0.02), (architecture, precision, predicted, measured)
+        assert predicted == pytest.approx(measured, rel=0.02), (architecture, precision, knob, predicted, measured)
 
 
 @pytest.mark.slow

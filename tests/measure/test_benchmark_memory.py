@@ -31,8 +31,13 @@ def planned_estimate(model: GPTConfig, parameters: int, batch: int, precision_by
 
 @pytest.mark.parametrize("architecture", ["classic", "modern"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_activation_formula_counts_what_autograd_saves(architecture, precision):
-    config = replace(load_profile("student").model, architecture=architecture, sequence_length=64)
+@pytest.mark.parametrize(
+    "knobs", [{}, {"activation": "relu2"}, {"qk_norm": True}, {"activation": "swiglu", "qk_norm": True}], ids=str
+)
+def test_activation_formula_counts_what_autograd_saves(architecture, precision, knobs):
+    # The architecture knobs change what a block saves: qk-norm makes new q and k (and, on the CPU
+    # under autocast, fp32 copies of them); ReLU squared and SwiGLU keep 2 and 4 hidden-wide tensors.
+    config = replace(load_profile("student").model, architecture=architecture, sequence_length=64, **knobs)
     dtype = torch.bfloat16 if precision == "bf16" else None
     measured = saved_bytes_of_one_block(config, dtype)
     fp32, low = saved_floats_per_token_per_layer(config, autocast=dtype is not None)

@@ -12,7 +12,17 @@ from buildllm.profiles import load_profile
 @pytest.mark.parametrize("profile", ["gpt_first_cpu", "student", "tiny"])
 def test_formula_matches_flop_counter_on_one_training_step(profile, architecture):
     base = load_profile(profile).model
-    config = GPTConfig(**{**vars(base), "architecture": architecture})
+    check_one_training_step(GPTConfig(**{**vars(base), "architecture": architecture}))
+
+
+@pytest.mark.parametrize("architecture", ["classic", "modern"])
+@pytest.mark.parametrize("knobs", [{"activation": "relu2"}, {"activation": "swiglu"}, {"qk_norm": True}], ids=str)
+def test_the_architecture_knobs_keep_the_formula(architecture, knobs):
+    # ReLU squared's and qk-norm's elementwise work is not counted; a gated MLP's third matrix is.
+    check_one_training_step(GPTConfig(**{**vars(load_profile("tiny").model), "architecture": architecture, **knobs}))
+
+
+def check_one_training_step(config: GPTConfig) -> None:
     model = build_model(config)
     batch = 2
     idx = torch.randint(0, config.vocab_size, (batch, config.sequence_length))

@@ -243,9 +243,17 @@ def test_out_of_memory_gives_the_course_advice_and_records_it(paths, workdir, mo
     assert m["oom"] is True and m["oom_batch_size"] == 16 and m["oom_step"] == 5 and m["status"] == "out_of_memory"
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_ctrl_c_saves_a_checkpoint_and_the_rerun_finishes_bitwise_equal(paths, workdir, monkeypatch, capsys, optimizer):
-    chosen = ("--optimizer", optimizer)  # muon: both optimizers' state must come back
+# Every architecture knob on (docs/pipeline.md); tiny classic's own output layer is tied by params.yaml.
+KNOBS_ON = ("--activation", "relu2", "--qk-norm", "--zero-init-projections")
+
+
+@pytest.mark.parametrize("optimizer, knobs", [("adamw", False), ("muon", False), ("muon", True)])
+def test_ctrl_c_saves_a_checkpoint_and_the_rerun_finishes_bitwise_equal(
+    paths, workdir, monkeypatch, capsys, optimizer, knobs
+):
+    chosen = ("--optimizer", optimizer, *(KNOBS_ON if knobs else ()))  # muon: both optimizers' state must come back
+    if knobs:
+        (workdir / "params.yaml").write_text("model:\n  tied_output: true\n")
     assert main(train_args(paths, workdir / "straight", *chosen)) == 0
     poison_at(monkeypatch, 5, lambda trainer: os.kill(os.getpid(), signal.SIGINT))
     assert main(train_args(paths, workdir / "stopped", "--checkpoint-interval", "0", *chosen)) == 130
@@ -261,6 +269,17 @@ def test_ctrl_c_saves_a_checkpoint_and_the_rerun_finishes_bitwise_equal(paths, w
     assert same_tensors(straight["model"], resumed["model"]) == []
     assert same_tensors(straight["optimizer"], resumed["optimizer"]) == []
     assert set(resumed["optimizer"]) == ({"adamw", "muon"} if optimizer == "muon" else {"adamw"})
+    built = resumed["model_config"]
+    on = (built["activation"], built["qk_norm"], built["zero_init_projections"], built["tied_output"])
+    assert on == (("relu2", True, True, True) if knobs else (None, False, False, False))
+
+
+def test_every_architecture_knob_on_trains(paths):
+    knobs = {"model.activation": "relu2", "model.qk_norm": True, "model.zero_init_projections": True}
+    trainer = trainer_for(paths, **knobs, **{"model.tied_output": True, "train.optimizer": "muon"})
+    assert trainer.model.lm_head.weight is trainer.model.token_embedding.weight
+    losses = [float(trainer.step()) for _ in range(8)]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
 
 
 def test_gradient_checkpointing_recomputes_the_same_step(paths):
