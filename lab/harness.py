@@ -22,8 +22,16 @@ PROFILES = {
 }
 
 
-def cpu_plan(profile: str, precision: str, threads: int, architecture: str | None = None, settings: dict | None = None):
-    """The run plan of `profile` on the CPU, applied (threads set); `settings` overrides more knobs."""
+def cpu_plan(
+    profile: str,
+    precision: str,
+    threads: int,
+    architecture: str | None = None,
+    settings: dict | None = None,
+    apply: bool = True,
+):
+    """The run plan of `profile` on the CPU, applied (threads, allocator: apply_plan) unless `apply` is
+    False; `settings` overrides more knobs."""
     from buildllm.config import load_config
     from buildllm.plan.run_plan import apply_plan, make_plan
 
@@ -38,7 +46,8 @@ def cpu_plan(profile: str, precision: str, threads: int, architecture: str | Non
     if architecture:
         chosen["model.architecture"] = architecture
     plan = make_plan(load_config(None, chosen))
-    apply_plan(plan)
+    if apply:
+        apply_plan(plan)
     return plan
 
 

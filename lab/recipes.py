@@ -280,13 +280,15 @@ TRY = (
     "root after `dvc repro tokenize`: `python -m lab.recipes run --rounds 3`, then `python -m lab.recipes "
     'render`. Another recipe is a set of params: `--recipe NAME "key=value ..."`, repeated, the first '
     'the reference; e.g. `--recipe classic "train.recipe=classic" --recipe muon-cosine '
-    '"train.recipe=muon train.schedule=cosine"`. Not yet measured this way: the schedule under Muon '
-    "(wsd against cosine), the rates (the muon recipe's 5e-3 for Muon and 3e-3 for AdamW come from a "
-    "one-seed probe with a plain training loop on the same data, not a measurement of this kind), ReLU "
-    "squared, QK-norm, zero-initialised "
-    "projections, a tied or untied head, and the GPU (iteration 1 takes muon there too, unmeasured, so "
-    "that its CPU and GPU runs learn by one recipe). The presets tiny and student have a muon recipe, "
-    "measured below, one flag away (`--recipe muon`); they still default to classic."
+    '"train.recipe=muon train.schedule=cosine"`. A file\'s settings name the recipe as the profiles held it '
+    "on the file's date (its note says where a recipe's values have changed since). The files named "
+    "`explore-*` tried one change at a time on top of muon (AdamW's rate, Muon's rate, the decay share, "
+    "ReLU squared, QK-norm, zero-initialised projections, a tied head), with fewer rounds or one thread; "
+    "what they found shortened the time was AdamW's rate for embeddings, head, norms and biases (1e-2 "
+    "instead of 3e-3: the presets' muon recipe now), and ReLU squared, which keeps the steps and makes "
+    "each cheaper; it changes the model, so it stays a knob (`model.activation=relu2`) and the classic "
+    "recipe stays GPT-2. Not yet measured this way: the GPU (iteration 1 takes muon there too, "
+    "unmeasured, so that its CPU and GPU runs learn by one recipe)."
 )
 
 

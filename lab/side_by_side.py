@@ -85,12 +85,12 @@ ROUGH_FLOPS_PER_CORE = 57e9
 ROUGH_STARTUP_SECONDS = 6.0  # a fresh process: import torch and buildllm, build the model
 
 
-def our_plan(args, profile: str, precision: str):
+def our_plan(args, profile: str, precision: str, apply: bool = True):
     # The reference steps AdamW on every parameter: ours too (the classic recipe), like for like.
     settings = {"train.recipe": "classic", **({"train.compile": True} if args.compile else {})}
     if args.batch_size:
         settings["train.batch_size"] = args.batch_size
-    return cpu_plan(profile, precision, args.threads, args.architecture, settings)
+    return cpu_plan(profile, precision, args.threads, args.architecture, settings, apply)
 
 
 def ours(args, plan, steps: int):
@@ -142,7 +142,11 @@ def reference(args, plan, steps: int):
 
 
 def child(args) -> None:
-    plan = our_plan(args, args.profile[0], args.precision)
+    # The reference's process runs as nanoGPT's train.py would: our plan sets only its threads, none of
+    # the process-wide settings apply_plan makes for ours (glibc's thresholds: buildllm/device/allocator.py).
+    plan = our_plan(args, args.profile[0], args.precision, apply=args.child == "ours")
+    if args.child != "ours":
+        torch.set_num_threads(plan.threads)
     steps = args.warmup + args.intervals * args.steps
     step = (ours if args.child == "ours" else reference)(args, plan, steps)
     for _ in range(args.warmup):
@@ -159,7 +163,9 @@ def child(args) -> None:
 def turns(args) -> None:
     """--turns: both sides in one process, taking turns of --steps steps for --intervals rounds; on a
     machine whose load changes from minute to minute, a turn's pair of timings is seconds apart,
-    so the ratio per turn is fairer than that of two processes minutes apart."""
+    so the ratio per turn is fairer than that of two processes minutes apart. Both sides share the
+    process's settings, glibc's thresholds (buildllm/device/allocator.py) included, which the reference's
+    own process would not have."""
     plan = our_plan(args, args.profile[0], args.precision)
     total = args.warmup + args.intervals * args.steps
     steps = {"ours": ours(args, plan, total), "reference": reference(args, plan, total)}

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from buildllm.device import allocator
 from buildllm.device.peak_memory import PeakMemory
 from buildllm.errors import DeviceUnavailable
 
@@ -247,6 +248,8 @@ class Device:
         """Hand the caching allocator's free blocks back, so the next try starts from a clean device."""
         if self.kind == "cuda":
             torch.cuda.empty_cache()
+        if self.host_memory:  # the heap's kept blocks (device/allocator.py)
+            allocator.release_freed_memory()
 
     def for_rank(self, local_rank: int, rank: int, size: int, local_size: str = "?") -> Device:
         """This process's own device in a torchrun world: GPU `local_rank` on CUDA, the CPU as it is."""

@@ -12,6 +12,7 @@ import torch
 
 from buildllm.config import Config, profile_for
 from buildllm.data.windows import Windows, batches_per_epoch, load_tokens, planned_steps
+from buildllm.device import allocator
 from buildllm.device.device import Device
 from buildllm.device.machine import OVERRIDE, fingerprint, machine_id
 from buildllm.device.precision import PrecisionDecision, apply_matmul_settings
@@ -83,6 +84,7 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     device = resolve_device(config.device)
     decisions = {"device": f"{device.device}: {device.reason}"}
     fused, decisions["fused_adamw"] = fused_adamw_support(device.device)
+    _, decisions["allocator"] = allocator.decide(device.host_memory)
     t = config.train
     picked = decide_defaults(t, profile, device.runtime_defaults, device.worker_context is not None)
     decisions.update({name: reason for name, (_, reason) in picked.items()})
@@ -188,7 +190,10 @@ def measured_decisions(record: dict, plan: RunPlan) -> dict:
 
 
 def apply_plan(plan: RunPlan) -> None:
-    """Process-wide settings the plan implies: thread count and matmul precision (the Trainer seeds)."""
+    """Process-wide settings the plan implies: thread count, matmul precision and, on the host, the
+    allocator's thresholds (the Trainer seeds)."""
+    if allocator.decide(plan.device.host_memory)[0]:
+        allocator.keep_freed_memory()
     if plan.device.threads_apply or plan.config.train.threads is not None:
         torch.set_num_threads(plan.threads)
     apply_matmul_settings(plan.precision)

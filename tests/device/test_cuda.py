@@ -159,7 +159,7 @@ def test_trainer_steps_at_the_gpu_batch_with_fused_adamw(tokens, device):
     trainer = Trainer(plan, windows, windows)
     # The plan's probe chose fused AdamW (CUDA always has it; this CPU build does too) and the optimizer uses it.
     assert plan.fused_adamw is True, plan.decisions["fused_adamw"]
-    assert all(group["fused"] for group in trainer.optimizer.param_groups)
+    assert all(group["fused"] for group in trainer.optimizer.parts["adamw"].param_groups)
     assert trainer.scaler.is_enabled() is False  # fp32: the scaler is a no-op on every device
     assert plan.precision.tf32_enabled is (device == "cuda" and ampere_or_newer())
     if plan.precision.tf32_enabled:

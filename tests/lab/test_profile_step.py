@@ -48,8 +48,8 @@ def test_two_precisions_take_turns_and_the_table_gives_each_group_both_and_their
             continue
         fp32, bf16 = float(cells[0]), float(cells[2])
         assert fp32 >= 0 and bf16 >= 0 and len(cells) == 5, (label, cells)
-        if fp32 >= 5:  # the printed milliseconds are rounded to 0.1, the ratio to 0.01
-            assert float(cells[4]) == pytest.approx(bf16 / fp32, rel=0.05, abs=0.005), (label, cells)
+        if fp32 >= 5:  # the printed milliseconds are rounded to 0.1 (bf16's by up to 0.05), the ratio to 0.01
+            assert float(cells[4]) == pytest.approx(bf16 / fp32, rel=0.05, abs=0.005 + 0.05 / fp32), (label, cells)
     assert sum(float(c[0]) for k, c in rows.items() if k != "total") == pytest.approx(total["fp32"], abs=0.1 * 11)
     # Autocast casts the weights and activations to bf16: the table shows that cost on the bf16 side.
     # Not compared with fp32's own casts (its data's dtype moves): one profiled step of each, timed on a

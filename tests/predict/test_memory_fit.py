@@ -117,6 +117,7 @@ def test_the_largest_batch_is_the_boundary_of_the_verdicts_rule(tokens):
                 usable,
                 plan.config.train.gradient_checkpointing,
                 plan.config.train.grad_accum,
+                plan.muon_parameters,
             ).total
 
         assert total(largest) <= usable < total(largest + 1)

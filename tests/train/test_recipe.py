@@ -49,11 +49,15 @@ def test_wsd_never_decays_into_the_warm_up():
 
 
 def test_the_recipe_and_each_override_is_decided_with_its_reason():
-    classic = plan_of(preset="tiny")
+    default = plan_of(preset="tiny")
+    assert (default.recipe.name, default.recipe.optimizer, default.recipe.schedule) == ("muon", "muon", "wsd")
+    assert default.decisions["recipe"] == "muon: profile tiny's cpu default"
+    assert (default.learning_rate, default.recipe.muon_learning_rate) == (1e-2, 5e-3)
+    classic = plan_of(preset="tiny", **{"train.recipe": "classic"})
     assert (classic.recipe.name, classic.recipe.optimizer, classic.recipe.schedule) == ("classic", "adamw", "cosine")
-    assert classic.decisions["recipe"] == "classic: profile tiny's cpu default"
+    assert classic.decisions["recipe"] == "requested: classic"
     assert classic.recipe.muon_learning_rate is None and classic.recipe.decay_fraction is None
-    mixed = plan_of(preset="tiny", **{"train.optimizer": "muon", "train.schedule": "wsd"})
+    mixed = plan_of(preset="tiny", **{"train.recipe": "classic", "train.optimizer": "muon", "train.schedule": "wsd"})
     assert mixed.recipe.optimizer == "muon" and mixed.decisions["optimizer"].startswith("requested: muon")
     # No Muon rate anywhere: AdamW's carries over (AdamW-matched scale), and the record says so.
     assert mixed.recipe.muon_learning_rate == mixed.learning_rate == 2e-3
