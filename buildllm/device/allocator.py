@@ -11,8 +11,12 @@ training process holds anyway; the memory estimate's allocator share (memory/est
 before this setting, and `buildllm verify memory` checks it with the setting on.
 
 Linux with glibc only: other C libraries and other systems keep their own allocator's behaviour, and the
-plan's record says so. Both thresholds together: setting either one turns off glibc's dynamic
-threshold, and the trim threshold alone drops the mmap threshold back to 128 KiB.
+plan's record says so. Not under an address-space cap (`ulimit -v`, RLIMIT_AS): a kept block still
+holds its address space after malloc_trim gives its pages back, so after an out-of-memory the cap
+would leave no room to load what writes the record (the loss plot's libraries).
+
+Both thresholds together: setting either one turns off glibc's dynamic threshold, and the trim
+threshold alone drops the mmap threshold back to 128 KiB.
 """
 
 from __future__ import annotations
@@ -40,6 +44,14 @@ def decide(host_memory: bool) -> tuple[bool, str]:
         return False, "the device's own allocator: host memory holds no step's tensors"
     if not glibc():
         return False, f"the C library's own allocator: the thresholds are glibc's, and this is {sys.platform}"
+    import resource  # POSIX only; glibc() has ruled the rest out
+
+    cap = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if cap != resource.RLIM_INFINITY:
+        return False, (
+            f"glibc's defaults: the address space is capped ({cap / 2**30:.1f} GiB, `ulimit -v`), and kept blocks "
+            "would hold it after an out-of-memory"
+        )
     return True, (
         "glibc keeps freed blocks up to 1 GiB for reuse (mmap and trim thresholds raised): "
         "a step reuses the last step's pages instead of faulting in fresh zeroed ones"

@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -163,11 +164,13 @@ class RunLog:
         metrics = self.metrics(status, progress, extra)
         if self.world.is_main:
             self.write_log()
-            write_png(
-                self.rows,
-                f"{metrics['profile']} on {metrics['device']} ({metrics['precision']}), "
-                f"{metrics['optimizer_steps']} steps",
-            )
+            title = f"{metrics['profile']} on {metrics['device']} ({metrics['precision']})"
+            try:
+                write_png(self.rows, f"{title}, {metrics['optimizer_steps']} steps")
+            except (ImportError, OSError, MemoryError) as error:
+                # The metrics are the record; a plot that cannot be drawn (no memory left to load its
+                # libraries after an out-of-memory) must not lose them.
+                print(f"warning: no loss plot ({error}); the metrics and the log are still written", file=sys.stderr)
             # Last, so the run's time includes everything the estimate projects, the plot too.
             measured = against_estimate(metrics)
             metrics.update(measured)

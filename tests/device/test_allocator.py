@@ -45,4 +45,16 @@ def test_the_decision_is_recorded_and_only_the_host_raises_the_thresholds():
     keep, why = allocator.decide(host_memory=False)
     assert not keep and "device's own allocator" in why
     keep, why = allocator.decide(host_memory=True)
-    assert keep == allocator.glibc() and why
+    assert keep == allocator.glibc() and why  # this test process runs uncapped
+
+
+@pytest.mark.skipif(not allocator.glibc(), reason="the thresholds are glibc's")
+def test_under_an_address_space_cap_glibc_keeps_its_defaults():
+    # A kept heap holds address space the cap counts even after malloc_trim: after an out-of-memory
+    # nothing could be loaded to write the record.
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (64 << 30, 64 << 30)); "
+        "from buildllm.device import allocator; print(allocator.decide(True))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("(False,") and "capped (64.0 GiB, `ulimit -v`)" in done.stdout
