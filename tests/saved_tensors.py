@@ -9,10 +9,11 @@ from buildllm.model.gpt import GPTConfig, build_model
 
 
 def saved_bytes_of_one_block(
-    config: GPTConfig, autocast_dtype: torch.dtype | None, batch: int = 4, device: str = "cpu"
+    config: GPTConfig, autocast_dtype: torch.dtype | None, batch: int = 4, device: str = "cpu", attention: str = "sdpa"
 ) -> int:
     """Bytes of the distinct storages one block's autograd graph keeps, weights excluded."""
     model = build_model(config, device)
+    model.attention = attention
     block, T = model.blocks[0], config.sequence_length
     rope = None if config.architecture == "classic" else (model.rope_cos[:T], model.rope_sin[:T])
     x = torch.randn(batch, T, config.n_embd, device=device, requires_grad=True)

@@ -6,7 +6,6 @@ in the precision tune found it will use (measure/tune_order.py)."""
 from __future__ import annotations
 
 import contextlib
-import math
 from functools import partial
 
 import torch
@@ -17,6 +16,7 @@ from buildllm.device.precision import autocast
 from buildllm.measure.stats import compare
 from buildllm.measure.tune_budget import NO_TIME, Budget
 from buildllm.model import fused_loss
+from buildllm.model.gpt import explicit_attention
 from buildllm.plan.loss_chunk import decide_loss
 from buildllm.plan.run_plan import RunPlan
 
@@ -63,12 +63,6 @@ def measure_chunks(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     }
 
 
-def explicit_attention(q, k, v, causal):
-    """Attention as a learner writes it: scores, the causal mask, softmax, the weighted values."""
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-    return scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
-
-
 # The backends torch.nn.attention.sdpa_kernel offers, each forced alone; a device or shape that
 # has no kernel for one (the CPU has no cuDNN or memory-efficient kernel) is recorded as not offered.
 BACKENDS = {
@@ -88,12 +82,11 @@ def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
     # q, k and v come out of the qkv matmul in the compute dtype, as in the model's step.
     dtype = precision.autocast_dtype or torch.float32
     q, k, v = (torch.randn(shape, generator=generator).to(device.device, dtype).requires_grad_() for _ in range(3))
-    causal = torch.ones(m.sequence_length, m.sequence_length, dtype=torch.bool, device=device.device).tril()
 
     def run(backend) -> None:
         with autocast(precision, device):
             if backend == "explicit":
-                out = explicit_attention(q, k, v, causal)
+                out = explicit_attention(q, k, v)  # the model's own written-out form
             else:
                 with sdpa_kernel(BACKENDS[backend]) if backend != "dispatch" else contextlib.nullcontext():
                     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -113,7 +106,7 @@ def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
         return {**said, "skipped": NO_TIME}
     return {
         "reference": "dispatch",
-        "decides": "nothing: torch's dispatch picks the kernel",
+        "decides": "the attention: written out where conclusively faster than the dispatch (plan/attention.py)",
         **said,
         **compare(seconds, "dispatch"),
     }

@@ -198,10 +198,12 @@ def estimate_training_memory(
     loss_chunk_rows: int,
     compiled: bool = False,
     muon_parameters: int = 0,
+    explicit_attention: bool = False,
 ) -> MemoryEstimate:
     """loss_chunk_rows: the fused loss's rows per chunk, as the plan decides it (RunPlan.loss);
     compiled: the step runs under torch.compile (RunPlan.compile); muon_parameters: those Muon
-    updates (RunPlan.muon_parameters), AdamW the rest."""
+    updates (RunPlan.muon_parameters), AdamW the rest; explicit_attention: attention written out
+    (RunPlan.attention), which keeps each layer's (tokens x tokens) weights."""
     tokens = batch_size * model.sequence_length
     autocast = precision_bytes != FP32
     fp32_floats, low_floats = saved_floats_per_token_per_layer(
@@ -224,9 +226,14 @@ def estimate_training_memory(
     chunk = min(loss_chunk_rows, tokens) * chunk_bytes_per_row(model.vocab_size, precision_bytes)
     logits = chunk + model.vocab_size * model.n_embd * FP32
     scores = 0
+    score_bytes = batch_size * model.n_head * model.sequence_length**2 * precision_bytes
     # With attention dropout even the fused kernels fall back to the math path, which stores T x T.
     if device.materialises_attention or model.dropout > 0:
-        scores = 2 * batch_size * model.n_head * model.sequence_length**2 * precision_bytes
+        scores = 2 * score_bytes
+    if explicit_attention:
+        # Softmax's output, saved by every layer (by the one being rebuilt, with checkpointing) for its
+        # backward and the weighted values', beside the two its backward computes at the peak.
+        scores = max(scores, ((1 if gradient_checkpointing else model.n_layer) + 2) * score_bytes)
     # Autocast caches one low-precision copy of each weight for the forward; backward keeps them.
     autocast_weights = parameters * precision_bytes if autocast else 0
     # AdamW keeps two fp32 moments per parameter; Muon one momentum buffer per hidden matrix. Muon's
@@ -325,4 +332,5 @@ def plan_memory(plan) -> MemoryEstimate:
         loss_chunk_rows=plan.loss.chunk_rows,
         compiled=plan.compile.enabled,
         muon_parameters=plan.muon_parameters,
+        explicit_attention=plan.attention.explicit,
     )

@@ -2,7 +2,9 @@
 
 classic: GPT-2 (LayerNorm, learned positions, GELU MLP, biases).
 modern:  RMSNorm, rotary positions (RoPE), SwiGLU MLP, no biases.
-Both use torch's scaled_dot_product_attention, so each device picks its fastest attention kernel.
+Both compute attention with torch's scaled_dot_product_attention, whose dispatch picks a kernel for
+the device, or written out (explicit_attention) where the run plan measured that faster
+(plan/attention.py): the same function either way, so checkpoints do not depend on it.
 Three knobs change either one (GPTConfig; docs/pipeline.md, "Architecture knobs"): the MLP's
 activation (GELU, ReLU squared, SwiGLU), RMS-normalised queries and keys, zero-initialised residual
 projections.
@@ -47,10 +49,23 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
+def explicit_attention(q, k, v, dropout_p: float = 0.0) -> torch.Tensor:
+    """Causal attention as a learner writes it: scores, the mask, softmax, the weighted values. It holds
+    a (batch x heads x tokens x tokens) tensor that flash attention never builds, and can still be the
+    faster one: which one is, is measured (plan/attention.py)."""
+    T = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    weights = scores.masked_fill(future, float("-inf")).softmax(-1)
+    return F.dropout(weights, dropout_p) @ v if dropout_p else weights @ v
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
+        # The run plan's attention decision (RunPlan.attention, set by the Trainer through GPT.attention).
+        self.explicit = False
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.proj.residual_projection = True
@@ -75,7 +90,10 @@ class CausalSelfAttention(nn.Module):
         if causal and k.shape[2] != T:
             raise ValueError("prefill with a non-empty KV cache is not supported; start a new cache")
         dropout = self.config.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout)
+        if self.explicit and causal:
+            y = explicit_attention(q, k, v, dropout)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -177,6 +195,18 @@ class GPT(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def attention(self) -> str:
+        return "explicit" if self.blocks[0].attn.explicit else "sdpa"
+
+    @attention.setter
+    def attention(self, kernel: str) -> None:
+        """Either "sdpa" or "explicit": the run plan's decision (RunPlan.attention)."""
+        if kernel not in ("sdpa", "explicit"):
+            raise ValueError(f"attention {kernel!r} is neither 'sdpa' nor 'explicit'")
+        for block in self.blocks:
+            block.attn.explicit = kernel == "explicit"
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -70,6 +70,7 @@ def decide_memory(plan) -> MemoryFit:
         train.gradient_checkpointing,
         grad_accum=train.grad_accum,
         muon_parameters=plan.muon_parameters,
+        explicit_attention=plan.attention.explicit,
     )
     total, high = estimate.total * sharing, estimate.high * sharing
     each = f" ({sharing} processes)" if sharing > 1 else ""
@@ -113,6 +114,7 @@ def estimate_at(
     gradient_checkpointing: bool = False,
     grad_accum: int = 1,
     muon_parameters: int = 0,
+    explicit_attention: bool = False,
 ) -> MemoryEstimate:
     """The estimate a plan of `batch` would make on a device of `capacity` bytes: the fused loss's
     chunks sized by the plan's own rule (buildllm/plan/loss_chunk.py) for that batch and memory."""
@@ -127,6 +129,7 @@ def estimate_at(
         grad_accum,
         loss_chunk_rows=chunk,
         muon_parameters=muon_parameters,
+        explicit_attention=explicit_attention,
     )
 
 
@@ -140,6 +143,7 @@ def largest_batch(
     capacity: int | None = None,
     grad_accum: int = 1,
     muon_parameters: int = 0,
+    explicit_attention: bool = False,
 ) -> int:
     """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits.
     capacity: the device's memory (`usable` when not given), which sizes the fused loss's chunks."""
@@ -155,6 +159,7 @@ def largest_batch(
             gradient_checkpointing,
             grad_accum,
             muon_parameters,
+            explicit_attention,
         )
         return estimate.total <= usable
 

@@ -23,6 +23,7 @@ from buildllm.paths import token_paths
 from buildllm.plan import loss_chunk, tuned
 from buildllm.plan import precision as precision_module
 from buildllm.plan import threads as threads_module
+from buildllm.plan.attention import AttentionDecision, decide_attention
 from buildllm.plan.compile import CompileDecision, compile_figures, decide_compile
 from buildllm.plan.defaults import decide_defaults
 from buildllm.plan.device import resolve_device
@@ -55,6 +56,7 @@ class RunPlan:
     loss: loss_chunk.LossDecision
     recipe: RecipeDecision
     muon_parameters: int  # those Muon updates (0 with adamw); AdamW has the rest
+    attention: AttentionDecision
     memory: MemoryFit = NOT_DECIDED  # decided from the rest of the plan
 
     @property
@@ -114,6 +116,8 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         model.vocab_size, rows, precision.activation_bytes, device, record, why_not, precision.precision
     )
     decisions["loss"] = loss.reason
+    attention = decide_attention(record, why_not, precision.precision)
+    decisions["attention"] = attention.reason
     meta = build_model(model, "meta")
     parameters = meta.num_parameters()
     groups = split_parameters(meta, recipe.optimizer)
@@ -140,6 +144,7 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
         loss=loss,
         recipe=recipe,
         muon_parameters=muon_parameters,
+        attention=attention,
     )
     memory = decide_memory(plan)
     decisions["memory"] = memory.reason
@@ -186,6 +191,7 @@ def measured_decisions(record: dict, plan: RunPlan) -> dict:
     out["compile"] = decide_compile("auto", plan.planned_steps, chosen, *compile_figures(record, "")).reason
     default_rows = record.get("loss_chunk", {}).get("default_rows", 0)
     out["loss_chunk"] = loss_chunk.measured_choice(record, "", default_rows, chosen)[1]
+    out["attention"] = decide_attention(record, "", chosen).reason
     return out
 
 
@@ -243,6 +249,8 @@ def facts(plan: RunPlan) -> dict:
         "loss_chunk_rows": plan.loss.chunk_rows,
         "loss_chunks": plan.loss.chunks,
         "loss_reason": plan.loss.reason,
+        "attention": plan.attention.kernel,
+        "attention_reason": plan.attention.reason,
         **plan.memory.metrics(),
         "force_memory": plan.config.train.force_memory,
         # The picks' reasons (requested, or whose default): notes that the run card shows.

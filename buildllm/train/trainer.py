@@ -169,6 +169,7 @@ class Trainer:
         self.model = build_model(plan.model, self.device.device, seed=plan.config.seed)
         self.model.gradient_checkpointing = cfg.gradient_checkpointing
         self.model.loss_chunk_rows = plan.loss.chunk_rows
+        self.model.attention = plan.attention.kernel
         self.optimizer = build_optimizers(
             self.model,
             recipe.optimizer,

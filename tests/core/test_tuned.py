@@ -10,6 +10,7 @@ import pytest
 
 from buildllm.config import load_config
 from buildllm.measure.stats import compare
+from buildllm.memory.estimate import plan_memory
 from buildllm.plan import loss_chunk, tuned
 from buildllm.plan.run_plan import facts, make_plan, this_machine
 from buildllm.plan.threads import DEFAULT_THREADS
@@ -170,6 +171,30 @@ def test_the_loss_chunk_rule_takes_a_size_only_when_measured_here_conclusively_f
         loss_chunk.measured_choice(measured, "", 128)[0] is None
     )  # measured against another default: the plan's rule stands
     assert loss_chunk.measured_choice(None, tuned.NOT_MEASURED, 512) == (None, tuned.NOT_MEASURED)
+
+
+def test_attention_is_written_out_only_where_tune_measured_it_conclusively_faster_in_the_runs_precision():
+    default = plan()
+    assert default.attention.kernel == "sdpa" and tuned.NOT_MEASURED in default.decisions["attention"]
+    quicker = speeds(1.0, [0.4, 0.41, 0.39, 0.4, 0.42, 0.4, 0.38, 0.4])
+    tuned.write_record(record(attention={"precision": "fp32", "explicit": quicker, "math": speeds(1.0, [0.6] * 8)}))
+    chosen = plan()
+    assert chosen.attention.kernel == "explicit" and facts(chosen)["attention"] == "explicit"
+    assert chosen.decisions["attention"].startswith("explicit: the written-out form x2.50")
+    # Its (tokens x tokens) weights are counted, one per layer and two for the backward's peak.
+    m = chosen.model
+    score_bytes = chosen.batch_size * m.n_head * m.sequence_length**2 * 4
+    assert plan_memory(chosen).attention_scores == (m.n_layer + 2) * score_bytes
+    assert plan_memory(default).attention_scores == 0
+    # Figures of another precision decide nothing for this one.
+    other = plan(precision="bf16")
+    assert other.attention.kernel == "sdpa" and "measured attention in fp32" in other.decisions["attention"]
+    noisy = speeds(1.0, [1.0, 1.1, 0.9, 1.0, 1.05, 0.95])
+    tuned.write_record(record(attention={"precision": "fp32", "explicit": noisy}))
+    kept = plan()
+    assert kept.attention.kernel == "sdpa" and "x1.00" in kept.decisions["attention"]
+    tuned.write_record(record(attention={"precision": "fp32", "skipped": "no time left"}))
+    assert plan().decisions["attention"].endswith("no time left")
 
 
 def test_conclusive_needs_the_interval_past_1_with_95_percent_coverage():
