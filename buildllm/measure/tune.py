@@ -3,10 +3,11 @@ each part compares, what it decides and what tune skips: docs/pipeline.md, "Auto
 record goes to metrics/tune.json under this machine's id (buildllm/plan/tuned.py), where the plan reads it.
 
 Each part runs the planned profile, shape and batch on the device the run would use, its sides in
-turns within its share of `tune.seconds` (measure/tune_budget.py). The precision part trains the
-Trainer's own step from the same seed on the same tokens, so its validation losses can be compared;
-it runs first, and every later part runs in the precision the run will use. The order and the
-shares depend on the device (measure/tune_order.py: torch.compile second on a GPU, last on the CPU);
+turns within its share of `tune.seconds` (measure/tune_budget.py). Attention runs first, in every
+precision compared, and each precision's side of the next part runs the attention measured faster in
+it. The precision part trains the Trainer's own step from the same seed on the same tokens, so its
+validation losses can be compared; every later part runs in the precision the run will use. The order and the
+shares depend on the device (measure/tune_order.py: torch.compile right after precision on a GPU, last on the CPU);
 the record's `parts` says which parts ran, in which precision, and why any did not.
 """
 
@@ -35,6 +36,7 @@ from buildllm.measure.tune_order import compile_window, shares, tune_order
 from buildllm.measure.tune_summary import summary
 from buildllm.plan import threads as threads_rule
 from buildllm.plan import tuned
+from buildllm.plan.attention import decide_attention
 from buildllm.plan.run_plan import (
     RunPlan,
     announce,
@@ -43,6 +45,7 @@ from buildllm.plan.run_plan import (
     measured_decisions,
     measured_precision,
     this_machine,
+    with_attention,
 )
 from buildllm.train.trainer import Trainer
 
@@ -183,6 +186,11 @@ def tune(config: Config) -> dict:
     # The trainers' scratch folder (nothing is saved there) goes when tune ends, even on an error.
     scratch = tempfile.TemporaryDirectory(prefix="buildllm-tune-")
     with scratch, tqdm(total=len(names), desc="tune", unit="part") as bar:
+        # Attention in each precision first, so that each precision's side runs its own fastest form.
+        by_precision = {p: measure_attention(plan, budget, skipped, part=1 / len(plans)) for p, plan in plans.items()}
+        record["attention_by_precision"] = by_precision
+        plans = {p: with_attention(plan, decide_attention(record, "", p)) for p, plan in plans.items()}
+        bar.update()
         record["precision"], trainers = measure_precision(
             config, plans, train, validation, tokens, budget, skipped, scratch.name
         )
@@ -190,6 +198,7 @@ def tune(config: Config) -> dict:
         # Every later part in the precision the run will use (measure/tune_order.py).
         precision, why = run_precision(config, record, reference)
         record["measured_in"] = {"precision": precision, "reason": why}
+        record["attention"] = by_precision.get(precision, {"precision": precision, "skipped": "not compared"})
         plan = plans.get(precision) or make_plan(with_overrides(config, {**fixed, "precision": precision}))
         parts = {
             # Its trainer in the run's precision where tune built one, else fp32's.
@@ -197,12 +206,14 @@ def tune(config: Config) -> dict:
                 trainers.get(precision, trainers["fp32"]), config.train.threads, budget, skipped
             ),
             "loss_chunk": lambda: measure_chunks(plan, budget, skipped),
-            "attention": lambda: measure_attention(plan, budget, skipped),
             "compile": lambda: compile_part(
-                config, {**fixed, "precision": precision}, budget, device.compile_pays_first
+                config,
+                {**fixed, "precision": precision, "attention": [plan.attention.kernel, plan.attention.reason]},
+                budget,
+                device.compile_pays_first,
             ),
         }
-        for name in names[1:]:
+        for name in names[2:]:
             if name == "compile":  # the trainers' memory goes before a child process builds its own
                 trainers.clear()
                 gc.collect()
@@ -236,7 +247,7 @@ def parts_record(record: dict, names: list[str], precisions: list[str]) -> list[
         out.append(
             {
                 "part": name,
-                "precision": ", ".join(precisions) if name == "precision" else figures["precision"],
+                "precision": ", ".join(precisions) if name in ("precision", "attention") else figures["precision"],
                 "measured": not why,
                 **({"skipped": why} if why else {}),
             }

@@ -22,15 +22,16 @@ class Budget:
         return self.end - self.clock()
 
     def take_turns(
-        self, name: str, turns: dict, skipped: list, warmup: int = 1, rounds: int = MAX_ROUNDS
+        self, name: str, turns: dict, skipped: list, warmup: int = 1, rounds: int = MAX_ROUNDS, part: float = 1.0
     ) -> dict | None:
-        """Each side's seconds, round by round (the first side is the reference), within part `name`'s
-        share; None, and said in `skipped`, when not even one round fitted."""
+        """Each side's seconds, round by round (the first side is the reference), within `part` of part
+        `name`'s share (a part measured once per precision splits it); None, and said in `skipped`, when
+        not even one round fitted."""
         seconds = interleave(
             turns,
             warmup=warmup,
             rounds=rounds,
-            soft_deadline=min(self.end, self.clock() + self.shares[name] * self.seconds),
+            soft_deadline=min(self.end, self.clock() + self.shares[name] * part * self.seconds),
             hard_deadline=self.end,
             min_rounds=MIN_ROUNDS,
             clock=self.clock,

@@ -22,7 +22,8 @@ from buildllm.data.windows import windows_or_random
 from buildllm.measure.stats import compare, interleave
 from buildllm.measure.workfolder import last_line, run_command
 from buildllm.metrics import json_line
-from buildllm.plan.run_plan import apply_plan, make_plan
+from buildllm.plan.attention import AttentionDecision
+from buildllm.plan.run_plan import apply_plan, make_plan, with_attention
 from buildllm.train.trainer import Trainer
 
 WARMUP_STEPS = 2
@@ -53,10 +54,14 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
 
 def child(params: str, settings: dict, deadline: float) -> dict:
     config = load_config(params)
+    # The attention tune measured this run, not the record on disk, which tune has not yet rewritten.
+    attention = AttentionDecision(*settings.pop("attention")) if "attention" in settings else None
     plans = {
         name: make_plan(with_overrides(config, {**settings, "train.compile": compile_knob}))
         for name, compile_knob in (("plain", "false"), ("compiled", "true"))
     }
+    if attention is not None:
+        plans = {name: with_attention(plan, attention) for name, plan in plans.items()}
     apply_plan(plans["plain"])
     device = plans["plain"].device
     train, validation, _ = windows_or_random(config, plans["plain"].model, plans["plain"].batch_size)
@@ -86,6 +91,7 @@ def child(params: str, settings: dict, deadline: float) -> dict:
         "plain_step_seconds": figures["reference_median_seconds"],
         "compiled_step_seconds": figures["median_seconds"],
         "precision": plans["plain"].precision.precision,
+        "attention": plans["plain"].attention.kernel,
     }
 
 

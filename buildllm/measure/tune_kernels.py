@@ -73,7 +73,7 @@ BACKENDS = {
 }
 
 
-def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
+def measure_attention(plan: RunPlan, budget: Budget, skipped: list, part: float = 1.0) -> dict:
     """Attention forward + backward at the run's shape and precision: torch's dispatch (what the model
     calls) against each backend forced alone and against the explicit matmul-softmax."""
     m, device, precision = plan.model, plan.device, plan.precision
@@ -100,7 +100,7 @@ def measure_attention(plan: RunPlan, budget: Budget, skipped: list) -> dict:
         except RuntimeError as exc:
             not_offered[name] = str(exc).strip().splitlines()[0][:160]
     sides = ["dispatch", *(name for name in BACKENDS if name not in not_offered), "explicit"]
-    seconds = budget.take_turns("attention", {name: partial(run, name) for name in sides}, skipped)
+    seconds = budget.take_turns("attention", {name: partial(run, name) for name in sides}, skipped, part=part)
     said = {"precision": precision.precision, "not_offered": not_offered}
     if seconds is None:
         return {**said, "skipped": NO_TIME}

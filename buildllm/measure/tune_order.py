@@ -1,11 +1,16 @@
 """Which parts `buildllm tune` measures, in which order, and each one's share of `tune.seconds`: a
 pure function of whether compile comes first (an accelerator), so the order a GPU gets is checked here without one.
 
-Precision comes first everywhere: every later part is measured in the precision the run will use
-(what `auto` makes of the precision figures, or the precision asked for), under its autocast.
+Attention comes first everywhere, measured in each precision tune compares (a kernel alone, a few
+seconds): the precision part then runs each side with the attention that side would run. Measured
+after the precision, in the chosen precision only, a precision whose dispatch attention is slow lost
+to fp32 before its written-out attention was ever timed (on a 2-core AMD EPYC at iteration 1, bf16
+ran x1.18 fp32's speed with the dispatch and x1.50 written out, 2026-12-05). Precision comes next:
+every later part is measured in the precision the run will use (what `auto` makes of the precision
+figures, or the precision asked for), under its autocast.
 
-- Accelerators: torch.compile right after it, in the time left less what the two small parts keep
-  (their shares). On an H200, iteration 3 in bf16 ran 627,896 tokens/s compiled against 498,807
+- Accelerators: torch.compile right after it, in the time left less what the loss chunk keeps
+  (its share). On an H200, iteration 3 in bf16 ran 627,896 tokens/s compiled against 498,807
   eager (+26%), while the loss chunk and the attention kernel move a step by a few percent at most;
   measured last, compile found 4 s of a 40 s budget left and was never measured (2026-12-04).
 - The CPU: compile stays last, with what is left. A cold compile takes about 40 s on 2 cores and was
@@ -26,18 +31,19 @@ class Part:
     share: float | None  # of tune.seconds, the soft end of its turns; None: what is left (compile)
 
 
+# attention's share is for all its precisions together (measure/tune.py divides it among them).
 CPU_ORDER = (
+    Part("attention", 0.05),
     Part("precision", 0.45),
     Part("threads", 0.10),
     Part("loss_chunk", 0.05),
-    Part("attention", 0.03),
     Part("compile", None),
 )
 ACCELERATOR_ORDER = (
+    Part("attention", 0.05),
     Part("precision", 0.40),
     Part("compile", None),
     Part("loss_chunk", 0.05),
-    Part("attention", 0.05),
 )
 
 

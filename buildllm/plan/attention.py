@@ -10,7 +10,8 @@ dispatch (flash attention on the CPU):
 - 2-core Intel Xeon with AMX: bf16 x0.59 (tune's record of 2026-12-04).
 No rule of the device kind or the precision alone holds on both, so nothing changes without figures:
 the dispatch, unless tune measured the written-out form conclusively faster (plan/tuned.py, faster)
-in this run's precision, at this shape and batch, on this machine.
+in this run's precision, at this shape and batch, on this machine. Tune measures it first, in each
+precision it compares, so that its precision part times each side with the attention it would run.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def decide_attention(record: dict | None, why_not: str, precision: str) -> Atten
     dispatch = "scaled_dot_product_attention, torch's dispatch"
     if record is None:
         return AttentionDecision(SDPA, f"{SDPA} ({dispatch}): {why_not}")
-    figures = record.get("attention") or {}
+    # Since 2026-12-05 tune measures attention in every precision it compares (measure/tune_order.py);
+    # a record from before holds the run's precision's figures alone.
+    figures = record.get("attention_by_precision", {}).get(precision) or record.get("attention") or {}
     measured_in = figures.get("precision", "fp32")
     if measured_in != precision:
         why = f"tune measured attention in {measured_in}, this run computes in {precision}"

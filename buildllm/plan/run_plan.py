@@ -151,6 +151,14 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     return replace(plan, memory=memory)
 
 
+def with_attention(plan: RunPlan, attention: AttentionDecision) -> RunPlan:
+    """The plan running `attention` instead: what tune does once it has measured the kernels in the
+    plan's precision, before the plan's first step (the memory fit counts the written-out scores)."""
+    changed = replace(plan, attention=attention, decisions={**plan.decisions, "attention": attention.reason})
+    memory = decide_memory(changed)
+    return replace(changed, memory=memory, decisions={**changed.decisions, "memory": memory.reason})
+
+
 @functools.lru_cache(maxsize=4)
 def _machine_id(override: str) -> str:
     return machine_id(fingerprint())

@@ -195,6 +195,11 @@ def test_attention_is_written_out_only_where_tune_measured_it_conclusively_faste
     assert kept.attention.kernel == "sdpa" and "x1.00" in kept.decisions["attention"]
     tuned.write_record(record(attention={"precision": "fp32", "skipped": "no time left"}))
     assert plan().decisions["attention"].endswith("no time left")
+    # Tune's record since attention is measured in every precision compared: each run reads its own.
+    both = {"fp32": {"precision": "fp32", "explicit": noisy}, "bf16": {"precision": "bf16", "explicit": quicker}}
+    tuned.write_record(record(attention=both["fp32"], attention_by_precision=both))
+    assert plan().attention.kernel == "sdpa" and plan(precision="bf16").attention.kernel == "explicit"
+    assert plan(precision="bf16").decisions["attention"].endswith("measured here in bf16")
 
 
 def test_conclusive_needs_the_interval_past_1_with_95_percent_coverage():

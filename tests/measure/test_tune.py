@@ -11,10 +11,13 @@ import yaml
 
 from buildllm.cli import main
 from buildllm.device import cpu_bf16
+from buildllm.measure import tune as tune_module
 from buildllm.measure.stats import compare, interleave
+from buildllm.measure.tune import measure_precision
 from buildllm.measure.tune_order import MIN_COMPILE_SECONDS, compile_window, shares, tune_order
 from buildllm.plan import threads as threads_rule
 from buildllm.plan import tuned
+from buildllm.plan.attention import decide_attention
 from buildllm.plan.run_plan import this_machine
 
 
@@ -95,6 +98,13 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
     monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
     scratch = own_temp_folder(workdir, monkeypatch)
     (workdir / "params.yaml").write_text(yaml.safe_dump({"tune": {"loss_steps": 4}}))
+    compared = {}  # the attention each precision's side ran in the precision part
+
+    def seen(config, plans, *rest):
+        compared.update({p: plan.attention.kernel for p, plan in plans.items()})
+        return measure_precision(config, plans, *rest)
+
+    monkeypatch.setattr(tune_module, "measure_precision", seen)
     assert main(["tune", *tune_args(tokens, "--seconds", "29")]) == 0
     out = capsys.readouterr().out
     assert not list(scratch.glob("buildllm-*")), "tune left its scratch folders behind"
@@ -119,15 +129,23 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
     run_precision = record["measured_in"]["precision"]
     assert record["decisions"]["precision"].startswith(run_precision + ":")
     parts = {p["part"]: p for p in record["parts"]}
-    assert list(parts) == ["precision", "threads", "loss_chunk", "attention", "compile"]
-    assert {parts[n]["precision"] for n in ("threads", "loss_chunk", "attention", "compile")} == {run_precision}
+    assert list(parts) == ["attention", "precision", "threads", "loss_chunk", "compile"]
+    assert {parts[n]["precision"] for n in ("threads", "loss_chunk", "compile")} == {run_precision}
     assert not parts["compile"]["measured"] and "under the 30 s a compile needs" in parts["compile"]["skipped"]
-    attention = record["attention"]
-    assert attention["precision"] == run_precision
-    # The CPU offers no cuDNN or memory-efficient kernel: said, not timed; what it offers is timed.
-    assert set(attention["not_offered"]) == {"cudnn", "efficient"}
-    assert "skipped" in attention or {"flash", "math", "explicit"} <= set(attention)
-    assert f"part attention in {run_precision}: " in out
+    # Attention first, in every precision compared; each side of the precision part ran the form
+    # measured faster in its own precision, and the run's precision's figures are the record's.
+    by_precision = record["attention_by_precision"]
+    assert set(by_precision) == set(compared) == ({"fp32", "bf16"} if cpu_bf16.native_bf16() else {"fp32"})
+    assert set(parts["attention"]["precision"].split(", ")) == set(by_precision)
+    for precision, attention in by_precision.items():
+        assert attention["precision"] == precision
+        assert compared[precision] == decide_attention(record, "", precision).kernel
+        # The CPU offers no cuDNN or memory-efficient kernel: said, not timed; what it offers is timed.
+        assert set(attention["not_offered"]) == {"cudnn", "efficient"}
+        assert "skipped" in attention or {"flash", "math", "explicit"} <= set(attention)
+        assert "skipped" in attention or f"attention in {precision}: explicit matmul-softmax x" in out
+    assert record["attention"] == by_precision[run_precision]
+    assert f"part attention in {parts['attention']['precision']}: " in out
     # Under the 30 s a compilation needs: skipped, and said on the console and in the record.
     assert "speedup" not in record["compile"] and any(s.startswith("torch.compile") for s in record["skipped"])
     assert "skipped to stay within tune.seconds: torch.compile" in out
@@ -179,18 +197,15 @@ def test_tune_measures_compile_when_the_budget_allows_it(workdir, tokens, capsys
 
 def test_on_a_gpu_compile_comes_right_after_precision_and_keeps_the_small_parts_their_shares():
     """The order is a pure function of the device kind: what a GPU gets is checked without one."""
-    assert [p.name for p in tune_order(True)] == ["precision", "compile", "loss_chunk", "attention"]
-    assert [p.name for p in tune_order(False)] == ["precision", "threads", "loss_chunk", "attention", "compile"]
+    assert [p.name for p in tune_order(True)] == ["attention", "precision", "compile", "loss_chunk"]
+    assert [p.name for p in tune_order(False)] == ["attention", "precision", "threads", "loss_chunk", "compile"]
     # The H200's iteration 3: 36 s of 40 went to precision; compile, after it, found 4 s.
     window, why = compile_window(True, 40.0, left=4.0)
-    assert (
-        window < MIN_COMPILE_SECONDS
-        and "0 s of tune.seconds left for it (4 s kept for the loss chunk and attention)" in why
-    )
-    # With 120 s, precision's 48 s share leaves compile the rest less the 12 s its successors keep.
-    kept = (shares(True)["loss_chunk"] + shares(True)["attention"]) * 120
-    window, why = compile_window(True, 120.0, left=120.0 - 0.40 * 120)
-    assert why == "" and window == pytest.approx(72.0 - kept) and window >= MIN_COMPILE_SECONDS
+    assert window < MIN_COMPILE_SECONDS and "2 s of tune.seconds left for it (2 s kept for the loss chunk)" in why
+    # With 120 s, attention's and precision's shares leave compile the rest less the loss chunk's.
+    kept = shares(True)["loss_chunk"] * 120
+    window, why = compile_window(True, 120.0, left=120.0 - (0.05 + 0.40) * 120)
+    assert why == "" and window == pytest.approx(66.0 - kept) and window >= MIN_COMPILE_SECONDS
     # On the CPU compile is last: it may take all that is left.
     assert compile_window(False, 120.0, left=35.0) == (35.0, "")
     assert "raise tune.seconds" in compile_window(False, 120.0, left=29.0)[1]
