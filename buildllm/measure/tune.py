@@ -3,12 +3,14 @@ each part compares, what it decides and what tune skips: docs/pipeline.md, "Auto
 record goes to metrics/tune.json under this machine's id (buildllm/plan/tuned.py), where the plan reads it.
 
 Each part runs the planned profile, shape and batch on the device the run would use, its sides in
-turns within its share of `tune.seconds` (measure/tune_budget.py). Attention runs first, in every
-precision compared, and each precision's side of the next part runs the attention measured faster in
-it. The precision part trains the Trainer's own step from the same seed on the same tokens, so its
-validation losses can be compared; every later part runs in the precision the run will use. The order and the
-shares depend on the device (measure/tune_order.py: torch.compile right after precision on a GPU, last on the CPU);
-the record's `parts` says which parts ran, in which precision, and why any did not.
+turns within its share of `tune.seconds` (measure/tune_budget.py). Each part plans from the record
+being written (run_plan.make_plan's tune_record), never from the last tune's, so it runs what the
+parts before it measured. Attention runs first, in every precision compared, and each precision's
+side of the next part runs the attention measured faster in it. The precision part trains the
+Trainer's own step from the same seed on the same tokens, so its validation losses can be compared;
+every later part runs in the precision the run will use. The order and the shares depend on the
+device (measure/tune_order.py: torch.compile right after precision on a GPU, last on the CPU); the
+record's `parts` says which parts ran, in which precision, and why any did not.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from buildllm.measure.tune_order import compile_window, shares, tune_order
 from buildllm.measure.tune_summary import summary
 from buildllm.plan import threads as threads_rule
 from buildllm.plan import tuned
-from buildllm.plan.attention import decide_attention
 from buildllm.plan.run_plan import (
     RunPlan,
     announce,
@@ -45,7 +46,6 @@ from buildllm.plan.run_plan import (
     measured_decisions,
     measured_precision,
     this_machine,
-    with_attention,
 )
 from buildllm.train.trainer import Trainer
 
@@ -164,10 +164,6 @@ def tune(config: Config) -> dict:
     watch.mark()
     names = [part.name for part in order if part.name != "threads" or device.threads_apply]
     announce("tune", reference, budget_seconds=config.tune.seconds, measures=", ".join(names))
-    plans = {
-        p: (reference if p == "fp32" else make_plan(with_overrides(config, {**fixed, "precision": p})))
-        for p in tunable_precisions(reference.device)
-    }
     train, validation, tokens = windows_or_random(config, reference.model, reference.batch_size)
     record: dict = {
         "machine_id": this_machine(),
@@ -182,6 +178,14 @@ def tune(config: Config) -> dict:
         "tokens": tokens,
         "budget_seconds": config.tune.seconds,
     }
+
+    def plan_in(precision: str) -> RunPlan:
+        # Planned from this tune's own record as it grows, never from the last tune's: each part runs
+        # what the parts before it measured (the attention, the loss chunk), and a stale figure of
+        # another day cannot tilt a comparison.
+        return make_plan(with_overrides(config, {**fixed, "precision": precision}), tune_record=record)
+
+    plans = {p: plan_in(p) for p in tunable_precisions(reference.device)}
     skipped: list[str] = []
     # The trainers' scratch folder (nothing is saved there) goes when tune ends, even on an error.
     scratch = tempfile.TemporaryDirectory(prefix="buildllm-tune-")
@@ -189,7 +193,7 @@ def tune(config: Config) -> dict:
         # Attention in each precision first, so that each precision's side runs its own fastest form.
         by_precision = {p: measure_attention(plan, budget, skipped, part=1 / len(plans)) for p, plan in plans.items()}
         record["attention_by_precision"] = by_precision
-        plans = {p: with_attention(plan, decide_attention(record, "", p)) for p, plan in plans.items()}
+        plans = {p: plan_in(p) for p in plans}
         bar.update()
         record["precision"], trainers = measure_precision(
             config, plans, train, validation, tokens, budget, skipped, scratch.name
@@ -198,8 +202,7 @@ def tune(config: Config) -> dict:
         # Every later part in the precision the run will use (measure/tune_order.py).
         precision, why = run_precision(config, record, reference)
         record["measured_in"] = {"precision": precision, "reason": why}
-        record["attention"] = by_precision.get(precision, {"precision": precision, "skipped": "not compared"})
-        plan = plans.get(precision) or make_plan(with_overrides(config, {**fixed, "precision": precision}))
+        plan = plans.get(precision) or plan_in(precision)
         parts = {
             # Its trainer in the run's precision where tune built one, else fp32's.
             "threads": lambda: measure_threads(
@@ -207,10 +210,7 @@ def tune(config: Config) -> dict:
             ),
             "loss_chunk": lambda: measure_chunks(plan, budget, skipped),
             "compile": lambda: compile_part(
-                config,
-                {**fixed, "precision": precision, "attention": [plan.attention.kernel, plan.attention.reason]},
-                budget,
-                device.compile_pays_first,
+                config, {**fixed, "precision": precision}, record, budget, device.compile_pays_first
             ),
         }
         for name in names[2:]:
@@ -231,11 +231,11 @@ def tune(config: Config) -> dict:
     return record
 
 
-def compile_part(config: Config, settings: dict, budget: Budget, compile_first: bool) -> dict:
+def compile_part(config: Config, settings: dict, record: dict, budget: Budget, compile_first: bool) -> dict:
     window, why_not = compile_window(compile_first, budget.seconds, budget.left())
     if why_not:
         return {"skipped": why_not}
-    return measure_compile(config, settings, window)
+    return measure_compile(config, settings, record, window)
 
 
 def parts_record(record: dict, names: list[str], precisions: list[str]) -> list[dict]:
@@ -243,6 +243,9 @@ def parts_record(record: dict, names: list[str], precisions: list[str]) -> list[
     out = []
     for name in names:
         figures = record.get(name, {})
+        if name == "attention":  # measured where any precision's figures are
+            by_precision = record["attention_by_precision"].values()
+            figures = {} if any("skipped" not in f for f in by_precision) else next(iter(by_precision))
         why = figures.get("skipped")
         out.append(
             {

@@ -22,16 +22,17 @@ from buildllm.data.windows import windows_or_random
 from buildllm.measure.stats import compare, interleave
 from buildllm.measure.workfolder import last_line, run_command
 from buildllm.metrics import json_line
-from buildllm.plan.attention import AttentionDecision
-from buildllm.plan.run_plan import apply_plan, make_plan, with_attention
+from buildllm.plan.run_plan import apply_plan, make_plan
 from buildllm.train.trainer import Trainer
 
 WARMUP_STEPS = 2
 ROUNDS = 12  # pairs of turns at most: enough for a 95% interval of the median ratio
 
 
-def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
-    """The child's figures, or {"skipped": why} when it failed or did not finish within `seconds`."""
+def measure_compile(config: Config, settings: dict, record: dict, seconds: float) -> dict:
+    """The child's figures, or {"skipped": why} when it failed or did not finish within `seconds`. The
+    child plans from `record`, the tune record being written (run_plan.make_plan's tune_record): it runs
+    the attention and loss chunk this tune measured, not the last tune's on disk."""
     # Leave a little of the window for the child's last round and its exit.
     deadline = time.time() + max(seconds - 3.0, 1.0)
     # The child works in this folder (its params and its trainers' scratch), which goes with it.
@@ -39,7 +40,10 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
         (Path(folder) / "params.yaml").write_text(yaml.safe_dump(config_to_dict(config)))
         try:
             done, _ = run_command(
-                Path(folder), [json.dumps(settings), str(deadline)], seconds, "buildllm.measure.tune_compile"
+                Path(folder),
+                [json.dumps(settings), json.dumps(record), str(deadline)],
+                seconds,
+                "buildllm.measure.tune_compile",
             )
         except subprocess.TimeoutExpired:
             return {
@@ -52,16 +56,12 @@ def measure_compile(config: Config, settings: dict, seconds: float) -> dict:
     return json.loads(lines[-1])
 
 
-def child(params: str, settings: dict, deadline: float) -> dict:
+def child(params: str, settings: dict, record: dict, deadline: float) -> dict:
     config = load_config(params)
-    # The attention tune measured this run, not the record on disk, which tune has not yet rewritten.
-    attention = AttentionDecision(*settings.pop("attention")) if "attention" in settings else None
     plans = {
-        name: make_plan(with_overrides(config, {**settings, "train.compile": compile_knob}))
+        name: make_plan(with_overrides(config, {**settings, "train.compile": compile_knob}), tune_record=record)
         for name, compile_knob in (("plain", "false"), ("compiled", "true"))
     }
-    if attention is not None:
-        plans = {name: with_attention(plan, attention) for name, plan in plans.items()}
     apply_plan(plans["plain"])
     device = plans["plain"].device
     train, validation, _ = windows_or_random(config, plans["plain"].model, plans["plain"].batch_size)
@@ -96,5 +96,5 @@ def child(params: str, settings: dict, deadline: float) -> dict:
 
 
 if __name__ == "__main__":
-    settings, deadline, _, params = sys.argv[1:]  # as workfolder.run_command passes them
-    json_line(**child(params, json.loads(settings), float(deadline)))
+    settings, record, deadline, _, params = sys.argv[1:]  # as workfolder.run_command passes them
+    json_line(**child(params, json.loads(settings), json.loads(record), float(deadline)))

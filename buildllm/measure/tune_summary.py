@@ -30,12 +30,13 @@ def summary(record: dict) -> str:
         lines.append(f"  loss chunk: {rows} rows {tuned.ratio_text(figure)} the speed of {chunk['default_rows']}")
     if chunk.get("plain"):
         lines.append(f"  loss chunk: plain unfused loss {tuned.ratio_text(chunk['plain'])} the speed of the default")
-    for precision, figures in record.get("attention_by_precision", {"": record["attention"]}).items():
+    for precision, figures in record["attention_by_precision"].items():
         for kernel in [*BACKENDS, "explicit"]:
             if kernel in figures:
                 said = "explicit matmul-softmax" if kernel == "explicit" else f"{kernel} kernel"
-                where = f" in {precision}" if precision else ""
-                lines.append(f"  attention{where}: {said} {tuned.ratio_text(figures[kernel])} the dispatch's speed")
+                lines.append(
+                    f"  attention in {precision}: {said} {tuned.ratio_text(figures[kernel])} the dispatch's speed"
+                )
     lines += [
         f"  part {p['part']} in {p['precision']}: " + ("measured" if p["measured"] else f"not measured: {p['skipped']}")
         for p in record["parts"]

@@ -39,7 +39,7 @@ def decide_attention(record: dict | None, why_not: str, precision: str) -> Atten
     if record is None:
         return AttentionDecision(SDPA, f"{SDPA} ({dispatch}): {why_not}")
     # Since 2026-12-05 tune measures attention in every precision it compares (measure/tune_order.py);
-    # a record from before holds the run's precision's figures alone.
+    # a record from before holds the run's precision's figures alone, as `attention`.
     figures = record.get("attention_by_precision", {}).get(precision) or record.get("attention") or {}
     measured_in = figures.get("precision", "fp32")
     if measured_in != precision:

@@ -111,7 +111,8 @@ def measured_choice(
     record: dict | None, why_not: str, default_rows: int, precision: str = "fp32"
 ) -> tuple[int | None, str]:
     """(None, why) without figures for this default in this run's precision, so the plan's own rule stands."""
-    measured_in = ((record or {}).get("loss_chunk") or {}).get("precision", "fp32")
-    if record is not None and measured_in != precision:
+    figures = (record or {}).get("loss_chunk") or {}
+    measured_in = figures.get("precision", "fp32")  # records from before the field: measured in fp32
+    if figures and measured_in != precision:
         return None, f"measured here: rows not compared in {precision} (tune measured the loss chunk in {measured_in})"
     return measured_count(record, why_not, "loss_chunk", "default_rows", default_rows, "rows")

@@ -70,8 +70,10 @@ class RunPlan:
         return self.threads if self.device.threads_apply else 1
 
 
-def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
-    """training_examples: the windows a caller has already loaded; otherwise counted from the token file."""
+def make_plan(config: Config, training_examples: int | None = None, tune_record: dict | None = None) -> RunPlan:
+    """training_examples: the windows a caller has already loaded; otherwise counted from the token file.
+    tune_record: the record `buildllm tune` is writing for this very plan, read instead of the one on
+    disk, so that each of its parts runs what its own earlier parts measured and nothing of the last tune."""
     profile = profile_for(config)
     model = profile.model
     if model.n_embd % model.n_head:
@@ -100,10 +102,11 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     if examples is not None:
         steps = planned_steps(batches_per_epoch(examples, batch_size * processes), t.epochs, t.grad_accum)
     # This machine's tune figures for this profile, device, shape and batch (or why there are none),
-    # read in one place; the measured rules of threads, precision, compile and the loss decide from them.
-    record, why_not = tuned.lookup(
-        this_machine(), profile.name, device.device, batch_size, tuned.shape_label(model, t.gradient_checkpointing)
-    )
+    # read in one place; the measured rules of threads, precision, compile, the loss and attention decide from them.
+    record, why_not = tune_record, ""
+    if record is None:
+        shape = tuned.shape_label(model, t.gradient_checkpointing)
+        record, why_not = tuned.lookup(this_machine(), profile.name, device.device, batch_size, shape)
     threads, decisions["threads"] = threads_module.decide_threads(t.threads, device.threads_apply, record, why_not)
     default_precision = profile.runtime(device.runtime_defaults).precision
     precision = precision_module.resolve_precision(config.precision, device, default_precision, (record, why_not))
@@ -149,14 +152,6 @@ def make_plan(config: Config, training_examples: int | None = None) -> RunPlan:
     memory = decide_memory(plan)
     decisions["memory"] = memory.reason
     return replace(plan, memory=memory)
-
-
-def with_attention(plan: RunPlan, attention: AttentionDecision) -> RunPlan:
-    """The plan running `attention` instead: what tune does once it has measured the kernels in the
-    plan's precision, before the plan's first step (the memory fit counts the written-out scores)."""
-    changed = replace(plan, attention=attention, decisions={**plan.decisions, "attention": attention.reason})
-    memory = decide_memory(changed)
-    return replace(changed, memory=memory, decisions={**changed.decisions, "memory": memory.reason})
 
 
 @functools.lru_cache(maxsize=4)

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from buildllm.cli import main
+from buildllm.config import load_config
 from buildllm.device import cpu_bf16
 from buildllm.measure import tune as tune_module
 from buildllm.measure.stats import compare, interleave
@@ -18,7 +19,7 @@ from buildllm.measure.tune_order import MIN_COMPILE_SECONDS, compile_window, sha
 from buildllm.plan import threads as threads_rule
 from buildllm.plan import tuned
 from buildllm.plan.attention import decide_attention
-from buildllm.plan.run_plan import this_machine
+from buildllm.plan.run_plan import make_plan, this_machine
 
 
 def turns(order: list, now: list, costs: dict):
@@ -98,10 +99,29 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
     monkeypatch.delenv("BUILDLLM_MACHINE_OVERRIDE", raising=False)
     scratch = own_temp_folder(workdir, monkeypatch)
     (workdir / "params.yaml").write_text(yaml.safe_dump({"tune": {"loss_steps": 4}}))
-    compared = {}  # the attention each precision's side ran in the precision part
+    # The last tune's record, on disk, would have each precision run the other attention and a loss
+    # chunk of half the rule's rows: tune plans from the record it writes, so none of it may reach a part.
+    unseen = make_plan(load_config(None, {"device": "cpu", "preset": "tiny", "train.batch_size": 8}))
+    rule_rows = unseen.loss.chunk_rows
+    quicker = compare({"rule": [1.0] * 8, "other": [0.5] * 8}, "rule")["other"]
+    stale = {"precision": "fp32", "default_rows": rule_rows, "candidates": {str(rule_rows // 2): quicker}}
+    tuned.write_record(
+        {
+            "machine_id": this_machine(),
+            "profile": "tiny",
+            "device": "cpu",
+            "batch_size": 8,
+            "shape": tuned.shape_label(unseen.model),
+            "loss_chunk": stale,
+            "attention_by_precision": {p: {"precision": p, "explicit": quicker} for p in ("fp32", "bf16")},
+        }
+    )
+    assert make_plan(unseen.config).loss.chunk_rows == rule_rows // 2  # the stale record is read elsewhere
+    compared, rows = {}, {}  # the attention and loss chunk each precision's side ran in the precision part
 
     def seen(config, plans, *rest):
         compared.update({p: plan.attention.kernel for p, plan in plans.items()})
+        rows.update({p: plan.loss.chunk_rows for p, plan in plans.items()})
         return measure_precision(config, plans, *rest)
 
     monkeypatch.setattr(tune_module, "measure_precision", seen)
@@ -144,7 +164,8 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
         assert set(attention["not_offered"]) == {"cudnn", "efficient"}
         assert "skipped" in attention or {"flash", "math", "explicit"} <= set(attention)
         assert "skipped" in attention or f"attention in {precision}: explicit matmul-softmax x" in out
-    assert record["attention"] == by_precision[run_precision]
+    assert set(rows.values()) == {rule_rows}  # the stale record's chunk reached no side
+    assert "attention" not in record  # stored once, by precision
     assert f"part attention in {parts['attention']['precision']}: " in out
     # Under the 30 s a compilation needs: skipped, and said on the console and in the record.
     assert "speedup" not in record["compile"] and any(s.startswith("torch.compile") for s in record["skipped"])
