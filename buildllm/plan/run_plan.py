@@ -29,6 +29,7 @@ from buildllm.plan.defaults import decide_defaults
 from buildllm.plan.device import resolve_device
 from buildllm.plan.fused_adamw import fused_adamw_support
 from buildllm.plan.memory import NOT_DECIDED, MemoryFit, decide_memory
+from buildllm.plan.newton_schulz import decide_newton_schulz
 from buildllm.plan.optimizer_groups import describe, split_parameters
 from buildllm.plan.recipe import RecipeDecision, decide_recipe
 from buildllm.profiles import Profile
@@ -57,7 +58,10 @@ class RunPlan:
     recipe: RecipeDecision
     muon_parameters: int  # those Muon updates (0 with adamw); AdamW has the rest
     attention: AttentionDecision
-    memory: MemoryFit = NOT_DECIDED  # decided from the rest of the plan
+    memory: MemoryFit = NOT_DECIDED
+    newton_schulz: str = (
+        "bf16"  # the precision of Muon's orthogonalisation (plan/newton_schulz.py)  # decided from the rest of the plan
+    )
 
     @property
     def tokens_per_step(self) -> int:
@@ -126,6 +130,9 @@ def make_plan(config: Config, training_examples: int | None = None, tune_record:
     groups = split_parameters(meta, recipe.optimizer)
     muon_parameters = sum(p.numel() for _, p in groups.get("muon", []))
     decisions["optimizer_groups"] = describe(groups)
+    newton_schulz = "bf16"
+    if recipe.optimizer == "muon":
+        newton_schulz, decisions["newton_schulz"] = decide_newton_schulz(device.kind)
     plan = RunPlan(
         config,
         profile,
@@ -148,6 +155,7 @@ def make_plan(config: Config, training_examples: int | None = None, tune_record:
         recipe=recipe,
         muon_parameters=muon_parameters,
         attention=attention,
+        newton_schulz=newton_schulz,
     )
     memory = decide_memory(plan)
     decisions["memory"] = memory.reason

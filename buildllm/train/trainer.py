@@ -177,6 +177,7 @@ class Trainer:
             recipe.muon_learning_rate,
             cfg.weight_decay,
             plan.fused_adamw,
+            plan.newton_schulz,
         )
         self.ddp = None
         if self.world.distributed:

@@ -31,7 +31,13 @@ def bare_step(plan, windows: Windows):
     forward = torch.compile(model) if plan.compile.enabled else model
     recipe = plan.recipe
     optimizer = build_optimizers(
-        model, recipe.optimizer, plan.learning_rate, recipe.muon_learning_rate, cfg.weight_decay, plan.fused_adamw
+        model,
+        recipe.optimizer,
+        plan.learning_rate,
+        recipe.muon_learning_rate,
+        cfg.weight_decay,
+        plan.fused_adamw,
+        plan.newton_schulz,
     )
     # The batches the product's data cursor starts with (epoch 0's order), already on the device.
     first = itertools.islice(RunBatches(windows, plan.batch_size, plan.config.seed, 0), BATCHES)
