@@ -58,10 +58,8 @@ class RunPlan:
     recipe: RecipeDecision
     muon_parameters: int  # those Muon updates (0 with adamw); AdamW has the rest
     attention: AttentionDecision
-    memory: MemoryFit = NOT_DECIDED
-    newton_schulz: str = (
-        "bf16"  # the precision of Muon's orthogonalisation (plan/newton_schulz.py)  # decided from the rest of the plan
-    )
+    memory: MemoryFit = NOT_DECIDED  # decided from the rest of the plan
+    newton_schulz: str = "bf16"  # Muon's orthogonalisation precision (plan/newton_schulz.py)
 
     @property
     def tokens_per_step(self) -> int:
