@@ -15,10 +15,10 @@ from buildllm.device.cpu_bf16 import NO_BF16_PATH, native_bf16
 BF16, FP32 = "bf16", "fp32"
 
 
-def decide_newton_schulz(device_kind: str) -> tuple[str, str]:
-    """(precision, why) of Muon's Newton-Schulz iterations on a device of this kind."""
-    if device_kind != "cpu":
-        return BF16, f"bf16 (torch.optim.Muon's): {device_kind} multiplies bf16 matrices natively"
+def decide_newton_schulz(device) -> tuple[str, str]:
+    """(precision, why) of Muon's Newton-Schulz iterations on this Device."""
+    if not device.host_memory:
+        return BF16, f"bf16 (torch.optim.Muon's): {device.device} multiplies bf16 matrices natively"
     if native_bf16():
         return BF16, "bf16 (torch.optim.Muon's): this CPU computes bf16 matmuls in oneDNN"
     return FP32, f"fp32, not torch.optim.Muon's bf16: {NO_BF16_PATH}"

@@ -130,7 +130,7 @@ def make_plan(config: Config, training_examples: int | None = None, tune_record:
     decisions["optimizer_groups"] = describe(groups)
     newton_schulz = "bf16"
     if recipe.optimizer == "muon":
-        newton_schulz, decisions["newton_schulz"] = decide_newton_schulz(device.kind)
+        newton_schulz, decisions["newton_schulz"] = decide_newton_schulz(device)
     plan = RunPlan(
         config,
         profile,

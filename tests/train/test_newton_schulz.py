@@ -58,6 +58,8 @@ def test_the_momentum_buffer_is_not_changed_by_the_orthogonalisation():
 @pytest.mark.parametrize("native, expected", [(True, "bf16"), (False, "fp32")])
 def test_the_cpu_iterates_in_bf16_only_where_it_has_a_bf16_matmul_path(monkeypatch, native, expected):
     monkeypatch.setattr(newton_schulz, "native_bf16", lambda: native)
-    chosen, why = newton_schulz.decide_newton_schulz("cpu")
+    cpu = type("D", (), {"host_memory": True, "device": "cpu"})()
+    gpu = type("D", (), {"host_memory": False, "device": "cuda:0"})()
+    chosen, why = newton_schulz.decide_newton_schulz(cpu)
     assert chosen == expected and expected in why
-    assert newton_schulz.decide_newton_schulz("cuda")[0] == "bf16"
+    assert newton_schulz.decide_newton_schulz(gpu)[0] == "bf16"
