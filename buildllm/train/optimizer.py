@@ -147,3 +147,17 @@ def build_optimizers(
             orthogonalise_in=newton_schulz,
         )
     return Optimizers(parts)
+
+
+def plan_optimizers(model: torch.nn.Module, plan) -> Optimizers:
+    """The plan's optimizers for `model`: its recipe, rates, weight decay, fused AdamW and Newton-Schulz precision."""
+    recipe = plan.recipe
+    return build_optimizers(
+        model,
+        recipe.optimizer,
+        plan.learning_rate,
+        recipe.muon_learning_rate,
+        plan.config.train.weight_decay,
+        plan.fused_adamw,
+        plan.newton_schulz,
+    )

@@ -28,7 +28,7 @@ from buildllm.plan.run_plan import RunPlan, facts
 from buildllm.train import checkpoint, distributed
 from buildllm.train.background_save import BackgroundSave, host_copy
 from buildllm.train.distributed import World
-from buildllm.train.optimizer import build_optimizers
+from buildllm.train.optimizer import plan_optimizers
 from buildllm.train.run_log import RunLog
 from buildllm.train.schedule import make_schedule
 
@@ -170,15 +170,7 @@ class Trainer:
         self.model.gradient_checkpointing = cfg.gradient_checkpointing
         self.model.loss_chunk_rows = plan.loss.chunk_rows
         self.model.attention = plan.attention.kernel
-        self.optimizer = build_optimizers(
-            self.model,
-            recipe.optimizer,
-            plan.learning_rate,
-            recipe.muon_learning_rate,
-            cfg.weight_decay,
-            plan.fused_adamw,
-            plan.newton_schulz,
-        )
+        self.optimizer = plan_optimizers(self.model, plan)
         self.ddp = None
         if self.world.distributed:
             self.ddp = DistributedDataParallel(self.model, device_ids=self.device.ddp_device_ids)

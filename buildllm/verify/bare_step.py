@@ -17,7 +17,7 @@ import torch
 
 from buildllm.data.windows import RunBatches, Windows
 from buildllm.model.gpt import build_model
-from buildllm.train.optimizer import build_optimizers
+from buildllm.train.optimizer import plan_optimizers
 
 BATCHES = 8  # distinct batches taken in turn: more would only hold more device memory
 
@@ -29,16 +29,7 @@ def bare_step(plan, windows: Windows):
     model.loss_chunk_rows = plan.loss.chunk_rows
     model.gradient_checkpointing = cfg.gradient_checkpointing
     forward = torch.compile(model) if plan.compile.enabled else model
-    recipe = plan.recipe
-    optimizer = build_optimizers(
-        model,
-        recipe.optimizer,
-        plan.learning_rate,
-        recipe.muon_learning_rate,
-        cfg.weight_decay,
-        plan.fused_adamw,
-        plan.newton_schulz,
-    )
+    optimizer = plan_optimizers(model, plan)
     # The batches the product's data cursor starts with (epoch 0's order), already on the device.
     first = itertools.islice(RunBatches(windows, plan.batch_size, plan.config.seed, 0), BATCHES)
     batches = itertools.cycle([tuple(pair.to(device.device)) for _, _, pair in first])
