@@ -9,7 +9,7 @@ dispatch (flash attention on the CPU):
   own fp32 time. tiny, student and small in bf16: x4.22, x3.38, x1.80; in fp32 x0.60-0.65.
 - 2-core Intel Xeon with AMX: bf16 x0.59 (tune's record of 2026-12-04).
 No rule of the device kind or the precision alone holds on both, so nothing changes without figures:
-the dispatch, unless tune measured the written-out form conclusively faster (plan/tuned.py, faster)
+the dispatch, unless tune measured the written-out form faster by a margin (plan/tuned.py, clears)
 in this run's precision, at this shape and batch, on this machine. Tune measures it first, in each
 precision it compares, so that its precision part times each side with the attention it would run.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from buildllm.plan.tuned import faster, ratio_text
+from buildllm.plan.tuned import MIN_LOW_GAIN, clears, ratio_text
 
 SDPA, EXPLICIT = "sdpa", "explicit"
 
@@ -50,6 +50,7 @@ def decide_attention(record: dict | None, why_not: str, precision: str) -> Atten
         why = figures.get("skipped", "the written-out form was not measured")
         return AttentionDecision(SDPA, f"{SDPA} ({dispatch}): {why}")
     said = f"the written-out form {ratio_text(written_out)} the dispatch's speed, measured here in {precision}"
-    if faster(written_out):
+    if clears(written_out):
         return AttentionDecision(EXPLICIT, f"{EXPLICIT}: {said}")
-    return AttentionDecision(SDPA, f"{SDPA} ({dispatch}): {said}")
+    bar = f"under x{MIN_LOW_GAIN:.2f} at its interval's low end"
+    return AttentionDecision(SDPA, f"{SDPA} ({dispatch}): {said}, {bar}")

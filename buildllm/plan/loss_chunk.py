@@ -10,7 +10,8 @@ of the device, so the plan decides it (RunPlan.loss) and the model and the memor
   otherwise the largest chunks that fit, in whole ROW_MULTIPLE rows, never fewer than MIN_ROWS (on a
   small GPU the floor may pass the budget: the memory estimate counts what is chosen).
 
-A chunk size `buildllm tune` measured faster on this machine is preferred (plan_loss).
+A chunk size `buildllm tune` measured faster on this machine, by a margin (plan/tuned.py, MIN_LOW_GAIN),
+is preferred (plan_loss).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """How many threads torch computes with on the CPU, and why.
 
 `threads: null` starts from torch's own count (read before any plan sets one) and keeps it unless
-`buildllm tune` measured another count conclusively faster on this machine for this run's shape.
+`buildllm tune` measured another count faster by a margin (plan/tuned.py, MIN_LOW_GAIN) on this
+machine for this run's shape.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def decide_threads(requested: int | None, applies: bool, record: dict | None, wh
 
 
 def measured_choice(record: dict | None, why_not: str, default: int) -> tuple[int, str]:
-    """For `threads: null`: the count measured conclusively fastest against torch's default, else the default."""
+    """For `threads: null`: the count measured fastest by a margin against torch's default, else the default."""
     threads, why = measured_count(record, why_not, "threads", "default", default, "threads")
     if threads is None:
         return default, f"{default}: torch's default for this machine; {why}"

@@ -15,6 +15,14 @@ from buildllm.paths import METRICS
 PATH = METRICS / "tune.json"
 FORMAT = 1
 NOT_MEASURED = "not measured on this machine: run `buildllm tune`"
+# A measured count (threads, the loss chunk) or kernel replaces its stated default only where its
+# speed-up's interval clears this gain at its LOW end. "Conclusively faster" alone (low end above 1)
+# flipped the loss chunk from run to run: tune run 5 times in fresh processes on one quiet 2-core AMD
+# EPYC (Zen 1, 2026-12-06) took 512, 512, 1024, 2048 and 512 rows, each on about x1.02 with its low
+# end at x1.00-x1.01. A choice now flips only where a low end crosses the bar between runs: a gain
+# near parity keeps the default every time, and one large enough to matter outruns the interval.
+# Precision has its own, higher bar (plan/precision.py): bf16 also changes what is computed.
+MIN_LOW_GAIN = 1.03
 
 
 def read_all() -> dict:
@@ -66,6 +74,11 @@ def faster(figure: dict) -> bool:
     return figure["low"] > 1.0 and figure.get("coverage", 0.0) >= 0.95
 
 
+def clears(figure: dict, bar: float = MIN_LOW_GAIN) -> bool:
+    """Conclusively faster by at least `bar` at the interval's low end: enough to leave a default."""
+    return faster(figure) and figure["low"] >= bar
+
+
 def slower(figure: dict) -> bool:
     return figure["high"] < 1.0 and figure.get("coverage", 0.0) >= 0.95
 
@@ -74,7 +87,7 @@ def measured_count(
     record: dict | None, why_not: str, key: str, default_key: str, default: int, unit: str
 ) -> tuple[int | None, str]:
     """(count, reason) for a count tune compares against the rule's default (record[key][default_key]):
-    of those measured conclusively faster than it, the one with the largest ratio, else the default,
+    of those whose gain over it clears MIN_LOW_GAIN, the one with the largest ratio, else the default,
     kept; (None, why) without figures compared against this default."""
     if record is None:
         return None, why_not
@@ -84,8 +97,9 @@ def measured_count(
         return None, f"measured here: {unit} not compared ({skipped})"
     candidates = {int(n): f for n, f in figures["candidates"].items()}
     said = "; ".join(f"{n} {unit} {ratio_text(f)}" for n, f in sorted(candidates.items()))
-    quicker = {n: f for n, f in candidates.items() if faster(f)}
+    quicker = {n: f for n, f in candidates.items() if clears(f)}
     if quicker:
         best = max(quicker, key=lambda n: quicker[n]["ratio"])
         return best, f"{best} {unit}: measured here against the default {default}: {said}"
-    return default, f"{default} {unit} (the default), kept; measured here against it: {said}"
+    bar = f"none clears x{MIN_LOW_GAIN:.2f} at its interval's low end"
+    return default, f"{default} {unit} (the default), kept; measured here against it: {said}; {bar}"

@@ -173,6 +173,25 @@ def test_the_loss_chunk_rule_takes_a_size_only_when_measured_here_conclusively_f
     assert loss_chunk.measured_choice(None, tuned.NOT_MEASURED, 512) == (None, tuned.NOT_MEASURED)
 
 
+def test_a_count_or_kernel_leaves_its_default_only_on_a_gain_that_clears_the_bar_at_its_low_end():
+    """The loss chunk flipped between tune runs on a quiet Zen 1 on gains like this: about x1.02, the
+    interval's low end x1.00-x1.01, conclusively faster and too small to hold still."""
+    edge = speeds(1.0, [0.985, 0.98, 0.975, 0.98, 0.99, 0.98])
+    clear = speeds(1.0, [0.95, 0.94, 0.96, 0.95, 0.95, 0.94])
+    assert tuned.faster(edge) and 1.0 < edge["low"] < tuned.MIN_LOW_GAIN
+    assert not tuned.clears(edge) and tuned.clears(clear)
+    measured = record(loss_chunk={"default_rows": 512, "rows": 2048, "candidates": {"1024": edge}})
+    rows, reason = loss_chunk.measured_choice(measured, "", 512)
+    assert rows == 512 and "1024 rows x1.02" in reason and "none clears x1.03" in reason
+    measured["loss_chunk"]["candidates"]["2048"] = clear
+    assert loss_chunk.measured_choice(measured, "", 512)[0] == 2048
+    tuned.write_record(record(attention={"precision": "fp32", "explicit": edge}))
+    kept = plan()
+    assert kept.attention.kernel == "sdpa" and "under x1.03 at its interval's low end" in kept.decisions["attention"]
+    tuned.write_record(record(attention={"precision": "fp32", "explicit": clear}))
+    assert plan().attention.kernel == "explicit"
+
+
 def test_attention_is_written_out_only_where_tune_measured_it_conclusively_faster_in_the_runs_precision():
     default = plan()
     assert default.attention.kernel == "sdpa" and tuned.NOT_MEASURED in default.decisions["attention"]
