@@ -154,7 +154,9 @@ def run_precision(config: Config, record: dict, reference: RunPlan) -> tuple[str
 
 def tune(config: Config) -> dict:
     fixed = {"train.compile": "false", "train.threads": config.train.threads or threads_rule.DEFAULT_THREADS}
-    reference = make_plan(with_overrides(config, {**fixed, "precision": "fp32"}))
+    # The rules' own defaults, read from no record (an empty one): the start line says what this tune
+    # starts from, not the attention and loss chunk of the last tune on disk.
+    reference = make_plan(with_overrides(config, {**fixed, "precision": "fp32"}), tune_record={})
     apply_plan(reference)
     device = reference.device
     order = tune_order(device.compile_pays_first)

@@ -165,6 +165,8 @@ def test_tune_records_pairs_losses_decisions_and_what_it_skipped_and_the_plan_re
         assert "skipped" in attention or {"flash", "math", "explicit"} <= set(attention)
         assert "skipped" in attention or f"attention in {precision}: explicit matmul-softmax x" in out
     assert set(rows.values()) == {rule_rows}  # the stale record's chunk reached no side
+    start = next(json.loads(line) for line in out.splitlines() if line.startswith('{"action": "tune"'))
+    assert start["loss_chunk_rows"] == rule_rows and start["attention"] == "sdpa"  # nor the start line
     assert "attention" not in record  # stored once, by precision
     assert f"part attention in {parts['attention']['precision']}: " in out
     # Under the 30 s a compilation needs: skipped, and said on the console and in the record.
