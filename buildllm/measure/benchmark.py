@@ -163,7 +163,7 @@ def benchmark(config: Config) -> dict:
         training_examples=len(train),
         validation_examples=len(validation),
     )
-    estimate = plan_memory(plan)
+    estimate = plan_memory(plan, training=False)
     base = {
         **facts(plan),
         **environment(plan.device),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from buildllm.device.device import Device
 from buildllm.errors import UserError
-from buildllm.memory.estimate import MemoryEstimate, estimate_training_memory, plan_memory
+from buildllm.memory.estimate import MemoryEstimate, estimate_training_memory, plan_memory, saves_while_training
 from buildllm.plan.loss_chunk import decide_loss
 from buildllm.units import size
 
@@ -71,6 +71,7 @@ def decide_memory(plan) -> MemoryFit:
         grad_accum=train.grad_accum,
         muon_parameters=plan.muon_parameters,
         explicit_attention=plan.attention.explicit,
+        saves_while_training=saves_while_training(plan),
     )
     total, high = estimate.total * sharing, estimate.high * sharing
     each = f" ({sharing} processes)" if sharing > 1 else ""
@@ -115,6 +116,7 @@ def estimate_at(
     grad_accum: int = 1,
     muon_parameters: int = 0,
     explicit_attention: bool = False,
+    saves_while_training: bool = False,
 ) -> MemoryEstimate:
     """The estimate a plan of `batch` would make on a device of `capacity` bytes: the fused loss's
     chunks sized by the plan's own rule (buildllm/plan/loss_chunk.py) for that batch and memory."""
@@ -130,6 +132,7 @@ def estimate_at(
         loss_chunk_rows=chunk,
         muon_parameters=muon_parameters,
         explicit_attention=explicit_attention,
+        saves_while_training=saves_while_training,
     )
 
 
@@ -144,6 +147,7 @@ def largest_batch(
     grad_accum: int = 1,
     muon_parameters: int = 0,
     explicit_attention: bool = False,
+    saves_while_training: bool = False,
 ) -> int:
     """The largest batch size whose estimate fits in `usable` bytes; 0 when not even one fits.
     capacity: the device's memory (`usable` when not given), which sizes the fused loss's chunks."""
@@ -160,6 +164,7 @@ def largest_batch(
             grad_accum,
             muon_parameters,
             explicit_attention,
+            saves_while_training,
         )
         return estimate.total <= usable
 

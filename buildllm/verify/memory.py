@@ -279,7 +279,7 @@ def measure_shape(shape: Shape, args, limit: float) -> tuple[str, MemoryEstimate
         plan = make_plan(config)
     except UserError as exc:
         return f"{shape.label:<48}  skipped: {exc}", None, []
-    estimate = plan_memory(plan)
+    estimate = plan_memory(plan, training=False)
     train_path, _ = token_paths(config, plan.model.vocab_size)
     span = f"{estimate.low / 2**20:.0f}-{estimate.high / 2**20:.0f}"
     label = f"{shape.label:<48}{estimate.total / 2**20:>13.1f}{span:>16}"

@@ -150,7 +150,7 @@ def _peak_in_fresh_process(settings: dict, queue) -> None:
     apply_plan(plan)
     train, validation = load_windows(plan.config, plan.model)
     figures = measure(plan, train, validation, extras=False)
-    queue.put((plan_memory(plan).total, figures["peak_memory_bytes"]))
+    queue.put((plan_memory(plan, training=False).total, figures["peak_memory_bytes"]))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="calibrated for Linux's allocator (glibc)")

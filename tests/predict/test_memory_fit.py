@@ -9,9 +9,11 @@ import json
 
 from buildllm.cli import main
 from buildllm.config import load_config
+from buildllm.memory.estimate import estimate_training_memory, plan_memory
 from buildllm.metrics import read_metrics
-from buildllm.plan.memory import estimate_at
+from buildllm.plan.memory import estimate_at, largest_batch
 from buildllm.plan.run_plan import make_plan
+from buildllm.predict.fits import GPU
 
 # A batch no machine holds on preset tiny: its estimate is tens of terabytes.
 HUGE = 100_000_000
@@ -122,3 +124,40 @@ def test_the_largest_batch_is_the_boundary_of_the_verdicts_rule(tokens):
 
         assert total(largest) <= usable < total(largest + 1)
         assert fit.estimate_bytes == total(HUGE) > usable
+
+
+def test_a_run_that_saves_before_its_last_step_counts_the_checkpoints_host_copy(tokens):
+    """The background save's host copy of the weights and optimizer state lives on while the next steps
+    run: on host memory the estimate counts it, for the training run only, and only where a save comes
+    before the last step (64 windows at batch 8: 8 steps)."""
+
+    def plan(interval: int):
+        settings = {
+            "preset": "tiny",
+            "device": "cpu",
+            "train.batch_size": 8,
+            "train.training_examples": 64,
+            "train.train_tokens": str(tokens["train"]),
+            "train.checkpoint_interval": interval,
+        }
+        return make_plan(load_config(None, settings))
+
+    saving = plan(2)
+    assert saving.planned_steps == 8
+    estimate = plan_memory(saving)
+    assert estimate.checkpoint_copy == estimate.weights + estimate.optimizer > 0
+    assert saving.memory.estimate_bytes == estimate.total
+    steps_only = plan_memory(saving, training=False)  # a benchmark's steps save nothing
+    assert steps_only.checkpoint_copy == 0 and estimate.total - steps_only.total == estimate.checkpoint_copy
+    for interval in (0, 8, 100):  # never, or only after the last step
+        assert plan_memory(plan(interval)).checkpoint_copy == 0
+        assert plan(interval).memory.estimate_bytes == steps_only.total
+    # The largest batch that fits leaves room for the copy: in exactly this estimate's bytes, batch 8.
+    shape = (saving.model, saving.parameters, 4, estimate.total, saving.device)
+    muon = saving.muon_parameters
+    assert largest_batch(*shape, muon_parameters=muon, saves_while_training=True) == 8
+    assert largest_batch(*shape, muon_parameters=muon) > 8
+    # A GPU's copy is in host memory: the device's estimate has none.
+    model, parameters = saving.model, saving.parameters
+    on_gpu = estimate_training_memory(model, parameters, 8, 2, GPU, loss_chunk_rows=1024, saves_while_training=True)
+    assert on_gpu.checkpoint_copy == 0
