@@ -274,12 +274,9 @@ def estimate_training_memory(
         workspace += CPU_COMPILED_RUNTIME_BYTES
     # No allocator share on the copy. Iteration 2 (gpt_42m, AdamW) fp32 batch 4, 16 steps, saving every
     # 4 against only at the end, 2 fresh runs each: the peak grew by 492 and 463 MiB, the copy is 477.
-    # Held out, a miss: preset small fp32 batch 8 (a 127 MiB state) grew by 344 MiB (2 runs). There
-    # the step after each of the first saves grew the heap by 81-119 MiB, until about 4 copies' worth
-    # (saving every 2 steps: +115, +119, +111, +109, then flat), which one copy held across bare
-    # trainer steps, with or without a thread, did not do (+120 once). Not torch.save's memory, not
-    # glibc's arenas (MALLOC_ARENA_MAX=1), not the copy's place (an mmap'd copy grew alike): not
-    # explained yet. 2026-12-06, 2-core AMD EPYC (Zen 1).
+    # Held out, preset small fp32 batch 8 (a 127 MiB state) first grew by about 4 copies (saves made a
+    # fresh copy each: background_save.host_copy says how); one copy kept for the run, saving every 2
+    # steps: 606.5 MiB against this estimate's 576 (range 490-720). 2026-12-06, 2-core AMD EPYC (Zen 1).
     checkpoint_copy = weights + optimizer if device.host_memory and saves_while_training else 0
     spread = SPREAD.get(device.kind, OTHER_DEVICE_SPREAD)
     return MemoryEstimate(

@@ -150,6 +150,7 @@ class Trainer:
         self.learning_rate = self.schedule.rate(0)
         self.resumed_from: int | None = None
         self._saving: BackgroundSave | None = None
+        self._host_state: dict | None = None  # the last save's host copy (background_save.host_copy)
         # This run's sizes beside the plan's facts: the startup line and the run log both show them.
         self.sizes = {
             "processes": self.world.size,
@@ -279,7 +280,9 @@ class Trainer:
         if not self.world.is_main:
             return 0.0, 0
         self.wait_for_save()  # one save at a time, in step order
-        state, keep = host_copy(self.state()), self.config.train.keep_checkpoints
+        # Into the last save's copy, kept for the next: one host copy for the whole run.
+        self._host_state = state = host_copy(self.state(), into=self._host_state)
+        keep = self.config.train.keep_checkpoints
         self._saving = BackgroundSave(lambda: checkpoint.save(self.directory, state, keep))
         return self.wait_for_save() if wait else (0.0, 0)
 

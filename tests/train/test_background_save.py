@@ -64,3 +64,51 @@ def test_a_failed_background_save_is_raised_where_the_trainer_waits(tmp_path):
     with pytest.raises(Unwritable, match="is a file, not a folder"):  # the save's own one-line refusal
         trainer.wait_for_save()
     assert trainer.log.saves == [] and blocker.read_text() == "not a folder"
+
+
+def test_a_later_copy_is_written_into_the_last_ones_tensors_and_keeps_them_apart(tmp_path):
+    weight, moment = torch.ones(4, 4), torch.zeros(3)
+    state = {"model": {"embedding": weight, "head": weight.detach()}, "optimizer": {"m": moment}, "step": 1}
+    first = host_copy(state)
+    weight.add_(1)
+    moment.add_(5)
+    second = host_copy({**state, "step": 2}, into=first)
+    # The same host tensors, now holding step 2's values; the tie is still one storage.
+    assert (
+        second["model"]["embedding"] is first["model"]["embedding"]
+        and second["optimizer"]["m"] is first["optimizer"]["m"]
+    )
+    assert torch.equal(second["model"]["head"], torch.full((4, 4), 2.0)) and torch.equal(
+        second["optimizer"]["m"], moment
+    )
+    assert (
+        second["model"]["head"].untyped_storage().data_ptr()
+        == second["model"]["embedding"].untyped_storage().data_ptr()
+    )
+    assert second["step"] == 2
+    # A tensor whose shape changed gets a fresh copy; two tensors never land in one kept storage.
+    grown = host_copy({"model": {"embedding": torch.ones(5, 4), "head": torch.zeros(4, 4)}}, into=first)
+    assert grown["model"]["embedding"].shape == (5, 4)
+    assert torch.equal(grown["model"]["head"], torch.zeros(4, 4))
+    assert grown["model"]["head"].untyped_storage().data_ptr() != weight.untyped_storage().data_ptr()
+    untied = host_copy({"model": {"embedding": torch.ones(4, 4), "head": torch.zeros(4, 4)}}, into=first)
+    assert torch.equal(untied["model"]["embedding"], torch.ones(4, 4)) and torch.equal(
+        untied["model"]["head"], torch.zeros(4, 4)
+    )
+
+
+def test_a_run_keeps_one_host_copy_and_each_checkpoint_holds_its_own_step(tmp_path):
+    trainer = tiny_trainer(tmp_path / "run")
+    saved_weights = {}
+    for step in (1, 2):
+        trainer.step()
+        saved_weights[step] = {name: value.clone() for name, value in trainer.model.state_dict().items()}
+        trainer.save_checkpoint(wait=False)
+        trainer.step()  # changes the model while the save is written
+    trainer.wait_for_save()
+    kept = trainer._host_state["model"]["lm_head.weight"]
+    for step, weights in saved_weights.items():
+        saved = checkpoint.load(tmp_path / "run" / checkpoint.checkpoint_name(2 * step - 1))
+        assert all(torch.equal(saved["model"][name], value) for name, value in weights.items())
+    trainer.save_checkpoint(wait=True)
+    assert trainer._host_state["model"]["lm_head.weight"] is kept  # written into, not made anew
