@@ -26,7 +26,7 @@ def host_copy(state, into=None):
     before it), whose tensors are written over where they match. A fresh copy per save grew a CPU
     run's peak at each of its first saves: preset small, fp32 batch 8 (a 127 MiB state), saving every
     2 steps, +115, +119, +111 and +109 MiB before it levelled off (960 MiB against 496-503 saving only
-    at the end); copying into the last save's tensors, 611 MiB: one copy (2026-12-06, 2-core AMD EPYC,
+    at the end); copying into the last save's tensors, 606.5 MiB: one copy (2026-12-06, 2-core AMD EPYC,
     Zen 1). The heap's freed blocks are the allocator's to place; one copy kept for the run is not."""
     copies: dict[tuple, torch.Tensor] = {}
     written: set[int] = set()  # storages of `into` already written this time
