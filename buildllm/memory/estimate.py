@@ -8,8 +8,9 @@ A training step's memory peaks at one of two moments, and the estimate takes the
   2. the optimizer step: weights + optimizer state + gradients. Activations are gone, and no logits
      are held (the fused loss never materialises them).
 On host memory, a run that saves a checkpoint before its last step holds one more copy of the
-weights and optimizer state at either moment: the save writes a host copy of them in the background
-while the next steps run (train/background_save.py). A GPU's copy is in host memory, not the device's.
+weights and optimizer state at either moment: the first save makes a host copy of them, written in
+the background while the next steps run, and the run keeps it for every later save to write into
+(train/background_save.py). A GPU's copy is in host memory, not the device's.
 Small models peak at 1 (logits and activations scale with batch x sequence); a large model at a
 small batch can peak at 2. With gradient accumulation, gradients also exist at moment 1.
 
@@ -84,7 +85,7 @@ class MemoryEstimate:
     # What the step's kernels hold beside the tensors: CUDA's cuBLAS workspaces; on the CPU, what a
     # torch.compile'd step keeps that an eager one does not (its generated code and runtime).
     workspace: int = 0
-    # Host memory: the checkpoint's host copy, alive while the steps after a mid-run save go on.
+    # Host memory: the checkpoint's host copy, made at the first mid-run save and kept for the run.
     checkpoint_copy: int = 0
     # The stated range: the measured peak lies within total x (1 - spread[0], 1 + spread[1]).
     spread: tuple[float, float] = (0.0, 0.0)
@@ -210,7 +211,7 @@ def estimate_training_memory(
     compiled: the step runs under torch.compile (RunPlan.compile); muon_parameters: those Muon
     updates (RunPlan.muon_parameters), AdamW the rest; explicit_attention: attention written out
     (RunPlan.attention), which keeps each layer's (tokens x tokens) weights; saves_while_training:
-    the run saves a checkpoint before its last step (saves_while_training)."""
+    the run saves a checkpoint before its last step (saves_before_last_step)."""
     tokens = batch_size * model.sequence_length
     autocast = precision_bytes != FP32
     fp32_floats, low_floats = saved_floats_per_token_per_layer(
@@ -338,7 +339,7 @@ def remade_after_backward(activations: int, retained: int, grad_accum: int, auto
     return int(activations * (CPU_ACCUMULATION_REMADE_AUTOCAST if autocast else CPU_ACCUMULATION_REMADE)) + retained
 
 
-def saves_while_training(plan) -> bool:
+def saves_before_last_step(plan) -> bool:
     """Whether the run saves a checkpoint before its last step (the last save comes after the steps):
     every checkpoint_interval steps, when that is under the planned steps (or they are not known)."""
     interval, steps = plan.config.train.checkpoint_interval, plan.planned_steps
@@ -361,5 +362,5 @@ def plan_memory(plan, training: bool = True) -> MemoryEstimate:
         compiled=plan.compile.enabled,
         muon_parameters=plan.muon_parameters,
         explicit_attention=plan.attention.explicit,
-        saves_while_training=training and saves_while_training(plan),
+        saves_while_training=training and saves_before_last_step(plan),
     )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from buildllm.device.device import Device
 from buildllm.errors import UserError
-from buildllm.memory.estimate import MemoryEstimate, estimate_training_memory, plan_memory, saves_while_training
+from buildllm.memory.estimate import MemoryEstimate, estimate_training_memory, plan_memory, saves_before_last_step
 from buildllm.plan.loss_chunk import decide_loss
 from buildllm.units import size
 
@@ -71,7 +71,7 @@ def decide_memory(plan) -> MemoryFit:
         grad_accum=train.grad_accum,
         muon_parameters=plan.muon_parameters,
         explicit_attention=plan.attention.explicit,
-        saves_while_training=saves_while_training(plan),
+        saves_while_training=saves_before_last_step(plan),
     )
     total, high = estimate.total * sharing, estimate.high * sharing
     each = f" ({sharing} processes)" if sharing > 1 else ""

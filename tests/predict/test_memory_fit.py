@@ -127,9 +127,9 @@ def test_the_largest_batch_is_the_boundary_of_the_verdicts_rule(tokens):
 
 
 def test_a_run_that_saves_before_its_last_step_counts_the_checkpoints_host_copy(tokens):
-    """The background save's host copy of the weights and optimizer state lives on while the next steps
-    run: on host memory the estimate counts it, for the training run only, and only where a save comes
-    before the last step (64 windows at batch 8: 8 steps)."""
+    """The background save's host copy of the weights and optimizer state, made at the first mid-run save,
+    is kept for the rest of the run: on host memory the estimate counts it, for the training run only,
+    and only where a save comes before the last step (64 windows at batch 8: 8 steps)."""
 
     def plan(interval: int):
         settings = {
