@@ -254,7 +254,8 @@ def test_memory_estimate_brackets_the_measured_peak(tokens, workdir, device, pre
     estimate = plan_memory(plan, training=False)
     assert m["memory_estimate_total_bytes"] == estimate.total
     # The estimate's own stated range: -15%/+25% on the CPU (glibc's retained blocks vary), ±15% on CUDA.
-    assert m["memory_estimate_low_bytes"] <= m["peak_memory_bytes"] <= m["memory_estimate_high_bytes"]
+    figures = {k: m[k] for k in ("memory_estimate_low_bytes", "peak_memory_bytes", "memory_estimate_high_bytes")}
+    assert m["memory_estimate_low_bytes"] <= m["peak_memory_bytes"] <= m["memory_estimate_high_bytes"], figures
     if device == "cuda":
         assert m["memory_estimate_ratio"] == pytest.approx(1.0, abs=0.15), m["peak_memory_bytes"]
         # The estimate predicts the allocated peak; the reserved one (the allocator's cache) is beside it.
