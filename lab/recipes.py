@@ -63,12 +63,12 @@ def machine() -> dict:
     from buildllm.device.machine import fingerprint, machine_id
 
     found = fingerprint()
-    keys = ("cpu_model", "logical_cores", "avx512", "avx512_bf16", "amx", "amx_bf16", "torch_version")
-    return {"machine_id": machine_id(found), **{k: found[k] for k in keys}}
+    keys = ("cpu_model", "logical_cores", "avx512", "avx512_bf16", "amx", "amx_bf16", "torch_version", "gpu0_name")
+    return {"machine_id": machine_id(found), **{k: found[k] for k in keys if k in found}}
 
 
-def without_note(argv: list[str]) -> list[str]:
-    return [a for i, a in enumerate(argv) if a != "--note" and (i == 0 or argv[i - 1] != "--note")]
+def without(argv: list[str], *flags: str) -> list[str]:
+    return [a for i, a in enumerate(argv) if a not in flags and (i == 0 or argv[i - 1] not in flags)]
 
 
 def load_average() -> list[float]:
@@ -87,7 +87,15 @@ def train_once(params: dict, settings: dict, data: dict, folder: Path, common: d
         raise UserError(f"a run of {settings} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
     log = json.loads((folder / "metrics" / "train_log.json").read_text())
     final = json.loads((folder / "metrics" / "train.json").read_text())
-    keep = ("train_seconds", "final_validation_bits_per_byte", "optimizer_steps", "tokens_per_second", "precision")
+    keep = (
+        "train_seconds",
+        "final_validation_bits_per_byte",
+        "optimizer_steps",
+        "tokens_per_second",
+        "precision",
+        "device",
+        "batch_size",
+    )
     return {
         "curve": [{k: r[k] for k in ("step", "elapsed_seconds", BITS)} for r in log if r.get(BITS) is not None],
         **{k: final[k] for k in keep if k in final},
@@ -103,8 +111,10 @@ def run(
     target: float | None = None,
     note: str = "",
     threads: int = 2,
+    out: Path = RESULTS,
 ) -> Path:
-    common = {**COMMON, "train.threads": threads}
+    # threads 0: the params' own (on a GPU machine the CPU's thread count is not what is compared).
+    common = {**COMMON, **({"train.threads": threads} if threads else {})}
     params = yaml.safe_load(params_path.read_text()) if params_path.exists() else {}
     project = Path.cwd()
     # The pipeline's data, named absolutely: every run reads the same files from its own folder.
@@ -129,13 +139,15 @@ def run(
         "load_average_before": load_average(),
         "common": common,
         "recipes": {k: " ".join(f"{a}={b}" for a, b in v.items()) for k, v in recipes.items()},
-        # The note (prose, often long) is in the file already; the command says what was measured.
-        "command": "python -m lab.recipes run " + shlex.join(without_note(sys.argv[2:])),
+        # The note (prose, often long) is in the file already, and where it was first written says
+        # nothing (the GPU check's scratch folder): the command says what was measured.
+        "command": "python -m lab.recipes run " + shlex.join(without(sys.argv[2:], "--note", "--out")),
         "runs": [],
         **({"target": target} if target is not None else {}),
         **({"note": note} if note else {}),
     }
-    names, path = list(recipes), RESULTS / f"{name}.json"
+    names, path = list(recipes), out / f"{name}.json"
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="buildllm-recipes-") as scratch:
         for round_ in range(rounds):
             order = names[round_ % len(names) :] + names[: round_ % len(names)]
@@ -288,8 +300,11 @@ TRY = (
     "instead of 3e-3: every profile's muon recipe now, iteration 1's since explore-iteration1-adamw1e-2), "
     "and ReLU squared, which keeps the steps and makes "
     "each cheaper; it changes the model, so it stays a knob (`model.activation=relu2`) and the classic "
-    "recipe stays GPT-2. Not yet measured this way: the GPU (iteration 1 takes muon there too, "
-    "unmeasured, so that its CPU and GPU runs learn by one recipe)."
+    "recipe stays GPT-2. On a GPU the comparison is a step of the lent GPU check (`scripts/gpu_check.sh`, "
+    "docs/gpu.md): iteration 1 at the GPU route's own batch (`recipes-it1`) and at the CPU comparisons' "
+    "batch of 16 (`recipes-it1-b16`), brought into this folder by `python scripts/gpu_home.py OUT --record`. "
+    "Until such a file is here the GPU is not measured this way: iteration 1 takes muon there too, "
+    "unmeasured, so that its CPU and GPU runs learn by one recipe."
 )
 
 
@@ -306,10 +321,11 @@ def render(root: Path = RESULTS) -> str:
         flags = ", ".join(k for k in ("avx512", "avx512_bf16", "amx", "amx_bf16") if m.get(k)) or "none of AVX-512/AMX"
         target, rows = summary_rows(record)
         loads = [r.get("other_load_mean") for r in record["runs"] if r.get("other_load_mean") is not None]
+        gpu = f"{m['gpu0_name']}, on " if m.get("gpu0_name") else ""
         blocks += [
             Heading(2, f"{path.stem} ({record['date']})"),
             Paragraph(
-                f"{m['cpu_model']} (`{m['machine_id']}`), {m['logical_cores']} cores, flags: {flags}; torch "
+                f"{gpu}{m['cpu_model']} (`{m['machine_id']}`), {m['logical_cores']} cores, flags: {flags}; torch "
                 f"{m['torch_version']}. Load average before {record['load_average_before']}, after "
                 f"{record['load_average_after']}; other processes took {statistics.median(loads):.2f} cores on "
                 f"median during the runs ({len(record['runs'])} runs)."
@@ -345,7 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", type=float, default=None, help="bits per byte; default: the highest best of all runs")
     p.add_argument("--note", default="", help="what a reader must know (a loaded machine, shorter runs)")
     p.add_argument("--params", type=Path, default=Path("params.yaml"))
-    p.add_argument("--threads", type=int, default=2, help="torch threads of every run (a loaded machine: 1)")
+    p.add_argument(
+        "--threads", type=int, default=2, help="torch threads of every run (a loaded machine: 1; 0: the params' own)"
+    )
+    p.add_argument("--out", type=Path, default=RESULTS, help="the results file's folder (default %(default)s)")
     sub.add_parser("render", help="benchmarks/recipes/*.json -> docs/recipes.md")
     sub.add_parser("check", help="exit non-zero when docs/recipes.md disagrees with benchmarks/recipes/")
     args = parser.parse_args(argv)
@@ -354,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "run":
             recipes = {n: parse_settings(s) for n, s in (args.recipe or DEFAULT_RECIPES.items())}
             name = args.name or f"{machine()['machine_id']}-{datetime.date.today().isoformat()}"
-            path = run(recipes, args.rounds, args.params, name, args.target, args.note, args.threads)
+            path = run(recipes, args.rounds, args.params, name, args.target, args.note, args.threads, args.out)
             print(f"wrote {path}; now `python -m lab.recipes render`")
         elif args.action == "render":
             atomic_write_text(DOCUMENT, render())

@@ -1,10 +1,14 @@
 """The GPU check's runner (scripts/gpu_check.sh starts it): the route a user takes on a rented GPU
 machine, in one call that brings the runs home as one archive of DVC runs.
 
-In value order: the environment; the CUDA tests; DVC installed from the carried wheelhouse (the
-machine has no network); then the experiments, each a `buildllm pack-run` (dvc repro of its stages,
-its params.yaml, dvc.lock and metrics added to runs.tar.gz the moment it ends):
+In value order: the environment; the CUDA tests; the recipes' time to a quality (their whole record
+in results.jsonl: the files that may come back are few); DVC installed from the carried wheelhouse
+(the machine has no network); then the experiments, each a `buildllm pack-run` (dvc repro of its
+stages, its params.yaml, dvc.lock and metrics added to runs.tar.gz the moment it ends):
 
+    recipes-it1      classic against muon at iteration 1, trained against the clock (lab/recipes.py,
+    recipes-it1-b16  3 rounds taking turns): the time each takes to a common validation bits per
+                     byte, at the GPU route's own batch, then at the CPU comparisons' batch of 16
     cuda-it3-bf16    iteration 3 in bf16 at the batch the finder chose (finder-it3), the tune
                      stage first with the time to measure torch.compile (TUNE): compiled where
                      tune measures that it pays for a run of about 1,000 steps
@@ -40,6 +44,7 @@ that rehearses it (tests/measure/test_benchmark_gpu_check.py).
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import json
 import math
@@ -88,7 +93,7 @@ class Step:
     name: str
     cost: float  # seconds, estimated for this device (the results record the real ones beside)
     command: object  # list[str], or a function of the results so far returning one (or a skip reason)
-    kind: str = "run"  # env | pytest | install | pack | finder | verify
+    kind: str = "run"  # env | pytest | install | recipes | pack | finder | verify
     refusal: str | None = None  # the name of an expected refusal (REFUSALS)
 
 
@@ -124,6 +129,22 @@ def pack(name: str, overrides: list[str], stages: list[str], out: Path) -> list[
     return [PY, "-m", "buildllm", "pack-run", name, *sets, "--stages", *stages, "--into", str(out / "runs.tar.gz")]
 
 
+def recipes(name: str, device: str, batch: int | None) -> Step:
+    """Classic against muon at iteration 1 by time to a quality (lab/recipes.py): at the route's own
+    batch (None) or at `batch`, fp32 and eager on both sides, the machine's own thread count; the
+    stand-in trains preset tiny on a few examples, one round."""
+    cpu = device == "cpu"
+    model = "preset=tiny train.training_examples=32 train.validation_examples=8" if cpu else "iteration=1"
+    shared = f"device={device} {model} train.compile=false" + (f" train.batch_size={batch}" if batch else "")
+    command = [PY, "-m", "lab.recipes", "run", "--rounds", "1" if cpu else "3", "--threads", "0"]
+    command += ["--name", f"{name}-{device}-{datetime.date.today().isoformat()}"]
+    for recipe in ("classic", "muon"):
+        command += ["--recipe", recipe, f"{shared} train.recipe={recipe}"]
+    # On the H200 a fresh iteration-1 process trained 125 steps in about 10 s, start-up included.
+    cost = 40 if cpu else (90 if batch is None else 110)
+    return Step(name, cost, command, kind="recipes")
+
+
 def steps(device: str, out: Path) -> list[Step]:
     cpu = device == "cpu"
     bounds = TINY if cpu else []
@@ -151,6 +172,8 @@ def steps(device: str, out: Path) -> list[Step]:
             ],
             kind="pytest",
         ),
+        recipes("recipes-it1", device, None),
+        recipes("recipes-it1-b16", device, 16),
         Step("install_dvc", 60 if cpu else 40, None, kind="install"),
         Step(
             "cuda-course",
@@ -177,7 +200,7 @@ def steps(device: str, out: Path) -> list[Step]:
             refusal=bf16_refusal,
         ),
     ]
-    runs, out_steps = out_steps[3:], out_steps[:3]  # env, the CUDA tests, DVC; the runs after iteration 3
+    runs, out_steps = out_steps[5:], out_steps[:5]  # env, tests, recipes, DVC; the runs after iteration 3
     for iteration in (3, 2):
         finder = f"finder-it{iteration}"
         model = ["--preset", "tiny"] if cpu else ["--iteration", str(iteration)]
@@ -301,6 +324,10 @@ class Runner:
             (cwd / "params.yaml").write_text(yaml.safe_dump({"benchmark": FINDER[self.device]}))
             command = [PY, "-m", "buildllm", *command, "--device", self.device]
             json_path = cwd / "metrics" / "batch_size.json"
+        if step.kind == "recipes":
+            folder = self.work / step.name
+            command = [*command, "--out", str(folder)]
+            json_path = folder / f"{command[command.index('--name') + 1]}.json"
         self.log(f"\n=== {step.name}: {' '.join(command)}")
         began = time.monotonic()
         # Its own process group: a cut kills DVC's stage processes too, not only their parent.
@@ -335,6 +362,8 @@ class Runner:
         figures = json.loads(json_path.read_text()) if json_path and json_path.exists() else {}
         if step.kind == "pack":
             figures = pack_figures(self.out / "runs.tar.gz", step.name)
+        if step.kind == "recipes" and figures:
+            figures = recipe_figures(json_path.stem, figures)
         status, note = judge(step, process.returncode, output, figures)
         self.record(step, status, seconds, note, figures)
 
@@ -362,6 +391,18 @@ def pack_figures(archive_path: Path, name: str) -> dict:
     return json.loads(data) if data else {}
 
 
+def recipe_figures(name: str, record: dict) -> dict:
+    """The comparison's outcome flat (the target, each recipe's median time and ratio) and the whole
+    record under "record", which gpu_home.py files under benchmarks/recipes/."""
+    from lab.recipes import summarise
+
+    found = summarise(record)
+    figures = {"target_bits_per_byte": found["target"]}
+    for recipe, entry in found["recipes"].items():
+        figures |= {f"{recipe}_{key}": entry[key] for key in ("median_seconds", "ratio") if key in entry}
+    return {**figures, "name": name, "record": record}
+
+
 def judge(step: Step, code: int, output: str, figures: dict) -> tuple[str, str]:
     last = next((line for line in reversed(output.splitlines()) if line.strip()), "")
     if step.refusal:
@@ -378,6 +419,8 @@ def judge(step: Step, code: int, output: str, figures: dict) -> tuple[str, str]:
         return "miss", f"non-finite figures: {', '.join(bad[:5])}"
     if step.kind == "pack" and not figures.get("tokens_per_second", 0) > 0:
         return "miss", "the run brought home no tokens/s"
+    if step.kind == "recipes" and "record" not in figures:
+        return "miss", "the comparison wrote no record"
     if step.kind == "finder" and not figures.get("found_batch_size", 0) >= 1:
         return "miss", "no batch size fits"
     return "ok", last[:100] if step.kind in ("pytest", "verify") else ""
@@ -398,6 +441,8 @@ def summary(results, device: str, budget: float, elapsed: float) -> str:
             )
         elif "found_batch_size" in f:
             row += f"  found batch {f['found_batch_size']} in {f.get('tries')} tries"
+        elif "muon_ratio" in f:
+            row += f"  muon {f['muon_ratio']:.2f}x classic's time to {f['target_bits_per_byte']:.3f} bits/byte"
         if r["note"] and (r["status"] != "ok" or r["name"].startswith("verify")):
             row += f"  {r['note'][:70]}"
         lines.append(row)

@@ -13,11 +13,16 @@ report. Run it from the project's root, where the CPU runs are made:
 4. With --record: every run and twin saved under benchmarks/<machine-id>/ (`python -m
    buildllm.report.measured save NAME --experiment NAME`, each run with its twin as reference), then
    docs/measured.md and the README's headline regenerated from them; commit them.
+
+First, the recipe comparisons the check ran (their records ride in OUT/results.jsonl): each one's
+time to a quality shown, and with --record filed under benchmarks/recipes/ and docs/recipes.md
+regenerated (`python -m lab.recipes render`). A folder with those and no runs.tar.gz ends there.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -26,11 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from buildllm.atomic import atomic_write_text  # noqa: E402
 from buildllm.disk import as_user_error  # noqa: E402
 from buildllm.errors import UserError, guarded  # noqa: E402
 from buildllm.remote import archive  # noqa: E402
 from buildllm.remote.import_runs import existing_experiments  # noqa: E402
 from buildllm.report import measured, measured_save  # noqa: E402
+from lab import recipes as lab_recipes  # noqa: E402
 
 VARIABLE = ("device=", "precision=")
 
@@ -68,8 +75,28 @@ def record(run: archive.Run, reference: str | None) -> None:
     print(f"saved {measured_save.save(run.name, note, command, experiment=run.name, reference=reference)}")
 
 
+def recipes(folder: Path, keep: bool) -> int:
+    results = folder / "results.jsonl"
+    entries = map(json.loads, results.read_text().splitlines()) if results.exists() else []
+    found = [e["figures"] for e in entries if "record" in e.get("figures", {})]
+    for figures in found:
+        print(f"{figures['name']}: {lab_recipes.summary_text(figures['record'])}")
+        if keep:
+            path = lab_recipes.RESULTS / f"{figures['name']}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(figures["record"], indent=1) + "\n")
+            print(f"saved {path}")
+    if keep and found:
+        atomic_write_text(lab_recipes.DOCUMENT, lab_recipes.render())
+        print(f"wrote {lab_recipes.DOCUMENT}")
+    return len(found)
+
+
 def home(folder: str, report: str, keep: bool = False) -> None:
     path = Path(folder) / "runs.tar.gz" if Path(folder).is_dir() else Path(folder)
+    if Path(folder).is_dir() and recipes(Path(folder), keep) and not path.exists():
+        print(f"{path} is not there: no runs to import")
+        return
     runs = archive.read(path)
     call([sys.executable, "-m", "buildllm", "import-runs", str(path), "--force"])
     for label, members in groups(runs).items():

@@ -78,6 +78,9 @@ def test_only_a_named_refusal_passes_and_any_other_failure_is_a_miss():
     tests = check.Step("cuda_tests", 1, [], kind="pytest")
     assert check.judge(tests, 0, "7 skipped in 2.90s", {})[0] == "miss"  # nothing ran: not a pass
     assert check.judge(tests, 0, "5 passed, 2 skipped in 9s", {})[0] == "ok"
+    recipes = check.Step("recipes-it1", 1, [], kind="recipes")
+    assert check.judge(recipes, 0, "", {}) == ("miss", "the comparison wrote no record")
+    assert check.judge(recipes, 0, "", {"muon_ratio": 0.4, "record": {}})[0] == "ok"
 
 
 def test_the_stand_in_cannot_import_what_the_gpu_machine_lacks(tmp_path):
@@ -211,7 +214,8 @@ def carried(home, far, wheelhouse) -> int:
     for name in filter(None, tracked.stdout.split("\0")):
         (far / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(home / name, far / name)
-    shutil.copytree(ROOT / "scripts", far / "scripts")  # the test's project copy holds only what DVC runs
+    for folder in ("scripts", "lab"):  # the test's project copy holds only what DVC runs
+        shutil.copytree(ROOT / folder, far / folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(home / "data" / "tokens", far / "data" / "tokens")
     shutil.copytree(home / "tokenizer", far / "tokenizer")
     shutil.copytree(wheelhouse, far / "wheelhouse")
@@ -257,7 +261,8 @@ def test_the_route_rehearsed_on_a_cpu_stand_in_comes_home_as_an_experiment(tmp_p
         GPU_CHECK_DEVICE="cpu",
         GPU_CHECK_OUT=str(tmp_path / "out"),
         GPU_CHECK_BUDGET_S=str(BUDGET_S),
-        GPU_CHECK_STEPS="install_dvc,cuda-it1-fp32",  # the course run adds a train stage: a minute more
+        # The course run adds a train stage (a minute more); recipes-it1-b16 is recipes-it1's code again.
+        GPU_CHECK_STEPS="recipes-it1,install_dvc,cuda-it1-fp32",
     )
     result = subprocess.run(
         ["bash", "scripts/gpu_check.sh"], cwd=far, env=env, capture_output=True, text=True, timeout=BUDGET_S + 60
@@ -267,8 +272,15 @@ def test_the_route_rehearsed_on_a_cpu_stand_in_comes_home_as_an_experiment(tmp_p
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + log[-4000:]
     assert {p.name for p in out.iterdir()} == RESULT_FILES
     results = {r["name"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
-    assert {n: r["status"] for n, r in results.items()} == {"env": "ok", "install_dvc": "ok", "cuda-it1-fp32": "ok"}
+    statuses = {n: r["status"] for n, r in results.items()}
+    assert statuses == {"env": "ok", "recipes-it1": "ok", "install_dvc": "ok", "cuda-it1-fp32": "ok"}
     assert results["cuda-it1-fp32"]["figures"]["device"] == "cpu"
+    # The recipes' whole record rides in results.jsonl (no ninth file): real runs, taking turns.
+    recipes = results["recipes-it1"]["figures"]
+    runs = recipes["record"]["runs"]
+    assert [(r["recipe"], r["device"]) for r in runs] == [("classic", "cpu"), ("muon", "cpu")]
+    assert recipes["muon_ratio"] > 0 and recipes["target_bits_per_byte"] > 0
+    assert "train.threads" not in recipes["record"]["common"]  # the machine's own thread count
     far_seconds = time.monotonic() - began
 
     # Home: import the archive into the clone, make the CPU twin there, compare; the workspace stays.
@@ -299,6 +311,8 @@ def test_the_route_rehearsed_on_a_cpu_stand_in_comes_home_as_an_experiment(tmp_p
     )
     assert diff.returncode == 0 and "tokens_per_s" in diff.stdout, diff.stderr
     assert "Equal-budget comparison: every control matches" in done.stdout, done.stdout[-3000:]
+    assert f"{recipes['name']}: time to {recipes['target_bits_per_byte']:.3f} validation bits" in done.stdout
+    assert not (home / "benchmarks" / "recipes" / f"{recipes['name']}.json").exists()  # kept only with --record
     table = (tmp_path / "report_it1-fp32.md").read_text()
     rows = [line.split("|") for line in table.splitlines() if line.startswith("| ")]
     controls = {cells[1].strip(): cells[-2].strip() for cells in rows if cells[2].strip() in ("params", "data file")}
@@ -319,6 +333,10 @@ def test_gpu_home_record_keeps_each_run_with_its_twin_and_regenerates_the_page(t
     sets = ["-S", "device=cpu", "-S", "iteration=1", "-S", "precision=fp32", "-S", "train.compile=false"]
     pack = [sys.executable, "-m", "buildllm", "pack-run", "cuda-it1-fp32", *sets, "--stages", "machine", "benchmark"]
     run([*pack, "estimate", "--into", str(out / "runs.tar.gz")], home)
+    # A recipe comparison's entry as the check writes it, from a record committed here.
+    record = json.loads((ROOT / "benchmarks" / "recipes" / "tiny-zen1-2026-12-06.json").read_text())
+    entry = {"name": "recipes-it1", "status": "ok", "figures": runner().recipe_figures("recipes-it1-cuda-x", record)}
+    (out / "results.jsonl").write_text(json.dumps({"name": "env", "figures": {}}) + "\n" + json.dumps(entry) + "\n")
     (home / "docs").mkdir()
     (home / "README.md").write_text(f"# Project\n\n{measured.HEADLINE_START}\n{measured.HEADLINE_END}\n")
     run(["git", "add", "README.md"], home)
@@ -335,17 +353,31 @@ def test_gpu_home_record_keeps_each_run_with_its_twin_and_regenerates_the_page(t
     assert "| cuda-it1-fp32 | " in (home / "docs" / "measured.md").read_text()
     assert "`cuda-it1-fp32` on " in (home / "README.md").read_text()
     assert run([sys.executable, "-m", "buildllm.report.measured", "--check"], home).returncode == 0
+    assert json.loads((home / "benchmarks" / "recipes" / "recipes-it1-cuda-x.json").read_text()) == record
+    assert "## recipes-it1-cuda-x (2026-12-06)" in (home / "docs" / "recipes.md").read_text()
 
 
-def test_iteration_3_comes_first_with_time_to_measure_compile_then_verify_speed_guarded(tmp_path):
-    """The runs in value order: iteration 3 right after the setup, with a tune budget that leaves
+def test_the_recipes_then_iteration_3_with_time_to_measure_compile_then_verify_speed_guarded(tmp_path):
+    """The runs in value order: the recipes' time to a quality on the GPU (the one open figure of the
+    recipe issue) right after the tests, then iteration 3, with a tune budget that leaves
     torch.compile its window and a run long enough for it to pay; then `verify speed`, which this
     tree may lack (another part of the project builds it): then a skip reason, never a crash."""
     check = runner()
     chosen = {s.name: s for s in check.steps("cuda", tmp_path)}
     names = list(chosen)
-    assert names[:6] == ["env", "cuda_tests", "install_dvc", "finder-it3", "cuda-it3-bf16", "verify-speed-it3"]
-    assert names[6:] == ["cuda-course", "cuda-it1-fp32", "cuda-it1-bf16", "finder-it2", "cuda-it2-bf16"]
+    assert names[:4] == ["env", "cuda_tests", "recipes-it1", "recipes-it1-b16"]
+    assert names[4:8] == ["install_dvc", "finder-it3", "cuda-it3-bf16", "verify-speed-it3"]
+    assert names[8:] == ["cuda-course", "cuda-it1-fp32", "cuda-it1-bf16", "finder-it2", "cuda-it2-bf16"]
+    for name, batch in (("recipes-it1", set()), ("recipes-it1-b16", {"train.batch_size=16"})):
+        command = chosen[name].command
+        assert command[1:4] == ["-m", "lab.recipes", "run"] and command[command.index("--rounds") + 1] == "3"
+        assert command[command.index("--name") + 1].startswith(f"{name}-cuda-")
+        sides = [command[i + 1 : i + 3] for i, flag in enumerate(command) if flag == "--recipe"]
+        assert [side[0] for side in sides] == ["classic", "muon"]
+        for recipe, settings in sides:
+            values = set(settings.split())
+            assert {"device=cuda", "iteration=1", "train.compile=false", f"train.recipe={recipe}"} <= values
+            assert {v for v in values if v.startswith("train.batch_size")} == batch
     found = {"finder-it3": {"figures": {"found_batch_size": 128}}}
     command = chosen["cuda-it3-bf16"].command(found)
     sets = {command[i + 1] for i, flag in enumerate(command) if flag == "-S"}
