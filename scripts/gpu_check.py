@@ -140,7 +140,8 @@ def recipes(name: str, device: str, batch: int | None) -> Step:
     command += ["--name", f"{name}-{device}-{datetime.date.today().isoformat()}"]
     for recipe in ("classic", "muon"):
         command += ["--recipe", recipe, f"{shared} train.recipe={recipe}"]
-    # On the H200 a fresh iteration-1 process trained 125 steps in about 10 s, start-up included.
+    # Guessed, not measured: six fresh `train` processes at iteration 1, each under the 37 s the H200
+    # took on 2026-12-04 for the course's benchmark, estimate and 125-step train under dvc.
     cost = 40 if cpu else (90 if batch is None else 110)
     return Step(name, cost, command, kind="recipes")
 
