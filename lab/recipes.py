@@ -103,6 +103,14 @@ def train_once(params: dict, settings: dict, data: dict, folder: Path, common: d
     }
 
 
+def save(record: dict, folder: Path, name: str) -> Path:
+    """One comparison's record as `folder/name.json`, written whole or not at all."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+    return path
+
+
 def run(
     recipes: dict,
     rounds: int,
@@ -147,7 +155,6 @@ def run(
         **({"note": note} if note else {}),
     }
     names, path = list(recipes), out / f"{name}.json"
-    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="buildllm-recipes-") as scratch:
         for round_ in range(rounds):
             order = names[round_ % len(names) :] + names[: round_ % len(names)]
@@ -160,7 +167,7 @@ def run(
                 record["runs"].append({"recipe": recipe, "round": round_, **result})
                 record["load_average_after"] = load_average()
                 # Written after every run: a measurement cut short keeps the rounds it finished.
-                atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+                save(record, out, name)
                 print(
                     f"round {round_ + 1}/{rounds} {recipe}: final {result['final_validation_bits_per_byte']:.3f} "
                     f"bits/byte, {result['train_seconds']:.1f} s training ({time.time() - started:.0f} s in all)",

@@ -95,6 +95,7 @@ class Step:
     command: object  # list[str], or a function of the results so far returning one (or a skip reason)
     kind: str = "run"  # env | pytest | install | recipes | pack | finder | verify
     refusal: str | None = None  # the name of an expected refusal (REFUSALS)
+    record: str | None = None  # a recipes step's record name (lab/recipes.py writes <record>.json)
 
 
 def environment(step: str = "", work: Path | None = None) -> dict:
@@ -137,13 +138,14 @@ def recipes(name: str, device: str, batch: int | None) -> Step:
     model = "preset=tiny train.training_examples=32 train.validation_examples=8" if cpu else "iteration=1"
     shared = f"device={device} {model} train.compile=false" + (f" train.batch_size={batch}" if batch else "")
     command = [PY, "-m", "lab.recipes", "run", "--rounds", "1" if cpu else "3", "--threads", "0"]
-    command += ["--name", f"{name}-{device}-{datetime.date.today().isoformat()}"]
+    record = f"{name}-{device}-{datetime.date.today().isoformat()}"
+    command += ["--name", record]
     for recipe in ("classic", "muon"):
         command += ["--recipe", recipe, f"{shared} train.recipe={recipe}"]
     # Guessed, not measured: six fresh `train` processes at iteration 1, each under the 37 s the H200
     # took on 2026-12-04 for the course's benchmark, estimate and 125-step train under dvc.
     cost = 40 if cpu else (90 if batch is None else 110)
-    return Step(name, cost, command, kind="recipes")
+    return Step(name, cost, command, kind="recipes", record=record)
 
 
 def steps(device: str, out: Path) -> list[Step]:
@@ -328,7 +330,7 @@ class Runner:
         if step.kind == "recipes":
             folder = self.work / step.name
             command = [*command, "--out", str(folder)]
-            json_path = folder / f"{command[command.index('--name') + 1]}.json"
+            json_path = folder / f"{step.record}.json"
         self.log(f"\n=== {step.name}: {' '.join(command)}")
         began = time.monotonic()
         # Its own process group: a cut kills DVC's stage processes too, not only their parent.

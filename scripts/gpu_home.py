@@ -82,10 +82,7 @@ def recipes(folder: Path, keep: bool) -> int:
     for figures in found:
         print(f"{figures['name']}: {lab_recipes.summary_text(figures['record'])}")
         if keep:
-            path = lab_recipes.RESULTS / f"{figures['name']}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps(figures["record"], indent=1) + "\n")
-            print(f"saved {path}")
+            print(f"saved {lab_recipes.save(figures['record'], lab_recipes.RESULTS, figures['name'])}")
     if keep and found:
         atomic_write_text(lab_recipes.DOCUMENT, lab_recipes.render())
         print(f"wrote {lab_recipes.DOCUMENT}")

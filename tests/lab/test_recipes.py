@@ -58,6 +58,14 @@ def test_the_committed_document_matches_the_committed_results(monkeypatch):
     recipes.check()
 
 
+def test_a_saved_record_replaces_the_old_one_whole(tmp_path):
+    folder = tmp_path / "new" / "recipes"
+    first = recipes.save(record([run_of("classic", 0, (0, 0.0, 4.0))]), folder, "check")
+    assert first == folder / "check.json" and json.loads(first.read_text())["runs"][0]["recipe"] == "classic"
+    again = recipes.save(record([]), folder, "check")
+    assert json.loads(again.read_text())["runs"] == [] and list(folder.iterdir()) == [again]
+
+
 @pytest.mark.slow
 def test_two_recipes_train_in_turns_and_the_document_shows_them(tmp_path, monkeypatch, capsys):
     paths = make_token_files(tmp_path / "tokens")

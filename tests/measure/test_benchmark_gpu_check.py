@@ -372,6 +372,7 @@ def test_the_recipes_then_iteration_3_with_time_to_measure_compile_then_verify_s
         command = chosen[name].command
         assert command[1:4] == ["-m", "lab.recipes", "run"] and command[command.index("--rounds") + 1] == "3"
         assert command[command.index("--name") + 1].startswith(f"{name}-cuda-")
+        assert chosen[name].record == command[command.index("--name") + 1]  # where the runner finds it
         sides = [command[i + 1 : i + 3] for i, flag in enumerate(command) if flag == "--recipe"]
         assert [side[0] for side in sides] == ["classic", "muon"]
         for recipe, settings in sides:
