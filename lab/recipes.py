@@ -63,7 +63,7 @@ def machine() -> dict:
     from buildllm.device.machine import fingerprint, machine_id
 
     found = fingerprint()
-    keys = ("cpu_model", "logical_cores", "avx512", "avx512_bf16", "amx", "amx_bf16", "torch_version", "gpu0_name")
+    keys = "cpu_model cpu_kind logical_cores avx512 avx512_bf16 amx amx_bf16 torch_version gpu0_name".split()
     return {"machine_id": machine_id(found), **{k: found[k] for k in keys if k in found}}
 
 
@@ -332,10 +332,11 @@ def render(root: Path = RESULTS) -> str:
         target, rows = summary_rows(record)
         loads = [r.get("other_load_mean") for r in record["runs"] if r.get("other_load_mean") is not None]
         gpu = f"{m['gpu0_name']}, on " if m.get("gpu0_name") else ""
+        kind = f" ({m['cpu_kind']})" if m.get("cpu_kind") else ""  # absent from records before 2026-12-07
         blocks += [
             Heading(2, f"{path.stem} ({record['date']})"),
             Paragraph(
-                f"{gpu}{m['cpu_model']} (`{m['machine_id']}`), {m['logical_cores']} cores, flags: {flags}; torch "
+                f"{gpu}{m['cpu_model']}{kind} (`{m['machine_id']}`), {m['logical_cores']} cores, flags: {flags}; torch "
                 f"{m['torch_version']}. Load average before {record['load_average_before']}, after "
                 f"{record['load_average_after']}; other processes took {statistics.median(loads):.2f} cores on "
                 f"median during the runs ({len(record['runs'])} runs)."

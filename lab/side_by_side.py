@@ -309,9 +309,10 @@ def table(rows: list[Comparison]) -> str:
 
 
 def cpu_info() -> dict:
-    """The CPU as the machine stage fingerprints it (device/machine.py): its model and bf16 instructions."""
+    """The CPU as the machine stage fingerprints it (device/machine.py): its model, kind and bf16 instructions."""
     record = fingerprint()
-    return {"model": record["cpu_model"], "amx_bf16": record["amx_bf16"], "avx512_bf16": record["avx512_bf16"]}
+    keys = ("cpu_kind", "amx_bf16", "avx512_bf16")
+    return {"model": record["cpu_model"], **{k.removeprefix("cpu_"): record[k] for k in keys}}
 
 
 def rough_seconds(plan, work: tuple[int, int, int], threads: int) -> float:

@@ -2,11 +2,11 @@
 
 A benchmark measures (code, params, machine); DVC sees the first two through deps and params, and
 the third through `metrics/machine.json`, which the `machine` stage rewrites at every `dvc repro`.
-The fingerprint holds only what decides speed and stays put on one machine: the CPU's model, cores
-and the instruction sets that choose kernels, total memory, each GPU, the torch/CUDA/driver
-versions and what `device: auto` resolves to. Nothing volatile (free memory, load, a date): on the
-same machine the file is byte-identical, so the stages that depend on it stay cached; on another
-machine it differs, so they measure again.
+The fingerprint holds only what decides speed and stays put on one machine: the CPU's model and kind
+(family and model numbers), cores and the instruction sets that choose kernels, total memory, each
+GPU, the torch/CUDA/driver versions and what `device: auto` resolves to. Nothing volatile (free
+memory, load, a date): on the same machine the file is byte-identical, so the stages that depend on
+it stay cached; on another machine it differs, so they measure again.
 
 `machine_id(fingerprint)` names the machine in folders (`benchmarks/<machine-id>/`) and in tune's records.
 
@@ -86,10 +86,24 @@ def _override() -> dict:
     return {**extra, "machine_override": True}
 
 
+def cpu_kind() -> str:
+    """The CPU's family and model numbers ("" where /proc/cpuinfo has none). The name alone can hide the
+    kind: a hypervisor that calls every AMD EPYC "AMD EPYC", with the same AVX2 flags, showed a Zen 1
+    (family 23 model 1) and a Zen 3 (family 25 model 1) as one machine, whose measured decisions
+    then stayed cached from one to the other while their steps differ by about 2x."""
+    if family := cpuinfo("cpu family"):
+        model = cpuinfo("model\t", "model:")  # not "model name"
+        return f"family {family} model {model}"
+    if implementer := cpuinfo("CPU implementer"):  # ARM
+        return f"implementer {implementer} part {cpuinfo('CPU part')}"
+    return ""
+
+
 def fingerprint() -> dict:
     flags = set(cpuinfo("flags", "Features").split())  # "Features" on ARM
     record = {
         "cpu_model": processor_name(),
+        "cpu_kind": cpu_kind(),
         "architecture": platform.machine(),
         "physical_cores": psutil.cpu_count(logical=False) or 0,
         "logical_cores": psutil.cpu_count(logical=True) or 0,

@@ -26,6 +26,7 @@ def test_fingerprint_names_this_machine_and_its_id_is_stable(monkeypatch):
     record = fingerprint()
     for key in (
         "cpu_model",
+        "cpu_kind",
         "physical_cores",
         "logical_cores",
         "avx2",
@@ -44,6 +45,39 @@ def test_fingerprint_names_this_machine_and_its_id_is_stable(monkeypatch):
     identity = machine_id(record)
     assert re.fullmatch(r"[a-z0-9-]+-[0-9a-f]{8}", identity) and identity == machine_id(dict(record))
     assert machine_id({**record, "logical_cores": record["logical_cores"] + 1}) != identity
+
+
+def cpuinfo_text(family: int, model: int) -> str:
+    # As a hypervisor shows both: the same name and flags, only the numbers differ.
+    lines = ["processor\t: 0", "vendor_id\t: AuthenticAMD", f"cpu family\t: {family}", f"model\t\t: {model}"]
+    lines += ["model name\t: AMD EPYC", "stepping\t: 2", "flags\t\t: fpu sse2 avx2 fma", ""]
+    return "\n".join(lines)
+
+
+def test_two_cpus_of_one_name_and_flags_but_another_kind_are_two_machines(monkeypatch, tmp_path):
+    monkeypatch.delenv(OVERRIDE, raising=False)
+    seen = {}
+    for family in (23, 25):
+        fake = tmp_path / f"cpuinfo-{family}"
+        fake.write_text(cpuinfo_text(family, 1))
+        # device.cpuinfo reads /proc/cpuinfo by name; this file stands in for it.
+        monkeypatch.setattr("buildllm.device.device.open", lambda *a, fake=fake, **k: open(fake), raising=False)
+        seen[family] = fingerprint()
+    assert seen[23]["cpu_kind"] == "family 23 model 1" and seen[25]["cpu_kind"] == "family 25 model 1"
+    assert seen[23]["cpu_model"] == seen[25]["cpu_model"] == "AMD EPYC" and seen[23]["avx2"] and seen[25]["avx2"]
+    assert machine_id(seen[23]) != machine_id(seen[25])
+
+
+def test_this_cpus_kind_is_read_from_proc_cpuinfo(monkeypatch):
+    monkeypatch.delenv(OVERRIDE, raising=False)
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo here")
+    family, model = (re.search(rf"^{name}\s*:\s*(\S+)", text, re.M) for name in ("cpu family", "model"))
+    if family is None:
+        pytest.skip("this /proc/cpuinfo has no cpu family line (not x86)")
+    assert fingerprint()["cpu_kind"] == f"family {family.group(1)} model {model.group(1)}"
 
 
 def test_the_benchmark_names_the_machine_as_machine_json_does(monkeypatch):

@@ -124,7 +124,7 @@ def test_both_precisions_interleave_neighbouring_pairs_and_a_missed_target_exits
     assert {work for p, *_, work in script.calls if p == "small"} == {script.WORK["small"]}
     start = json.loads(out.splitlines()[0])
     assert start["profiles"] == ["tiny", "small"] and start["precisions"] == ["fp32", "bf16"]
-    assert set(start["cpu"]) == {"model", "amx_bf16", "avx512_bf16"} and start["processes"] == 16
+    assert set(start["cpu"]) == {"model", "kind", "amx_bf16", "avx512_bf16"} and start["processes"] == 16
     assert "rough estimate" in out.splitlines()[1]
     assert "== small fp32 and bf16" in out and "small bf16/fp32 (ours) pair 2/2: bf16 1,560 tokens/s" in out
     rows = summary(out)
