@@ -295,26 +295,26 @@ METHOD = (
 
 
 TRY = (
-    "To rerun the comparison that chose the default (on a quiet machine: 2 threads), from the project's "
-    "root after `dvc repro tokenize`: `python -m lab.recipes run --rounds 3`, then `python -m lab.recipes "
-    'render`. Another recipe is a set of params: `--recipe NAME "key=value ..."`, repeated, the first '
-    'the reference; e.g. `--recipe classic "train.recipe=classic" --recipe muon-cosine '
-    '"train.recipe=muon train.schedule=cosine"`. A file\'s settings name the recipe as the profiles held it '
-    "on the file's date (its note says where a recipe's values have changed since). The files named "
-    "`explore-*` tried one change at a time on top of muon (AdamW's rate, Muon's rate, the decay share, "
-    "ReLU squared, QK-norm, zero-initialised projections, a tied head), with fewer rounds or one thread; "
-    "what they found shortened the time was AdamW's rate for embeddings, head, norms and biases (1e-2 "
-    "instead of 3e-3: every profile's muon recipe now, iteration 1's since explore-iteration1-adamw1e-2), "
-    "and ReLU squared, which kept the steps and made "
-    "each cheaper there; it changes the model, and measured in 3 interleaved rounds on a CPU without "
+    "To rerun the comparison that chose the default (on a quiet machine: 2 threads), from the project's root "
+    "after `dvc repro tokenize`: `python -m lab.recipes run --rounds 3`, then `python -m lab.recipes render`. "
+    'Another recipe is a set of params: `--recipe NAME "key=value ..."`, repeated, the first the reference; '
+    'e.g. `--recipe classic "train.recipe=classic" --recipe muon-cosine "train.recipe=muon '
+    "train.schedule=cosine\"`. A file's settings name the recipe as the profiles held it on the file's date "
+    "(its note says where a recipe's values have changed since). The files named `explore-*` tried one change "
+    "at a time on top of muon (AdamW's rate, Muon's rate, the decay share, ReLU squared, QK-norm, "
+    "zero-initialised projections, a tied head), with fewer rounds or one thread; what they found shortened the "
+    "time was AdamW's rate for embeddings, head, norms and biases (1e-2 instead of 3e-3: every profile's muon "
+    "recipe now, iteration 1's since explore-iteration1-adamw1e-2), and ReLU squared, which kept the steps and "
+    "made each cheaper there; it changes the model, and measured in 3 interleaved rounds on a CPU without "
     "AVX-512 (the files named `relu2-*`) it was later to the target at iteration 1, the default's profile "
     "(0.35× classic's time against muon's 0.30×) and no sooner on student (1.02× muon's time, "
-    "explore-relu2-student-zen1-2026-12-06), so it stays a knob (`model.activation=relu2`) and the "
-    "classic recipe stays GPT-2. On a GPU the comparison is a step of the lent GPU check (`scripts/gpu_check.sh`, "
-    "docs/gpu.md): iteration 1 at the GPU route's own batch (`recipes-it1`) and at the CPU comparisons' "
-    "batch of 16 (`recipes-it1-b16`), brought into this folder by `python scripts/gpu_home.py OUT --record`. "
-    "Until such a file is here the GPU is not measured this way: iteration 1 takes muon there too, "
-    "unmeasured, so that its CPU and GPU runs learn by one recipe."
+    "explore-relu2-student-zen1-2026-12-06); on a Zen 3 its steps were cheaper and it was still later (1.12× "
+    "muon's time, explore-relu2-iteration1-zen3-2026-12-07), so it stays a knob (`model.activation=relu2`) and "
+    "the classic recipe stays GPT-2. On a GPU the comparison is a step of the lent GPU check "
+    "(`scripts/gpu_check.sh`, docs/gpu.md): iteration 1 at the GPU route's own batch (`recipes-it1`) and at the "
+    "CPU comparisons' batch of 16 (`recipes-it1-b16`), brought into this folder by `python scripts/gpu_home.py "
+    "OUT --record`. Until such a file is here the GPU is not measured this way: iteration 1 takes muon there "
+    "too, unmeasured, so that its CPU and GPU runs learn by one recipe."
 )
 
 
