@@ -121,6 +121,8 @@ def run(
     threads: int = 2,
     out: Path = RESULTS,
 ) -> Path:
+    if rounds < 1:
+        raise UserError(f"--rounds {rounds}: a comparison needs at least one run of each recipe; give 1 or more")
     # threads 0: the params' own (on a GPU machine the CPU's thread count is not what is compared).
     common = {**COMMON, **({"train.threads": threads} if threads else {})}
     params = yaml.safe_load(params_path.read_text()) if params_path.exists() else {}
@@ -154,7 +156,7 @@ def run(
         **({"target": target} if target is not None else {}),
         **({"note": note} if note else {}),
     }
-    names, path = list(recipes), out / f"{name}.json"
+    names = list(recipes)
     with tempfile.TemporaryDirectory(prefix="buildllm-recipes-") as scratch:
         for round_ in range(rounds):
             order = names[round_ % len(names) :] + names[: round_ % len(names)]
@@ -167,7 +169,7 @@ def run(
                 record["runs"].append({"recipe": recipe, "round": round_, **result})
                 record["load_average_after"] = load_average()
                 # Written after every run: a measurement cut short keeps the rounds it finished.
-                save(record, out, name)
+                path = save(record, out, name)
                 print(
                     f"round {round_ + 1}/{rounds} {recipe}: final {result['final_validation_bits_per_byte']:.3f} "
                     f"bits/byte, {result['train_seconds']:.1f} s training ({time.time() - started:.0f} s in all)",

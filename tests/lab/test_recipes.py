@@ -53,6 +53,12 @@ def test_a_setting_that_is_not_key_value_is_refused_in_one_line(capsys):
     assert "is not key=value" in capsys.readouterr().err
 
 
+def test_no_rounds_is_refused_in_one_line_and_writes_nothing(tmp_path, capsys):
+    argv = ["run", "--rounds", "0", "--name", "none", "--out", str(tmp_path / "out")]
+    assert recipes.main(argv) == 2
+    assert "--rounds 0" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
 def test_the_committed_document_matches_the_committed_results(monkeypatch):
     monkeypatch.chdir(ROOT)
     recipes.check()
