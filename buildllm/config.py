@@ -66,7 +66,10 @@ class ModelConfig:
     dropout: float | None = knob(None, minimum=0.0, maximum=1.0, help="dropout probability")
     # The architecture knobs (docs/pipeline.md, "Architecture knobs"), one change each to measure alone.
     activation: str | None = knob(
-        None, choices=ACTIVATIONS, flag=True, help="the MLP's: gelu, relu2 (relu(x)**2), swiglu; default: the profile's"
+        None,
+        choices=ACTIVATIONS,
+        flag=True,
+        help="the MLP's: gelu, gelu_tanh (GPT-2's approximation), relu2 (relu(x)**2), swiglu; default: the profile's",
     )
     qk_norm: bool | None = knob(None, flag=True, help="RMS-normalise queries and keys per head; default: the profile's")
     zero_init_projections: bool | None = knob(

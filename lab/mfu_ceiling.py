@@ -5,7 +5,7 @@
 MFU counts only the matmul FLOPs, so a step's MFU is capped by everything else it must compute.
 This times, alone and in the step's shapes, the work the model's mathematics cannot skip: every
 matmul (forward, input gradient, weight gradient; the output layer in the fused loss's chunks),
-attention forward and backward, the activation (tanh GELU or SwiGLU), the norms, the loss's softmax
+attention forward and backward, the MLP's activation (the model's own), the norms, the loss's softmax
 and AdamW with clipping. Each runs on its own, with its inputs in place, so each is at least as
 fast as inside a step. Adding them one by one gives the MFU a step could reach if nothing else
 cost anything: a ceiling for any implementation built from the kernels PyTorch runs on this device.
@@ -85,10 +85,12 @@ def activation_work(config, rows: int):
 
     def work():
         for _ in range(config.n_layer):
-            if config.architecture == "classic":
-                out = F.gelu(up, approximate="tanh")
-            else:
+            if config.mlp_activation == "swiglu":
                 out = F.silu(gate) * up
+            elif config.mlp_activation == "relu2":
+                out = F.relu(up) * F.relu(up)
+            else:
+                out = F.gelu(up, approximate="tanh" if config.mlp_activation == "gelu_tanh" else "none")
             out.backward(grad)
 
     return work
@@ -173,7 +175,7 @@ def main() -> None:
     parts = [
         ("matmuls", matmuls),
         ("attention", attention_work(config, batch)),
-        ("GELU" if config.architecture == "classic" else "SwiGLU", activation_work(config, rows)),
+        (config.mlp_activation, activation_work(config, rows)),
         ("norms", norm_work(model, rows)),
         ("loss softmax", loss_softmax_work(config.vocab_size, rows, chunk)),
     ]

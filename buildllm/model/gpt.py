@@ -115,7 +115,9 @@ class MLP(nn.Module):
             # r * r, not r.square(): autocast runs pow in fp32 on CUDA, an extra cast and fp32 copy.
             r = F.relu(self.up(x))
             return self.down(r * r)
-        return self.down(F.gelu(self.up(x), approximate="tanh"))
+        if self.activation == "gelu_tanh":
+            return self.down(F.gelu(self.up(x), approximate="tanh"))
+        return self.down(F.gelu(self.up(x)))
 
 
 class Block(nn.Module):

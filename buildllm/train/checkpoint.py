@@ -19,7 +19,7 @@ import socket
 import sys
 import time
 import zipfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import psutil
@@ -31,6 +31,10 @@ from buildllm.shape import GPTConfig
 from buildllm.train import digest
 
 NAME = re.compile(r"^checkpoint_(\d+)\.pt$")
+# What `gelu` computed when a checkpoint was saved: the exact GELU since 2026-12-07 (shape.py). A
+# checkpoint without this key holds a model trained with GPT-2's tanh form, now named gelu_tanh.
+GELU = "gelu"
+GELU_EXACT = "exact"
 LOCK = "train.lock"
 TEMP = re.compile(r"^\.checkpoint_\d+\.pt\..*\.tmp$")
 
@@ -219,11 +223,19 @@ def refuse_a_file(directory: str | Path) -> None:
         )
 
 
+def saved_model(state: dict) -> GPTConfig:
+    """The model a checkpoint holds. A model field added since (the architecture knobs) reads as its
+    default; `gelu` saved before it meant the exact form reads as gelu_tanh, the function it was trained with."""
+    model = GPTConfig(**state["model_config"])
+    if state.get(GELU) != GELU_EXACT and model.mlp_activation == "gelu":
+        model = replace(model, activation="gelu_tanh")
+    return model
+
+
 def saved_signature(state: dict) -> dict:
-    """The signature a checkpoint was saved with. A model field added since (the architecture knobs)
-    reads as its default from the saved model config: the model such a checkpoint holds."""
-    model = asdict(GPTConfig(**state["model_config"])) if "model_config" in state else {}
-    return {**{f"model.{key}": value for key, value in model.items()}, **state.get("signature", {})}
+    """The signature a checkpoint was saved with, its model's fields as saved_model reads them."""
+    model = asdict(saved_model(state)) if "model_config" in state else {}
+    return {**state.get("signature", {}), **{f"model.{key}": value for key, value in model.items()}}
 
 
 def differences(saved: dict, current: dict) -> list[str]:
@@ -262,6 +274,14 @@ def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool)
     path, state = found
     changed = differences(saved_signature(state), signature)
     if any(change.startswith(("model.", "profile ")) for change in changed):
+        held = saved_signature(state).get("model.activation")
+        if held and changed == [f"model.activation {held!r} -> None"]:
+            # Only the activation differs, and this run asked for the profile's own: the old `gelu`
+            # checkpoints, or a knob left out. Naming it continues the run.
+            raise UserError(
+                f"{path} holds a model whose MLP computes {held}, and this run the profile's own activation; "
+                f"to continue it, add --activation {held} (params.yaml: model.activation: {held})"
+            )
         raise UserError(
             f"{path} holds a different model ({'; '.join(changed)}); its weights cannot continue this "
             "model, even with --force; use a fresh --checkpoint-directory"

@@ -17,7 +17,7 @@ from buildllm.config import Config
 from buildllm.data.tokenization import load_tokenizer
 from buildllm.errors import UserError
 from buildllm.metrics import json_line
-from buildllm.model.gpt import GPT, GPTConfig, KVCache, build_model
+from buildllm.model.gpt import GPT, KVCache, build_model
 from buildllm.plan.device import resolve_device
 from buildllm.train import checkpoint
 
@@ -43,7 +43,7 @@ def load_checkpoint(location: str | Path) -> tuple[Path, dict]:
 
 
 def model_from(state: dict, device: str) -> GPT:
-    model = build_model(GPTConfig(**state["model_config"]), device)
+    model = build_model(checkpoint.saved_model(state), device)
     model.load_state_dict(state["model"])
     return model.eval()
 

@@ -253,6 +253,7 @@ class Trainer:
             "rng": rng_state(),
             "signature": self.signature,
             "model_config": asdict(self.plan.model),
+            checkpoint.GELU: checkpoint.GELU_EXACT,
             "config": config_to_dict(self.config),
             "tokenizer": self.tokenizer,
             "device": self.device.device,

@@ -77,8 +77,25 @@ def test_relu2_is_relu_squared_in_a_two_matrix_mlp(architecture):
     assert (mlp.up.bias is not None) is (architecture == "classic")  # biases stay the architecture's
     x = torch.randn(3, 5, TINY.n_embd)
     torch.testing.assert_close(mlp(x), mlp.down(F.relu(mlp.up(x)) ** 2), rtol=0, atol=0)
-    gelu = mlp.down(F.gelu(mlp.up(x), approximate="tanh"))
+    gelu = mlp.down(F.gelu(mlp.up(x)))
     assert not torch.allclose(mlp(x), gelu)
+
+
+@pytest.mark.parametrize("architecture", ["classic", "modern"])
+def test_gelu_is_the_exact_form_and_gelu_tanh_gpt2s_approximation(architecture):
+    x = torch.randn(3, 5, TINY.n_embd) * 3  # wide enough that the two forms differ visibly
+    computed = {}
+    for activation in ("gelu", "gelu_tanh"):
+        mlp = build_model(shape(architecture, activation=activation), seed=1).blocks[0].mlp
+        assert not hasattr(mlp, "gate") and mlp.up.out_features == 4 * TINY.n_embd
+        form = "tanh" if activation == "gelu_tanh" else "none"
+        torch.testing.assert_close(mlp(x), mlp.down(F.gelu(mlp.up(x), approximate=form)), rtol=0, atol=0)
+        computed[activation] = mlp(x)
+    # Same seed, same weights: only the activation's form differs, and it shows.
+    assert not torch.equal(computed["gelu"], computed["gelu_tanh"])
+    if architecture == "classic":  # the classic's own activation is the exact form
+        own = build_model(shape(architecture), seed=1).blocks[0].mlp
+        torch.testing.assert_close(own(x), computed["gelu"], rtol=0, atol=0)
 
 
 def test_swiglu_on_the_classic_architecture_is_gated_with_the_classic_biases():
@@ -170,7 +187,7 @@ def test_the_plan_announces_each_knob(tmp_path):
 @pytest.mark.parametrize(
     "key, value, said",
     [
-        ("model.activation", "relu3", "allowed values: gelu, relu2, swiglu"),
+        ("model.activation", "relu3", "allowed values: gelu, gelu_tanh, relu2, swiglu"),
         ("model.qk_norm", "yes", "must be true or false"),
         ("model.zero_init_projections", 1, "must be true or false"),
         ("model.tied_output", "no", "must be true or false"),
@@ -192,11 +209,15 @@ def test_the_cli_refuses_a_bad_activation_in_one_line(capsys, tmp_path, monkeypa
     assert "model.activation='relu3' is not allowed" in err and "\n" not in err and "Traceback" not in err
 
 
-def _saved(tmp_path, config: GPTConfig, signature_model: dict) -> None:
+def _saved(tmp_path, config: GPTConfig, signature_model: dict, gelu_exact: bool = True) -> dict:
+    """A checkpoint as the Trainer saves it; without gelu_exact, as it saved it before `gelu` meant the exact form."""
     model = build_model(config, seed=3)
     signature = {"profile": "tiny", **{f"model.{k}": v for k, v in signature_model.items()}}
     state = {"step": 2, "model": model.state_dict(), "model_config": signature_model, "signature": signature}
+    if gelu_exact:
+        state[checkpoint.GELU] = checkpoint.GELU_EXACT
     checkpoint.save(tmp_path / "run", state, keep=2)
+    return state
 
 
 def _signature(config: GPTConfig) -> dict:
@@ -205,13 +226,42 @@ def _signature(config: GPTConfig) -> dict:
     return {"profile": "tiny", **{f"model.{k}": v for k, v in asdict(config).items()}}
 
 
-def test_a_checkpoint_from_before_the_knobs_resumes_as_the_default_model(tmp_path):
+def test_a_checkpoint_from_before_the_knobs_resumes_as_the_model_it_holds(tmp_path):
     from dataclasses import asdict
+
+    from buildllm.errors import UserError
 
     config = load_profile("tiny").model
     before = {k: v for k, v in asdict(config).items() if k not in ("activation", "qk_norm", "zero_init_projections")}
-    _saved(tmp_path, config, before)
-    assert checkpoint.state_to_resume(tmp_path / "run", _signature(config), resume=True, force=False)["step"] == 2
+    # Saved before the knobs, so before `gelu` meant the exact form: its model is GPT-2's tanh GELU.
+    _saved(tmp_path, config, before, gelu_exact=False)
+    with pytest.raises(UserError) as excinfo:
+        checkpoint.state_to_resume(tmp_path / "run", _signature(config), resume=True, force=True)
+    message = str(excinfo.value)
+    assert "computes gelu_tanh" in message and "add --activation gelu_tanh" in message and "\n" not in message
+    tanh = replace(config, activation="gelu_tanh")
+    assert checkpoint.state_to_resume(tmp_path / "run", _signature(tanh), resume=True, force=False)["step"] == 2
+
+
+@pytest.mark.parametrize("architecture", ["classic", "modern"])
+def test_a_checkpoint_saved_before_gelu_was_exact_generates_with_the_tanh_form_it_was_trained_with(
+    tmp_path, architecture
+):
+    from dataclasses import asdict
+
+    from buildllm.train.generate import model_from
+
+    idx, _ = batch(TINY)
+    config = shape(architecture, activation="gelu")
+    for exact, form in ((False, "gelu_tanh"), (True, "gelu")):
+        state = _saved(tmp_path / form, config, asdict(config), gelu_exact=exact)
+        expected = build_model(replace(config, activation=form), seed=3).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(model_from(state, "cpu")(idx)[0], expected(idx)[0], rtol=0, atol=0)
+    # A checkpoint of another activation is read as saved, marked or not.
+    relu2 = shape(architecture, activation="relu2")
+    state = _saved(tmp_path / "relu2", relu2, asdict(relu2), gelu_exact=False)
+    assert checkpoint.saved_model(state) == relu2
 
 
 @pytest.mark.parametrize(
