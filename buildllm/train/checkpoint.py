@@ -225,7 +225,7 @@ def refuse_a_file(directory: str | Path) -> None:
 
 def saved_model(state: dict) -> GPTConfig:
     """The model a checkpoint holds. A model field added since (the architecture knobs) reads as its
-    default; `gelu` saved before it meant the exact form reads as gelu_tanh, the function it was trained with."""
+    default; a `gelu` model saved before `gelu` meant the exact form reads as gelu_tanh, as it was trained."""
     model = GPTConfig(**state["model_config"])
     if state.get(GELU) != GELU_EXACT and model.mlp_activation == "gelu":
         model = replace(model, activation="gelu_tanh")
