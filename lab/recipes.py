@@ -302,8 +302,11 @@ TRY = (
     'Another recipe is a set of params: `--recipe NAME "key=value ..."`, repeated, the first the reference; '
     'e.g. `--recipe classic "train.recipe=classic" --recipe muon-cosine "train.recipe=muon '
     "train.schedule=cosine\"`. A file's settings name the recipe as the profiles held it on the file's date "
-    "(its note says where a recipe's values have changed since). The files named `explore-*` tried one change "
-    "at a time on top of muon (AdamW's rate, Muon's rate, the decay share, ReLU squared, QK-norm, "
+    "(its note says where a recipe's values have changed since), and the model as it was then: until "
+    "2026-12-07 classic's `gelu` was GPT-2's tanh form (now `model.activation=gelu_tanh`), since then the exact "
+    "GELU; the files named `*-exact-gelu-*` ran both forms beside muon (the same steps to the target; the "
+    "exact form 0.93× the tanh form's time at iteration 1, 0.95× at tiny). The files named `explore-*` tried "
+    "one change at a time on top of muon (AdamW's rate, Muon's rate, the decay share, ReLU squared, QK-norm, "
     "zero-initialised projections, a tied head), with fewer rounds or one thread; what they found shortened the "
     "time was AdamW's rate for embeddings, head, norms and biases (1e-2 instead of 3e-3: every profile's muon "
     "recipe now, iteration 1's since explore-iteration1-adamw1e-2), and ReLU squared, which kept the steps and "
