@@ -29,9 +29,12 @@ def cpu_plan(
     architecture: str | None = None,
     settings: dict | None = None,
     apply: bool = True,
+    tuned: bool = False,
 ):
     """The run plan of `profile` on the CPU, applied (threads, allocator: apply_plan) unless `apply` is
-    False; `settings` overrides more knobs."""
+    False; `settings` overrides more knobs. Without `tuned` the plan reads no tune record (the loss chunk,
+    attention and compile are the stated defaults), so a tool measures the same plan before and after
+    `buildllm tune` ran in this folder; with it, what this machine's record decides, as `train` would."""
     from buildllm.config import load_config
     from buildllm.plan.run_plan import apply_plan, make_plan
 
@@ -45,7 +48,7 @@ def cpu_plan(
     }
     if architecture:
         chosen["model.architecture"] = architecture
-    plan = make_plan(load_config(None, chosen))
+    plan = make_plan(load_config(None, chosen), read_tune=tuned)
     if apply:
         apply_plan(plan)
     return plan

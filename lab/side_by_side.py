@@ -8,7 +8,9 @@ path given: its code is never part of this repository. Both train on the same ra
 same batch, threads, learning rate, weight decay, betas and gradient clipping; our step is
 Trainer.step() as `train` runs it (data cursor, clipping, schedule, AdamW), the reference's step is
 nanoGPT's train loop (random-offset batch, forward under autocast, backward, clip, AdamW step,
-zero_grad).
+zero_grad). Our plan is the stated defaults (loss chunk, attention, compile), whatever tune's record
+in metrics/tune.json says, so a figure does not change because `buildllm tune` or `dvc repro` ran in
+this folder; --tuned reads this machine's record as `train` does. The start line names both decisions.
 
 What runs: `--profile` takes one or more names, or `all` (the CPU profiles iteration1, tiny, student
 and small; the GPU profiles iteration2 and iteration3 only when named). `--precision` is fp32, bf16
@@ -90,7 +92,7 @@ def our_plan(args, profile: str, precision: str, apply: bool = True):
     settings = {"train.recipe": "classic", **({"train.compile": True} if args.compile else {})}
     if args.batch_size:
         settings["train.batch_size"] = args.batch_size
-    return cpu_plan(profile, precision, args.threads, args.architecture, settings, apply)
+    return cpu_plan(profile, precision, args.threads, args.architecture, settings, apply, tuned=args.tuned)
 
 
 def ours(args, plan, steps: int):
@@ -195,7 +197,7 @@ def turns(args) -> None:
 def optional_flags(args) -> list[str]:
     flags = ["--batch-size", str(args.batch_size)] if args.batch_size else []
     flags += ["--architecture", args.architecture] if args.architecture else []
-    return flags + (["--compile"] if args.compile else [])
+    return flags + (["--compile"] if args.compile else []) + (["--tuned"] if args.tuned else [])
 
 
 def in_fresh_process(args, side: str, profile: str, precision: str, work: tuple[int, int, int]) -> dict:
@@ -435,6 +437,12 @@ def main() -> None:
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile our model (train.compile: true)")
     parser.add_argument(
+        "--tuned",
+        action="store_true",
+        help="our plan reads this machine's tune record (metrics/tune.json) as `train` does: its loss chunk, "
+        "attention and compile; default: the stated defaults, the same plan whether or not tune ran here",
+    )
+    parser.add_argument(
         "--target",
         type=float,
         default=None,
@@ -491,6 +499,8 @@ def main() -> None:
         "batch": {p: [plans[p].batch_size, plans[p].model.sequence_length] for p in profiles},
         "turns": args.turns,
         "compile": args.compile,
+        # What our plan made of the loss and attention: the stated defaults, or a tune record's (--tuned).
+        "plan": {p: {key: plans[p].decisions[key] for key in ("loss", "attention")} for p in profiles},
         "reference": str(args.reference),
         "cpu": cpu_info(),
         "load_average": os.getloadavg()[0],

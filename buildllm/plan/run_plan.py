@@ -72,10 +72,14 @@ class RunPlan:
         return self.threads if self.device.threads_apply else 1
 
 
-def make_plan(config: Config, training_examples: int | None = None, tune_record: dict | None = None) -> RunPlan:
+def make_plan(
+    config: Config, training_examples: int | None = None, tune_record: dict | None = None, read_tune: bool = True
+) -> RunPlan:
     """training_examples: the windows a caller has already loaded; otherwise counted from the token file.
     tune_record: the record `buildllm tune` is writing for this very plan, read instead of the one on
-    disk, so that each of its parts runs what its own earlier parts measured and nothing of the last tune."""
+    disk, so that each of its parts runs what its own earlier parts measured and nothing of the last tune.
+    read_tune False: the plan of a machine without tune's record, whatever is on disk (the lab's tools
+    compare the stated defaults unless told to read it)."""
     profile = profile_for(config)
     model = profile.model
     if model.n_embd % model.n_head:
@@ -106,7 +110,9 @@ def make_plan(config: Config, training_examples: int | None = None, tune_record:
     # This machine's tune figures for this profile, device, shape and batch (or why there are none),
     # read in one place; the measured rules of threads, precision, compile, the loss and attention decide from them.
     record, why_not = tune_record, ""
-    if record is None:
+    if record is None and not read_tune:
+        why_not = tuned.NOT_READ
+    elif record is None:
         shape = tuned.shape_label(model, t.gradient_checkpointing)
         record, why_not = tuned.lookup(this_machine(), profile.name, device.device, batch_size, shape)
     threads, decisions["threads"] = threads_module.decide_threads(t.threads, device.threads_apply, record, why_not)

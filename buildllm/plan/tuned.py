@@ -15,6 +15,7 @@ from buildllm.paths import METRICS
 PATH = METRICS / "tune.json"
 FORMAT = 1
 NOT_MEASURED = "not measured on this machine: run `buildllm tune`"
+NOT_READ = "tune's record not read: the stated default"
 # A measured count (threads, the loss chunk) or kernel replaces its stated default only where its
 # speed-up's interval clears this gain at its LOW end. "Conclusively faster" alone (low end above 1)
 # flipped the loss chunk from run to run: tune run 5 times in fresh processes on one quiet 2-core AMD

@@ -148,6 +148,21 @@ def test_threads_and_compile_follow_the_figures_measured_here():
     assert not p.compile.enabled and "measured here: torch.compile skipped: 12 s" in p.decisions["compile"]
 
 
+def test_a_plan_told_not_to_read_tune_takes_the_stated_defaults_whatever_the_record_says():
+    """The lab's tools (lab/harness.py cpu_plan) compare the same plan before and after tune ran here."""
+    other = 1 if DEFAULT_THREADS != 1 else 2
+    threads = {"default": DEFAULT_THREADS, "candidates": {str(other): speeds(1.0, [0.6] * 6)}}
+    chunks = {"default_rows": 512, "rows": 2048, "candidates": {"1024": speeds(1.0, [0.8] * 6)}}
+    tuned.write_record(record(threads=threads, loss_chunk=chunks))
+    read = plan()
+    assert read.tuned_here and read.threads == other and read.decisions["loss"].startswith("1024 rows")
+    unread = make_plan(load_config(None, SETTINGS), training_examples=10**6, read_tune=False)
+    assert not unread.tuned_here and unread.threads == DEFAULT_THREADS
+    assert not unread.decisions["loss"].startswith("1024 rows")
+    for name in ("threads", "compile", "attention"):
+        assert tuned.NOT_READ in unread.decisions[name], name
+
+
 def test_the_writer_keeps_other_machines_and_profiles():
     tuned.write_record(record(machine="other-cpu-0123abcd", precision=bf16([0.7] * 8)))
     tuned.write_record(record(precision=bf16([0.7] * 8)))
