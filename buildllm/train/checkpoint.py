@@ -272,9 +272,10 @@ def state_to_resume(directory: Path, signature: dict, resume: bool, force: bool)
             )
         return None
     path, state = found
-    changed = differences(saved_signature(state), signature)
+    saved = saved_signature(state)
+    changed = differences(saved, signature)
     if any(change.startswith(("model.", "profile ")) for change in changed):
-        held = saved_signature(state).get("model.activation")
+        held = saved.get("model.activation")
         if held and changed == [f"model.activation {held!r} -> None"]:
             # Only the activation differs, and this run asked for the profile's own: the old `gelu`
             # checkpoints, or a knob left out. Naming it continues the run.
