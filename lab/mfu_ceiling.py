@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from buildllm.model.gpt import activate
 from lab.harness import PROFILES, cpu_plan, random_token_trainer
 from lab.harness import seconds_per_call as timed
 
@@ -85,13 +86,7 @@ def activation_work(config, rows: int):
 
     def work():
         for _ in range(config.n_layer):
-            if config.mlp_activation == "swiglu":
-                out = F.silu(gate) * up
-            elif config.mlp_activation == "relu2":
-                out = F.relu(up) * F.relu(up)
-            else:
-                out = F.gelu(up, approximate="tanh" if config.mlp_activation == "gelu_tanh" else "none")
-            out.backward(grad)
+            activate(config.mlp_activation, up, gate).backward(grad)
 
     return work
 

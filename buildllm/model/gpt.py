@@ -97,6 +97,17 @@ class CausalSelfAttention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
+def activate(activation: str, up: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
+    """The MLP's activation (shape.py ACTIVATIONS) of its up projection, and of its gate for swiglu."""
+    if activation == "swiglu":
+        return F.silu(gate) * up
+    if activation == "relu2":
+        # r * r, not r.square(): autocast runs pow in fp32 on CUDA, an extra cast and fp32 copy.
+        r = F.relu(up)
+        return r * r
+    return F.gelu(up, approximate="tanh" if activation == "gelu_tanh" else "none")
+
+
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -109,15 +120,8 @@ class MLP(nn.Module):
         self.down.residual_projection = True
 
     def forward(self, x):
-        if self.activation == "swiglu":
-            return self.down(F.silu(self.gate(x)) * self.up(x))
-        if self.activation == "relu2":
-            # r * r, not r.square(): autocast runs pow in fp32 on CUDA, an extra cast and fp32 copy.
-            r = F.relu(self.up(x))
-            return self.down(r * r)
-        if self.activation == "gelu_tanh":
-            return self.down(F.gelu(self.up(x), approximate="tanh"))
-        return self.down(F.gelu(self.up(x)))
+        gate = self.gate(x) if self.activation == "swiglu" else None
+        return self.down(activate(self.activation, self.up(x), gate))
 
 
 class Block(nn.Module):
