@@ -120,9 +120,15 @@ def run(
     note: str = "",
     threads: int = 2,
     out: Path = RESULTS,
+    vary_seed: bool = False,
 ) -> Path:
     if rounds < 1:
         raise UserError(f"--rounds {rounds}: a comparison needs at least one run of each recipe; give 1 or more")
+    if vary_seed and (setting := next((n for n, s in recipes.items() if "seed" in s), None)):
+        raise UserError(
+            f"recipe {setting!r} sets its own seed and --vary-seed sets each round's: the runs of a round would not "
+            "start alike; drop one of the two"
+        )
     # threads 0: the params' own (on a GPU machine the CPU's thread count is not what is compared).
     common = {**COMMON, **({"train.threads": threads} if threads else {})}
     params = yaml.safe_load(params_path.read_text()) if params_path.exists() else {}
@@ -157,6 +163,7 @@ def run(
         **({"note": note} if note else {}),
     }
     names = list(recipes)
+    first_seed = params.get("seed", 1337)
     with tempfile.TemporaryDirectory(prefix="buildllm-recipes-") as scratch:
         for round_ in range(rounds):
             order = names[round_ % len(names) :] + names[: round_ % len(names)]
@@ -165,8 +172,12 @@ def run(
                 folder.mkdir()
                 started = time.time()
                 settings = recipes[recipe]
-                result = train_once(params, settings, data[json.dumps(settings)], folder, common)
-                record["runs"].append({"recipe": recipe, "round": round_, **result})
+                # One seed per round, the same for every recipe in it: the ratio stays paired, and
+                # the rounds' spread holds the learning's own (initial weights, batch order), which
+                # repeating one seed leaves out.
+                seed = {"seed": first_seed + round_} if vary_seed else {}
+                result = train_once(params, settings, data[json.dumps(settings)], folder, {**common, **seed})
+                record["runs"].append({"recipe": recipe, "round": round_, **seed, **result})
                 record["load_average_after"] = load_average()
                 # Written after every run: a measurement cut short keeps the rounds it finished.
                 path = save(record, out, name)
@@ -292,7 +303,10 @@ METHOD = (
     "validation bits per byte, rounded up to 0.01, unless the file names one. Intervals: the sign-test "
     "interval of the median over the rounds (with 3 rounds, min to max, 75% coverage); the ratio is paired "
     "by round: a recipe's time over the reference's in the same round. The step at which a run reaches the "
-    "target does not depend on how loaded the machine was; its time does."
+    "target does not depend on how loaded the machine was; its time does. Every run starts from the params' "
+    "seed unless the command says `--vary-seed`: then round r runs every recipe from seed + r, and the "
+    "intervals hold the spread of the learning itself (the initial weights, the order of the batches), not "
+    "only the machine's."
 )
 
 
@@ -315,7 +329,10 @@ TRY = (
     "(0.35× classic's time against muon's 0.30×) and no sooner on student (1.02× muon's time, "
     "explore-relu2-student-zen1-2026-12-06); on a Zen 3 its steps were cheaper and it was still later (1.12× "
     "muon's time, explore-relu2-iteration1-zen3-2026-12-07), so it stays a knob (`model.activation=relu2`) and "
-    "the classic recipe stays GPT-2. On a GPU the comparison is a step of the lent GPU check "
+    "the classic recipe stays GPT-2. Nor did a higher Muon rate (1e-2), a higher AdamW rate (2e-2), a 5-step "
+    "warm-up or a batch of 8 reach the target sooner at iteration 1 (explore-muon-rates-iteration1-zen3-2026-12-07, "
+    "explore-muon-batch-warmup-iteration1-zen3-2026-12-07, the latter from a seed per round: `--vary-seed`). "
+    "On a GPU the comparison is a step of the lent GPU check "
     "(`scripts/gpu_check.sh`, docs/gpu.md): iteration 1 at the GPU route's own batch (`recipes-it1`) and at the "
     "CPU comparisons' batch of 16 (`recipes-it1-b16`), brought into this folder by `python scripts/gpu_home.py "
     "OUT --record`. Until such a file is here the GPU is not measured this way: iteration 1 takes muon there "
@@ -381,6 +398,12 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=2, help="torch threads of every run (a loaded machine: 1; 0: the params' own)"
     )
     p.add_argument("--out", type=Path, default=RESULTS, help="the results file's folder (default %(default)s)")
+    p.add_argument(
+        "--vary-seed",
+        action="store_true",
+        help="round r trains every recipe from seed + r (default: every run from the params' seed, so the "
+        "rounds differ in timing only)",
+    )
     sub.add_parser("render", help="benchmarks/recipes/*.json -> docs/recipes.md")
     sub.add_parser("check", help="exit non-zero when docs/recipes.md disagrees with benchmarks/recipes/")
     args = parser.parse_args(argv)
@@ -389,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "run":
             recipes = {n: parse_settings(s) for n, s in (args.recipe or DEFAULT_RECIPES.items())}
             name = args.name or f"{machine()['machine_id']}-{datetime.date.today().isoformat()}"
-            path = run(recipes, args.rounds, args.params, name, args.target, args.note, args.threads, args.out)
+            path = run(
+                recipes, args.rounds, args.params, name, args.target, args.note, args.threads, args.out, args.vary_seed
+            )
             print(f"wrote {path}; now `python -m lab.recipes render`")
         elif args.action == "render":
             atomic_write_text(DOCUMENT, render())

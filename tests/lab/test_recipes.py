@@ -59,6 +59,27 @@ def test_no_rounds_is_refused_in_one_line_and_writes_nothing(tmp_path, capsys):
     assert "--rounds 0" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
+def test_a_recipe_with_its_own_seed_is_refused_beside_vary_seed(tmp_path, capsys):
+    argv = ["run", "--vary-seed", "--out", str(tmp_path / "out"), "--recipe", "mine", "train.recipe=muon seed=7"]
+    assert recipes.main(argv) == 2
+    assert "sets its own seed" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_vary_seed_starts_each_round_from_its_own_seed(tmp_path, monkeypatch):
+    paths = make_token_files(tmp_path / "tokens")
+    monkeypatch.chdir(tmp_path)
+    data = f"train.train_tokens={paths['train']} train.validation_tokens={paths['validation']} "
+    data += f"train.tokenizer={paths['tokenizer']} preset=tiny device=cpu train.training_examples=160"
+    argv = ["run", "--rounds", "2", "--threads", "1", "--name", "seeds", "--params", str(tmp_path / "none.yaml")]
+    assert recipes.main([*argv, "--vary-seed", "--recipe", "muon", data]) == 0
+    runs = json.loads((tmp_path / "benchmarks" / "recipes" / "seeds.json").read_text())["runs"]
+    assert [r["seed"] for r in runs] == [1337, 1338]
+    # Other initial weights: the untrained model's validation differs between the rounds.
+    first = [r["curve"][0]["validation_bits_per_byte"] for r in runs]
+    assert first[0] != first[1]
+
+
 def test_the_committed_document_matches_the_committed_results(monkeypatch):
     monkeypatch.chdir(ROOT)
     recipes.check()
