@@ -163,7 +163,7 @@ def run(
         **({"note": note} if note else {}),
     }
     names = list(recipes)
-    first_seed = params.get("seed", 1337)
+    first_seed = load_config(params_path if params_path.exists() else None, {}).seed
     with tempfile.TemporaryDirectory(prefix="buildllm-recipes-") as scratch:
         for round_ in range(rounds):
             order = names[round_ % len(names) :] + names[: round_ % len(names)]
