@@ -131,7 +131,8 @@ def run(
         )
     # threads 0: the params' own (on a GPU machine the CPU's thread count is not what is compared).
     common = {**COMMON, **({"train.threads": threads} if threads else {})}
-    params = yaml.safe_load(params_path.read_text()) if params_path.exists() else {}
+    source = params_path if params_path.exists() else None  # none: every knob at its default
+    params = yaml.safe_load(source.read_text()) if source else {}
     project = Path.cwd()
     # The pipeline's data, named absolutely: every run reads the same files from its own folder.
     from buildllm.config import load_config, profile_for
@@ -139,7 +140,7 @@ def run(
 
     data = {}
     for settings in recipes.values():
-        config = load_config(params_path if params_path.exists() else None, settings)
+        config = load_config(source, settings)
         vocab = profile_for(config).model.vocab_size
         train_path, validation_path = token_paths(config, vocab)
         if not train_path.exists():
@@ -163,7 +164,7 @@ def run(
         **({"note": note} if note else {}),
     }
     names = list(recipes)
-    first_seed = load_config(params_path if params_path.exists() else None, {}).seed
+    first_seed = load_config(source, {}).seed
     with tempfile.TemporaryDirectory(prefix="buildllm-recipes-") as scratch:
         for round_ in range(rounds):
             order = names[round_ % len(names) :] + names[: round_ % len(names)]
