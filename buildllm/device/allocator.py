@@ -7,8 +7,9 @@ every fresh page is a page fault and a page the kernel zeroes: getrusage's minor
 about 4,000-5,000 a step at iteration 1 on a 2-core EPYC, and about 40 with the thresholds raised
 (a step about 3% faster there). With both thresholds raised, freed blocks stay in the heap and the
 next step reuses them. The resident set stays near the step's peak between steps, which is what a
-training process holds anyway; the memory estimate's allocator share (memory/estimate.py) was fitted
-before this setting, and `buildllm verify memory` checks it with the setting on.
+training process holds anyway, and the heap keeps the holes a step's frees leave: the memory
+estimate's allocator share (memory/estimate.py) is fitted with this setting on, and `buildllm verify
+memory` checks it so.
 
 Linux with glibc only: other C libraries and other systems keep their own allocator's behaviour, and the
 plan's record says so. Not under an address-space cap (`ulimit -v`, RLIMIT_AS): a kept block still

@@ -40,9 +40,16 @@ MiB = 2**20
 CPU_RUNTIME_BYTES = 20 * MiB
 # bf16 autocast on the CPU took about 12 MiB more (its own kernels; seen at small shapes).
 CPU_LOW_PRECISION_RUNTIME_BYTES = 12 * MiB
-# Unpinned (the default), glibc serves tensors up to 32 MiB from its heap once such a block has been
-# freed, and keeps freed heap blocks for reuse: the resident growth was another 6-16% of the live tensors.
-CPU_ALLOCATOR_OVERHEAD = 0.12
+# What glibc's heap holds beyond the live tensors: blocks a step freed where no later allocation of the
+# step fitted. A training process keeps every freed block (device/allocator.py), so the heap's
+# high-water mark is the resident peak, and the holes grow with the tensors a step frees: its
+# activations (the weights and optimizer state are made once and never freed). Fitted on the fitted
+# fp32 shapes of `buildllm verify memory --full` with the thresholds raised (29 shapes, 2 fresh
+# processes each; 2026-12-07, 2-core AMD EPYC, family 25 model 1): 0.32 of the activations, the
+# least-squares fit of the log ratio. It was 0.12 of the live tensors, fitted before the thresholds
+# were raised and while student was classic: student modern fp32 b64 then read 0.82 of its peak,
+# and one process under load crossed the +25% edge.
+CPU_FREED_ACTIVATIONS_SHARE = 0.32
 # CPU, in fp32 and under autocast, fitted as remade_after_backward says: with gradient checkpointing the
 # rebuilt blocks' memory glibc keeps, in widths (n_embd-sized vectors) per token and layer; with gradient
 # accumulation the share of one micro-batch's activations the second micro-batch allocates anew.
@@ -260,7 +267,6 @@ def estimate_training_memory(
     # The optimizer step: the model returns no logits with a loss, so none are held to it.
     optimizer_step = dict.fromkeys(backward_start, 0) | {"gradients": gradients}
     parts = max(backward_start, optimizer_step, key=lambda moment: sum(moment.values()))
-    live = weights + optimizer + sum(parts.values())
     allocator = 0
     if device.host_memory:
         runtime = CPU_RUNTIME_BYTES + (CPU_LOW_PRECISION_RUNTIME_BYTES if autocast else 0)
@@ -269,7 +275,7 @@ def estimate_training_memory(
             widths = CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST if autocast else CPU_CHECKPOINT_RETAINED_WIDTHS
             retained = model.n_layer * tokens * widths * model.n_embd * precision_bytes
         remade = remade_after_backward(activations, retained, grad_accum, autocast)
-        allocator = int(live * CPU_ALLOCATOR_OVERHEAD) + runtime + remade
+        allocator = int(activations * CPU_FREED_ACTIVATIONS_SHARE) + runtime + remade
     workspace = cuda_workspace_bytes(device)
     if device.host_memory and compiled:
         workspace += CPU_COMPILED_RUNTIME_BYTES
@@ -297,7 +303,7 @@ def remade_after_backward(activations: int, retained: int, grad_accum: int, auto
     glibc keeps freed heap blocks, and a tensor made after a backward lands in them only where a
     hole of its size is free: the backward interleaved gradients and temporaries with the freed
     activations. Without accumulation or checkpointing, the forward reuses the previous step's
-    blocks in the same order and CPU_ALLOCATOR_OVERHEAD covers it.
+    blocks in the same order and CPU_FREED_ACTIVATIONS_SHARE covers the holes a step leaves.
 
     Gradient accumulation: the second micro-batch's forward runs after the first one's backward,
     beside the gradients it made. With the mmap threshold pinned (MALLOC_MMAP_THRESHOLD_=131072:
@@ -318,9 +324,11 @@ def remade_after_backward(activations: int, retained: int, grad_accum: int, auto
     freed memory, so glibc keeps much of it apart (`retained`). What recompute keeps *alive* the
     estimate already counts, and the pinned runs confirm it (growth 49-113 MiB against the live part
     plus runtime of 57-119 MiB on the six fitted fp32 shapes). The unpinned growth beyond the pinned
-    one, less CPU_ALLOCATOR_OVERHEAD, was 8 to 11.4 fp32 widths (n_embd floats) per token and layer
-    on the fitted shapes (gpt_first_cpu b8/b24/b48, student classic and modern b16, tiny b64;
-    2026-12-02, 2-core AMD EPYC, 2 fresh processes each): CPU_CHECKPOINT_RETAINED_WIDTHS = 10. Under bf16
+    one, less the general share of the time (0.12 of the live tensors; CPU_FREED_ACTIVATIONS_SHARE
+    replaced it and moved these shapes' estimates by -3.5% to +3.9%), was 8 to 11.4 fp32 widths
+    (n_embd floats) per token and layer on the fitted shapes (gpt_first_cpu b8/b24/b48, student
+    classic and modern b16, tiny b64; 2026-12-02, 2-core AMD EPYC, 2 fresh processes each):
+    CPU_CHECKPOINT_RETAINED_WIDTHS = 10. Under bf16
     autocast the same accounting gave 11.1, 18.3 and 14.2 bytes per token, layer and n_embd
     (gpt_first_cpu b24, student classic b16, tiny b64; pinned 88.4, 108.2, 70.6 MiB, unpinned 113.0,
     145.6, 83.2): about 7 bf16 widths (CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST), not the 10 widths at
