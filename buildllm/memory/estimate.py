@@ -323,22 +323,21 @@ def remade_after_backward(activations: int, retained: int, grad_accum: int, auto
     earlier term, a whole micro-batch's activations, read 1.15-1.19 of the measured peak on held-out
     accumulation shapes.)
 
-    Gradient checkpointing rebuilds each block in backward beside the gradient temporaries of the
-    block after it and the parameter gradients made so far, which land between the rebuilt blocks'
-    freed memory, so glibc keeps much of it apart (`retained`). What recompute keeps *alive* the
-    estimate already counts, and the pinned runs confirm it (growth 49-113 MiB against the live part
-    plus runtime of 57-119 MiB on the six fitted fp32 shapes). The unpinned growth beyond the pinned
-    one, less the general share of the time (0.12 of the live tensors; CPU_FREED_ACTIVATIONS_SHARE
-    replaced it and moved these shapes' estimates by -3.5% to +3.9%), was 8 to 11.4 fp32 widths
-    (n_embd floats) per token and layer on the fitted shapes (gpt_first_cpu b8/b24/b48, student
-    classic and modern b16, tiny b64; 2026-12-02, 2-core AMD EPYC, 2 fresh processes each):
-    CPU_CHECKPOINT_RETAINED_WIDTHS = 10. Under bf16
-    autocast the same accounting gave 11.1, 18.3 and 14.2 bytes per token, layer and n_embd
+    Gradient checkpointing rebuilds each block in backward beside the gradient temporaries of the block
+    after it and the parameter gradients made so far, which land between the rebuilt blocks' freed
+    memory, so glibc keeps much of it apart (`retained`). What recompute keeps *alive* the estimate
+    already counts, and the pinned runs confirm it (growth 49-113 MiB against the live part plus runtime
+    of 57-119 MiB on the six fitted fp32 shapes). The unpinned growth beyond the pinned one, less the
+    general share of the time (0.12 of the live tensors; CPU_FREED_ACTIVATIONS_SHARE replaced it and
+    moved these shapes' estimates by -3.5% to +3.9%), was 8 to 11.4 fp32 widths (n_embd floats) per
+    token and layer on the fitted shapes (gpt_first_cpu b8/b24/b48, student classic and modern b16, tiny
+    b64; 2026-12-02, 2-core AMD EPYC, 2 fresh processes each): CPU_CHECKPOINT_RETAINED_WIDTHS = 10.
+    Under bf16 autocast the same accounting gave 11.1, 18.3 and 14.2 bytes per token, layer and n_embd
     (gpt_first_cpu b24, student classic b16, tiny b64; pinned 88.4, 108.2, 70.6 MiB, unpinned 113.0,
     145.6, 83.2): about 7 bf16 widths (CPU_CHECKPOINT_RETAINED_WIDTHS_AUTOCAST), not the 10 widths at
-    the layer's fp32/bf16 mix (22.5 bytes) counted before, which read 1.10-1.22 of the peak on
-    held-out bf16 shapes. (The first term, one rebuilt block, read 0.65-0.77 of the measured peak on
-    classic shapes.) Pinning the threshold at 1 MiB would keep the saving (81 MiB against 146-161 at
+    the layer's fp32/bf16 mix (22.5 bytes) counted before, which read 1.10-1.22 of the peak on held-out
+    bf16 shapes. (The first term, one rebuilt block, read 0.65-0.77 of the measured peak on classic
+    shapes.) Pinning the threshold at 1 MiB would keep the saving (81 MiB against 146-161 at
     gpt_first_cpu b24), but the step then ran at 0.68x the speed with checkpointing and 0.72x without
     (medians of 4 interleaved pairs each, gpt_first_cpu b24 and b16), so the runtime leaves glibc alone.
 

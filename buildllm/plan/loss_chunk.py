@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_bytes_per_row
-from buildllm.plan.tuned import measured_count
+from buildllm.plan.tuned import measured_count, step_seconds
 from buildllm.units import size
 
 # CPU: chunk logits of at most this many bytes (fp32). Measured at iteration 1 (2048 rows,
@@ -116,4 +116,22 @@ def measured_choice(
     measured_in = figures.get("precision", "fp32")  # records from before the field: measured in fp32
     if figures and measured_in != precision:
         return None, f"measured here: rows not compared in {precision} (tune measured the loss chunk in {measured_in})"
-    return measured_count(record, why_not, "loss_chunk", "default_rows", default_rows, "rows")
+    rows, why = measured_count(record, why_not, "loss_chunk", "default_rows", default_rows, "rows")
+    if rows is None:
+        return rows, why
+    return rows, why + on_the_step(figures, rows, step_seconds(record))
+
+
+def on_the_step(figures: dict, rows: int, step: float | None) -> str:
+    """The loss is one part of a step: its share of tune's step time, and the chosen size's gain on it
+    carried to the whole step (the rest unchanged), so a kernel's x1.14 is not read as the run's."""
+    candidates = figures["candidates"]
+    loss = next(iter(candidates.values()))["reference_median_seconds"]  # the default's, beside every size
+    if not step or loss >= step:
+        return ""
+    share = loss / step
+    said = f"; the loss is {share:.0%} of a step here ({1e3 * loss:.0f} of {1e3 * step:.0f} ms)"
+    if str(rows) not in candidates:  # the default kept
+        return said
+    gain = candidates[str(rows)]["ratio"]
+    return f"{said}: x{gain:.2f} on it is about x{1 / (1 - share + share / gain):.2f} on the step"

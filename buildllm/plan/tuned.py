@@ -84,6 +84,16 @@ def slower(figure: dict) -> bool:
     return figure["high"] < 1.0 and figure.get("coverage", 0.0) >= 0.95
 
 
+def step_seconds(record: dict) -> float | None:
+    """One training step's seconds as tune timed it (the run's precision, the default thread count, not
+    compiled): the threads part's reference side, else the compile part's plain step; None without either."""
+    threads = record.get("threads") or {}
+    candidates = threads.get("candidates") or {}
+    if candidates and threads.get("steps_per_turn"):
+        return next(iter(candidates.values()))["reference_median_seconds"] / threads["steps_per_turn"]
+    return (record.get("compile") or {}).get("plain_step_seconds")
+
+
 def measured_count(
     record: dict | None, why_not: str, key: str, default_key: str, default: int, unit: str
 ) -> tuple[int | None, str]:

@@ -188,6 +188,28 @@ def test_the_loss_chunk_rule_takes_a_size_only_when_measured_here_conclusively_f
     assert loss_chunk.measured_choice(None, tuned.NOT_MEASURED, 512) == (None, tuned.NOT_MEASURED)
 
 
+def test_the_loss_chunk_decision_carries_its_gain_to_the_whole_step():
+    """A x1.20 loss kernel that is a quarter of a step is about x1.04 on the step, not x1.20."""
+    clear = speeds(0.06, [0.05] * 8)  # the loss at the default rows 60 ms, the candidate 50 ms
+    chunk = {"default_rows": 512, "rows": 2048, "candidates": {"2048": clear}}
+    threads = {"default": 2, "steps_per_turn": 3, "candidates": {"1": speeds(0.72, [1.2] * 8)}}  # 240 ms a step
+    rows, reason = loss_chunk.measured_choice(record(loss_chunk=chunk, threads=threads), "", 512)
+    assert (
+        rows == 2048
+        and "the loss is 25% of a step here (60 of 240 ms): x1.20 on it is about x1.04 on the step" in reason
+    )
+    kept = {**chunk, "candidates": {"1024": speeds(0.06, [0.059] * 8)}}
+    rows, reason = loss_chunk.measured_choice(record(loss_chunk=kept, threads=threads), "", 512)
+    assert rows == 512 and reason.endswith("the loss is 25% of a step here (60 of 240 ms)")
+    # Without the threads part (train.threads set), the compile part's plain step; without either, nothing.
+    compiled = {"plain_step_seconds": 0.12}
+    assert (
+        "50% of a step here (60 of 120 ms)"
+        in loss_chunk.measured_choice(record(loss_chunk=chunk, compile=compiled), "", 512)[1]
+    )
+    assert "of a step" not in loss_chunk.measured_choice(record(loss_chunk=chunk), "", 512)[1]
+
+
 def test_a_count_or_kernel_leaves_its_default_only_on_a_gain_that_clears_the_bar_at_its_low_end():
     """The loss chunk flipped between tune runs on a quiet Zen 1 on gains like this: about x1.02, the
     interval's low end x1.00-x1.01, conclusively faster and too small to hold still."""
