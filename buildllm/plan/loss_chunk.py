@@ -10,14 +10,15 @@ of the device, so the plan decides it (RunPlan.loss) and the model and the memor
   otherwise the largest chunks that fit, in whole ROW_MULTIPLE rows, never fewer than MIN_ROWS (on a
   small GPU the floor may pass the budget: the memory estimate counts what is chosen).
 
-A chunk size `buildllm tune` measured faster on this machine, by a margin (plan/tuned.py, MIN_LOW_GAIN),
-is preferred (plan_loss).
+A chunk size `buildllm tune` measured faster on this machine, by a margin on the whole step (plan/tuned.py,
+MIN_LOW_GAIN; the loss is about a quarter of a CPU step at iteration 1), is preferred (plan_loss).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_bytes_per_row
@@ -116,22 +117,44 @@ def measured_choice(
     measured_in = figures.get("precision", "fp32")  # records from before the field: measured in fp32
     if figures and measured_in != precision:
         return None, f"measured here: rows not compared in {precision} (tune measured the loss chunk in {measured_in})"
-    rows, why = measured_count(record, why_not, "loss_chunk", "default_rows", default_rows, "rows")
-    if rows is None:
-        return rows, why
-    return rows, why + on_the_step(figures, rows, step_seconds(record))
+    step = step_seconds(record) if record else None
+    share = loss_share(figures, step)
+    if share is None:  # no step to carry it to: the kernel's own gain is judged
+        return measured_count(record, why_not, "loss_chunk", "default_rows", default_rows, "rows")
+    judged = partial(carried, share=share)
+    rows, why = measured_count(
+        record, why_not, "loss_chunk", "default_rows", default_rows, "rows", judged, " on the step"
+    )
+    return (rows, why) if rows is None else (rows, why + step_text(figures, rows, share, step))
 
 
-def on_the_step(figures: dict, rows: int, step: float | None) -> str:
-    """The loss is one part of a step: its share of tune's step time, and the chosen size's gain on it
-    carried to the whole step (the rest unchanged), so a kernel's x1.14 is not read as the run's."""
+def carried(figure: dict, share: float) -> dict:
+    """A kernel's figure as the step's: its ratio and interval carried through on_the_step."""
+    return {**figure, **{k: on_the_step(figure[k], share) for k in ("ratio", "low", "high")}}
+
+
+def loss_share(figures: dict, step: float | None) -> float | None:
+    """The loss's share of a training step: the fused loss at the default rows (tune's reference side)
+    over the step tune timed; None without both."""
+    candidates = figures.get("candidates") or {}
+    if not candidates or not step:
+        return None
+    loss = next(iter(candidates.values()))["reference_median_seconds"]
+    return loss / step if loss < step else None
+
+
+def on_the_step(gain: float, share: float) -> float:
+    """A gain on a part that takes `share` of a step, on the whole step: the rest of it unchanged."""
+    return 1 / (1 - share + share / gain)
+
+
+def step_text(figures: dict, rows: int, share: float, step: float) -> str:
+    """So that a kernel's x1.14 is not read as the run's: the loss's share and the gain on the step."""
     candidates = figures["candidates"]
-    loss = next(iter(candidates.values()))["reference_median_seconds"]  # the default's, beside every size
-    if not step or loss >= step:
-        return ""
-    share = loss / step
-    said = f"; the loss is {share:.0%} of a step here ({1e3 * loss:.0f} of {1e3 * step:.0f} ms)"
-    if str(rows) not in candidates:  # the default kept
-        return said
-    gain = candidates[str(rows)]["ratio"]
-    return f"{said}: x{gain:.2f} on it is about x{1 / (1 - share + share / gain):.2f} on the step"
+    said = f"; the loss is {share:.0%} of a step here ({1e3 * share * step:.0f} of {1e3 * step:.0f} ms)"
+    if str(rows) in candidates:
+        gain = candidates[str(rows)]["ratio"]
+        return f"{said}: x{gain:.2f} on it is about x{on_the_step(gain, share):.2f} on the step"
+    fastest = max(candidates, key=lambda n: candidates[n]["ratio"])
+    gain = candidates[fastest]["ratio"]
+    return f"{said}: the fastest, {fastest} rows' x{gain:.2f}, is about x{on_the_step(gain, share):.2f} on the step"

@@ -22,6 +22,9 @@ NOT_READ = "tune's record not read: the stated default"
 # EPYC (Zen 1, 2026-12-06) took 512, 512, 1024, 2048 and 512 rows, each on about x1.02 with its low
 # end at x1.00-x1.01. A choice now flips only where a low end crosses the bar between runs: a gain
 # near parity keeps the default every time, and one large enough to matter outruns the interval.
+# The loss chunk's gain is judged on the whole step (plan/loss_chunk.py): on the kernel alone, a 2-core
+# Zen 3 (2026-12-07) took 512 rows in one tune (2048 rows' low end x1.01) and 2048 in the next, 30
+# minutes later (low end x1.05), each about x1.01 on a step of which the loss is a quarter.
 # Precision has its own, higher bar (plan/precision.py): bf16 also changes what is computed.
 MIN_LOW_GAIN = 1.03
 
@@ -95,11 +98,19 @@ def step_seconds(record: dict) -> float | None:
 
 
 def measured_count(
-    record: dict | None, why_not: str, key: str, default_key: str, default: int, unit: str
+    record: dict | None,
+    why_not: str,
+    key: str,
+    default_key: str,
+    default: int,
+    unit: str,
+    judged=None,
+    judged_on: str = "",
 ) -> tuple[int | None, str]:
     """(count, reason) for a count tune compares against the rule's default (record[key][default_key]):
     of those whose gain over it clears MIN_LOW_GAIN, the one with the largest ratio, else the default,
-    kept; (None, why) without figures compared against this default."""
+    kept; (None, why) without figures compared against this default. judged: the figure the bar is
+    applied to, from the measured one (a part's gain carried to what it is part of, `judged_on`)."""
     if record is None:
         return None, why_not
     figures = record.get(key) or {}
@@ -108,9 +119,9 @@ def measured_count(
         return None, f"measured here: {unit} not compared ({skipped})"
     candidates = {int(n): f for n, f in figures["candidates"].items()}
     said = "; ".join(f"{n} {unit} {ratio_text(f)}" for n, f in sorted(candidates.items()))
-    quicker = {n: f for n, f in candidates.items() if clears(f)}
+    quicker = {n: f for n, f in candidates.items() if clears(judged(f) if judged else f)}
     if quicker:
         best = max(quicker, key=lambda n: quicker[n]["ratio"])
         return best, f"{best} {unit}: measured here against the default {default}: {said}"
-    bar = f"none clears x{MIN_LOW_GAIN:.2f} at its interval's low end"
+    bar = f"none clears x{MIN_LOW_GAIN:.2f} at its interval's low end{judged_on}"
     return default, f"{default} {unit} (the default), kept; measured here against it: {said}; {bar}"
