@@ -22,7 +22,7 @@ from functools import partial
 
 from buildllm.device.device import Device
 from buildllm.model.fused_loss import chunk_bytes_per_row
-from buildllm.plan.tuned import measured_count, step_seconds
+from buildllm.plan.tuned import measured_count, reference_seconds, step_seconds
 from buildllm.units import size
 
 # CPU: chunk logits of at most this many bytes (fp32). Measured at iteration 1 (2048 rows,
@@ -136,11 +136,8 @@ def carried(figure: dict, share: float) -> dict:
 def loss_share(figures: dict, step: float | None) -> float | None:
     """The loss's share of a training step: the fused loss at the default rows (tune's reference side)
     over the step tune timed; None without both."""
-    candidates = figures.get("candidates") or {}
-    if not candidates or not step:
-        return None
-    loss = next(iter(candidates.values()))["reference_median_seconds"]
-    return loss / step if loss < step else None
+    loss = reference_seconds(figures)
+    return loss / step if loss and step and loss < step else None
 
 
 def on_the_step(gain: float, share: float) -> float:

@@ -7,6 +7,7 @@ machine, profile, model shape or batch applies to nothing here; without one ever
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from buildllm.atomic import atomic_write_text
@@ -87,13 +88,20 @@ def slower(figure: dict) -> bool:
     return figure["high"] < 1.0 and figure.get("coverage", 0.0) >= 0.95
 
 
+def reference_seconds(part: dict) -> float | None:
+    """A compared part's reference side (its default), median seconds per turn: every candidate was
+    timed against the same one. None where nothing was compared."""
+    candidates = part.get("candidates") or {}
+    return next(iter(candidates.values()))["reference_median_seconds"] if candidates else None
+
+
 def step_seconds(record: dict) -> float | None:
     """One training step's seconds as tune timed it (the run's precision, the default thread count, not
     compiled): the threads part's reference side, else the compile part's plain step; None without either."""
     threads = record.get("threads") or {}
-    candidates = threads.get("candidates") or {}
-    if candidates and threads.get("steps_per_turn"):
-        return next(iter(candidates.values()))["reference_median_seconds"] / threads["steps_per_turn"]
+    turn = reference_seconds(threads)
+    if turn and threads.get("steps_per_turn"):
+        return turn / threads["steps_per_turn"]
     return (record.get("compile") or {}).get("plain_step_seconds")
 
 
@@ -104,7 +112,7 @@ def measured_count(
     default_key: str,
     default: int,
     unit: str,
-    judged=None,
+    judged: Callable[[dict], dict] | None = None,
     judged_on: str = "",
 ) -> tuple[int | None, str]:
     """(count, reason) for a count tune compares against the rule's default (record[key][default_key]):
