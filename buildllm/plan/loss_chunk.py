@@ -118,14 +118,10 @@ def measured_choice(
     if figures and measured_in != precision:
         return None, f"measured here: rows not compared in {precision} (tune measured the loss chunk in {measured_in})"
     step = step_seconds(record) if record else None
-    share = loss_share(figures, step)
-    if share is None:  # no step to carry it to: the kernel's own gain is judged
-        return measured_count(record, why_not, "loss_chunk", "default_rows", default_rows, "rows")
-    judged = partial(carried, share=share)
-    rows, why = measured_count(
-        record, why_not, "loss_chunk", "default_rows", default_rows, "rows", judged, " on the step"
-    )
-    return (rows, why) if rows is None else (rows, why + step_text(figures, rows, share, step))
+    share = loss_share(figures, step)  # None: no step to carry it to, the kernel's own gain is judged
+    judged, on = (partial(carried, share=share), " on the step") if share else (None, "")
+    rows, why = measured_count(record, why_not, "loss_chunk", "default_rows", default_rows, "rows", judged, on)
+    return (rows, why + step_text(figures, rows, share, step)) if share and rows else (rows, why)
 
 
 def carried(figure: dict, share: float) -> dict:
