@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from buildllm.config import load_config
+from buildllm.config import load_config, profile_for
 from buildllm.errors import ConfigError
 from buildllm.memory.estimate import FP32, plan_memory
 from buildllm.model.gpt import build_model
@@ -66,6 +66,16 @@ def test_the_recipe_and_each_override_is_decided_with_its_reason():
     muon = plan_of(**{"train.recipe": "muon", "train.muon_learning_rate": 0.01})
     assert muon.recipe.muon_learning_rate == 0.01 and muon.decisions["muon_learning_rate"] == "requested: 0.01"
     assert muon.decisions["learning_rate"].endswith("recipe muon's")
+
+
+@pytest.mark.parametrize("preset", ["tiny", "student", "small"])
+def test_every_preset_learns_by_muon_on_both_devices_and_keeps_classic_one_flag_away(preset):
+    # The course compares a preset's CPU and GPU runs: they must learn by one recipe.
+    profile = profile_for(load_config(None, {"preset": preset}))
+    assert profile.runtime("cpu").recipe == profile.runtime("gpu").recipe == "muon"
+    assert plan_of(preset=preset).decisions["recipe"] == f"muon: profile {preset}'s cpu default"
+    classic = plan_of(preset=preset, **{"train.recipe": "classic"})
+    assert (classic.recipe.optimizer, classic.recipe.schedule) == ("adamw", "cosine")
 
 
 def test_a_recipe_the_profile_lacks_is_refused_in_one_line():
